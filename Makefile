@@ -1,0 +1,78 @@
+# aisched: `make help` lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+PRESET ?= small
+GENERATED := crds helm/aisched/templates/crds
+
+.PHONY: help
+help: ## list the targets
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+.PHONY: venv
+venv: $(VENV)/.installed ## create the virtualenv with the package and dev tools
+
+.PHONY: k8s-binaries
+k8s-binaries: ## build (or reuse from ~/.cache/aisched) etcd, kube-*, kubectl, kwok, helm
+	hack/build-k8s-binaries.sh
+
+.PHONY: cluster-up
+cluster-up: k8s-binaries ## start the local GPU cluster (PRESET=small|large)
+	hack/cluster.sh up $(PRESET)
+
+.PHONY: cluster-down
+cluster-down: ## stop the local GPU cluster and remove its state
+	hack/cluster.sh down
+
+.PHONY: cluster-status
+cluster-status: ## tell what the local GPU cluster runs
+	hack/cluster.sh status
+
+.PHONY: demo
+demo: venv k8s-binaries ## local GPU cluster + operator + sample jobs, then watch them
+	hack/demo.sh
+
+.PHONY: generate
+generate: venv ## regenerate the CRDs (crds/ and the chart) from the API models
+	$(BIN)/aisched crds $(foreach dir,$(GENERATED),--output-dir $(dir))
+
+.PHONY: lint
+lint: venv ## ruff (lint + format check), shellcheck
+	$(BIN)/ruff check operator tests hack
+	$(BIN)/ruff format --check operator tests hack
+	$(BIN)/shellcheck -x hack/*.sh
+
+.PHONY: typecheck
+typecheck: venv ## mypy --strict on the package, import-linter layer contracts
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+.PHONY: verify
+verify: generate lint typecheck ## regenerate everything and fail on drift; lint; type-check
+	@if [ -n "$$(git status --porcelain -- $(GENERATED))" ]; then \
+		git status --porcelain -- $(GENERATED); git diff -- $(GENERATED) | head -50; \
+		echo "generated files differ from the models: run 'make generate' and commit"; exit 1; fi
+
+.PHONY: test-unit
+test-unit: venv ## unit tests: no cluster, no network, no clock
+	$(BIN)/pytest tests/unit -q; rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
+
+.PHONY: test-integration
+test-integration: venv k8s-binaries ## integration tests against the local GPU cluster (small preset)
+	$(BIN)/pytest tests/integration -q; rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
+
+.PHONY: test
+test: verify test-unit test-integration ## everything CI runs: verify, unit, integration
+
+.PHONY: bench
+bench: venv k8s-binaries ## benchmarks; figures in hack/bench/results/
+	hack/bench/run-all.sh

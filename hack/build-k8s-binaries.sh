@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Build the local control plane from the Go module proxy and cache it outside
+# the repository: kube-apiserver, kube-controller-manager, kube-scheduler and
+# kubectl (k8s.io/kubernetes), etcd, kwok and helm, at the versions pinned in
+# hack/versions.env. Idempotent: a binary whose --version already matches is
+# kept. Prints the cache's bin directory on stdout when done.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+command -v go >/dev/null 2>&1 || die "Go is not installed: the local cluster is built from source with the Go toolchain (https://go.dev/doc/install), then re-run 'make k8s-binaries'."
+
+SRC_DIR="${AISCHED_CACHE_DIR}/src"
+mkdir -p "${AISCHED_BIN_DIR}" "${SRC_DIR}"
+export CGO_ENABLED=0 GOFLAGS="-buildvcs=false" GOTOOLCHAIN=local
+
+# has_version BINARY VERSION ARGS...: does BINARY exist and print VERSION?
+has_version() {
+  local bin="${AISCHED_BIN_DIR}/$1" want="$2"; shift 2
+  [[ -x "${bin}" ]] && "${bin}" "$@" 2>/dev/null | grep -qF -- "${want}"
+}
+
+build_kubernetes() {
+  local v="${KUBERNETES_VERSION}" minor staging_v
+  local components=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+  local missing=() c
+  for c in "${components[@]}"; do
+    if [[ "$c" == kubectl ]]; then has_version "$c" "${v}" version --client || missing+=("$c")
+    else has_version "$c" "${v}" --version || missing+=("$c"); fi
+  done
+  if ((${#missing[@]} == 0)); then log "kubernetes ${v}: cached"; return; fi
+  log "kubernetes ${v}: building ${missing[*]} (a cold build takes a while on few cores)"
+
+  # k8s.io/kubernetes cannot be 'go install'ed: its go.mod points the staging
+  # modules (k8s.io/api, k8s.io/client-go, ...) at ./staging as v0.0.0. A
+  # wrapper module requires it and replaces each staging module with the
+  # published v0.<minor>.<patch> release built from the same tree.
+  minor="${v#v1.}"; staging_v="v0.${minor}"
+  local mod_dir="${SRC_DIR}/kubernetes-${v}"
+  mkdir -p "${mod_dir}"
+  local upstream_mod
+  upstream_mod="$(cd "${mod_dir}" && GOFLAGS=-mod=mod go mod download -json "k8s.io/kubernetes@${v}" | sed -n 's/^\s*"GoMod": "\(.*\)",\?$/\1/p')"
+  [[ -f "${upstream_mod}" ]] || die "could not download k8s.io/kubernetes@${v} from the Go module proxy"
+  {
+    echo "module aisched.local/kubernetes-build"
+    echo
+    echo "go 1.25"
+    echo
+    echo "require k8s.io/kubernetes ${v}"
+    echo
+    echo "replace ("
+    sed -n 's#^\s*\(k8s\.io/[^ ]*\) => \./staging/src/.*#\t\1 => \1 '"${staging_v}"'#p' "${upstream_mod}"
+    echo ")"
+  } >"${mod_dir}/go.mod"
+  local commit build_date major_minor="${v#v}"
+  commit="$(cd "${mod_dir}" && go mod download -json "k8s.io/kubernetes@${v}" | sed -n 's/^\s*"Hash": "\(.*\)",\?$/\1/p' | head -1)"
+  build_date="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  local ldflags="-s -w"
+  local pkg
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ldflags+=" -X ${pkg}.gitVersion=${v} -X ${pkg}.gitMajor=${major_minor%%.*}"
+    ldflags+=" -X ${pkg}.gitMinor=$(echo "${major_minor}" | cut -d. -f2)"
+    ldflags+=" -X ${pkg}.gitCommit=${commit:-unknown} -X ${pkg}.gitTreeState=clean -X ${pkg}.buildDate=${build_date}"
+  done
+  local pkgs=()
+  for c in "${missing[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
+  (cd "${mod_dir}" && GOFLAGS="-mod=mod -buildvcs=false" go build -trimpath -tags selinux,notest -ldflags "${ldflags}" -o "${AISCHED_BIN_DIR}/" "${pkgs[@]}")
+  "${AISCHED_BIN_DIR}/kube-apiserver" --version >&2
+}
+
+build_etcd() {
+  local v="${ETCD_VERSION}"
+  if has_version etcd "${v#v}" --version; then log "etcd ${v}: cached"; return; fi
+  log "etcd ${v}: building"
+  # go.etcd.io/etcd/server/v3 replaces its sibling modules with ../paths, so
+  # it too needs a wrapper module that pins them to the same release.
+  local mod_dir="${SRC_DIR}/etcd-${v}"
+  mkdir -p "${mod_dir}"
+  cat >"${mod_dir}/go.mod" <<MOD
+module aisched.local/etcd-build
+
+go 1.24
+
+require go.etcd.io/etcd/server/v3 ${v}
+
+replace (
+	go.etcd.io/etcd/api/v3 => go.etcd.io/etcd/api/v3 ${v}
+	go.etcd.io/etcd/client/pkg/v3 => go.etcd.io/etcd/client/pkg/v3 ${v}
+	go.etcd.io/etcd/client/v3 => go.etcd.io/etcd/client/v3 ${v}
+	go.etcd.io/etcd/pkg/v3 => go.etcd.io/etcd/pkg/v3 ${v}
+)
+MOD
+  (cd "${mod_dir}" && GOFLAGS="-mod=mod -buildvcs=false" go build -trimpath -ldflags "-s -w" -o "${AISCHED_BIN_DIR}/etcd" go.etcd.io/etcd/server/v3)
+  "${AISCHED_BIN_DIR}/etcd" --version >&2
+}
+
+build_kwok() {
+  local v="${KWOK_VERSION}"
+  if has_version kwok "${v}" --version; then log "kwok ${v}: cached"; return; fi
+  log "kwok ${v}: building"
+  GOBIN="${AISCHED_BIN_DIR}" go install -trimpath \
+    -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${v#v}" "sigs.k8s.io/kwok/cmd/kwok@${v}"
+  "${AISCHED_BIN_DIR}/kwok" --version >&2 || true
+}
+
+build_helm() {
+  local v="${HELM_VERSION}"
+  if has_version helm "${v}" version --short; then log "helm ${v}: cached"; return; fi
+  log "helm ${v}: building"
+  GOBIN="${AISCHED_BIN_DIR}" go install -trimpath \
+    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=${v}" "helm.sh/helm/v3/cmd/helm@${v}"
+  "${AISCHED_BIN_DIR}/helm" version --short >&2
+}
+
+main() {
+  local start=${SECONDS}
+  log "cache: ${AISCHED_BIN_DIR}"
+  build_etcd
+  build_kwok
+  build_helm
+  build_kubernetes
+  log "all binaries ready in $((SECONDS - start))s"
+  echo "${AISCHED_BIN_DIR}"
+}
+
+main "$@"

@@ -1,0 +1,144 @@
+"""Building blocks shared by every aisched custom resource."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Final
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+GROUP: Final = "aisched.io"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = "aisched.io/v1alpha1"
+
+# A pod template is validated in full by the API server when the operator
+# creates pods from it; the CRD keeps it open (the one place unknown fields
+# belong) but insists on the containers, so an empty template fails at apply.
+_OPEN_OBJECT: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+POD_TEMPLATE_SCHEMA: dict[str, Any] = {
+    **_OPEN_OBJECT,
+    "required": ["spec"],
+    "properties": {
+        "metadata": _OPEN_OBJECT,
+        "spec": {
+            **_OPEN_OBJECT,
+            "required": ["containers"],
+            "properties": {
+                "containers": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        **_OPEN_OBJECT,
+                        "required": ["name", "image"],
+                        "properties": {"name": {"type": "string"}, "image": {"type": "string"}},
+                    },
+                }
+            },
+        },
+    },
+}
+
+
+def cel(rule: str, message: str) -> dict[str, Any]:
+    """One CEL validation rule, evaluated by the API server on every write."""
+    return {"rule": rule, "message": message}
+
+
+def validated_by(*rules: dict[str, Any]) -> ConfigDict:
+    """Model config that attaches CEL rules to the model's generated schema.
+
+    The model repeats each rule as a pydantic validator with the same message,
+    and tests check the two agree on generated specs (tests/unit/test_api.py).
+    """
+    return ConfigDict(json_schema_extra={"x-kubernetes-validations": list(rules)})
+
+
+class ApiModel(BaseModel):
+    """camelCase on the wire, snake_case in Python; unknown fields are errors.
+
+    The API server prunes unknown fields before the operator sees an object,
+    so `forbid` only bites in tests and examples, where a typo should fail loudly.
+    """
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        use_enum_values=True,
+        validate_assignment=True,
+    )
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON-compatible dict the API server expects (camelCase, no nulls)."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def _check_pod_template(template: dict[str, Any]) -> dict[str, Any]:
+    containers = (template.get("spec") or {}).get("containers")
+    if not containers:
+        raise ValueError("template.spec.containers needs at least one container")
+    for index, container in enumerate(containers):
+        if not isinstance(container, dict) or not container.get("name") or not container.get("image"):
+            raise ValueError(f"template.spec.containers[{index}] needs a name and an image")
+    return template
+
+
+PodTemplate = Annotated[
+    dict[str, Any],
+    AfterValidator(_check_pod_template),
+    Field(
+        description="Pod template (metadata and spec) for each replica, as in a Deployment.",
+        json_schema_extra=POD_TEMPLATE_SCHEMA,
+    ),
+]
+
+Name = Annotated[str, Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")]
+
+
+class ConditionStatus(StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Condition(ApiModel):
+    """A Kubernetes-convention condition: why the object is in the state it is."""
+
+    type: str = Field(description="CamelCase condition type, e.g. Admitted, Placed, Running.")
+    status: ConditionStatus
+    reason: str = Field(default="", description="CamelCase reason a program can match on.")
+    message: str = Field(default="", description="What happened, for a person.")
+    last_transition_time: datetime | None = None
+    observed_generation: int | None = Field(default=None, ge=0)
+
+
+class CapacityType(StrEnum):
+    SPOT = "Spot"
+    ON_DEMAND = "OnDemand"
+
+
+class SpotPolicy(StrEnum):
+    """Where a workload may run: never on spot, on spot when it pays, only on spot."""
+
+    NEVER = "Never"
+    PREFER = "Prefer"
+    ONLY = "Only"
+
+
+class TopologyLevel(StrEnum):
+    """Topology domains from the tightest to the widest."""
+
+    NODE = "Node"
+    NVLINK_DOMAIN = "NVLinkDomain"
+    RACK = "Rack"
+    ZONE = "Zone"
+
+
+TOPOLOGY_ORDER: tuple[TopologyLevel, ...] = (
+    TopologyLevel.NODE,
+    TopologyLevel.NVLINK_DOMAIN,
+    TopologyLevel.RACK,
+    TopologyLevel.ZONE,
+)

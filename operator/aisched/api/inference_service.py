@@ -1,0 +1,164 @@
+"""The InferenceService custom resource: autoscaled replicas of a model server."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, model_validator
+
+from aisched.api.common import (
+    API_VERSION,
+    ApiModel,
+    Condition,
+    PodTemplate,
+    SpotPolicy,
+    cel,
+    validated_by,
+)
+
+MAX_NAME_LENGTH = 48
+
+
+class MetricType(StrEnum):
+    REQUESTS_PER_SECOND = "RequestsPerSecond"
+    CONCURRENCY = "Concurrency"
+    GPU_UTILIZATION = "GPUUtilization"
+    PROMQL = "PromQL"
+
+
+class MetricSpec(ApiModel):
+    model_config = validated_by(
+        cel(
+            "self.type != 'PromQL' || has(self.query)",
+            "metric type PromQL needs metric.query",
+        )
+    )
+
+    type: MetricType = Field(
+        default=MetricType.REQUESTS_PER_SECOND,
+        description="What to scale on; every type but PromQL has a built-in per-replica query.",
+    )
+    query: str | None = Field(
+        default=None,
+        max_length=4096,
+        description="PromQL returning the service-wide value; divided by ready replicas.",
+    )
+    target_per_replica: float = Field(gt=0, description="Desired metric value per replica.")
+
+    @model_validator(mode="after")
+    def _promql_needs_query(self) -> MetricSpec:
+        if self.type == MetricType.PROMQL and not self.query:
+            raise ValueError("metric type PromQL needs metric.query")
+        return self
+
+
+class AutoscalingSpec(ApiModel):
+    model_config = validated_by(
+        cel("self.minReplicas <= self.maxReplicas", "autoscaling.minReplicas must be <= maxReplicas"),
+        cel(
+            "self.minReplicas > 0 || self.scaleToZero",
+            "autoscaling.minReplicas 0 needs scaleToZero: true",
+        ),
+    )
+
+    enabled: bool = Field(
+        default=True, description="False hands spec.replicas to kubectl scale or another autoscaler."
+    )
+    min_replicas: int = Field(default=1, ge=0, le=1000)
+    max_replicas: int = Field(default=10, ge=1, le=1000)
+    metric: MetricSpec
+    tolerance: float = Field(
+        default=0.1, ge=0, le=1, description="No scaling while |value/target - 1| is within this."
+    )
+    scale_up_stabilization_seconds: int = Field(default=0, ge=0, le=3600)
+    scale_down_stabilization_seconds: int = Field(default=300, ge=0, le=3600)
+    max_scale_up_replicas_per_minute: int = Field(default=4, ge=1, le=1000)
+    max_scale_down_replicas_per_minute: int = Field(default=1, ge=1, le=1000)
+    scale_to_zero: bool = Field(default=False, description="Allow zero replicas when idle.")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> AutoscalingSpec:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError("autoscaling.minReplicas must be <= maxReplicas")
+        if self.min_replicas == 0 and not self.scale_to_zero:
+            raise ValueError("autoscaling.minReplicas 0 needs scaleToZero: true")
+        return self
+
+
+class ServingSpotSpec(ApiModel):
+    policy: SpotPolicy = Field(default=SpotPolicy.NEVER)
+    min_on_demand_replicas: int = Field(
+        default=1, ge=0, le=1000, description="Replicas kept on on-demand capacity whatever spot does."
+    )
+
+
+class RolloutSpec(ApiModel):
+    model_config = validated_by(
+        cel(
+            "self.maxSurge > 0 || self.maxUnavailable > 0",
+            "rollout.maxSurge and rollout.maxUnavailable cannot both be 0",
+        )
+    )
+
+    max_surge: int = Field(default=1, ge=0, le=100)
+    max_unavailable: int = Field(default=0, ge=0, le=100)
+
+    @model_validator(mode="after")
+    def _can_progress(self) -> RolloutSpec:
+        if self.max_surge == 0 and self.max_unavailable == 0:
+            raise ValueError("rollout.maxSurge and rollout.maxUnavailable cannot both be 0")
+        return self
+
+
+class InferenceServiceSpec(ApiModel):
+    replicas: int = Field(default=1, ge=0, le=1000, description="Model server pods (scale).")
+    gpus_per_replica: int = Field(ge=1, le=64)
+    gpu_type: str | None = Field(default=None, max_length=128)
+    template: PodTemplate
+    port: int = Field(default=8080, ge=1, le=65535, description="Port the Service forwards to.")
+    autoscaling: AutoscalingSpec | None = None
+    spot: ServingSpotSpec = Field(default_factory=ServingSpotSpec)
+    rollout: RolloutSpec = Field(default_factory=RolloutSpec)
+
+
+class ScalingDecision(ApiModel):
+    time: datetime
+    from_replicas: int
+    to_replicas: int
+    reason: str
+
+
+class InferenceServiceStatus(ApiModel):
+    phase: str | None = None
+    observed_generation: int | None = None
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    replicas: int | None = None
+    ready_replicas: int | None = None
+    desired_replicas: int | None = None
+    on_demand_replicas: int | None = None
+    spot_replicas: int | None = None
+    selector: str | None = None
+    current_metric_value: float | None = None
+    last_scaling: ScalingDecision | None = None
+
+
+class InferenceService(ApiModel):
+    """Replicas of a model server on GPUs behind a Service, scaled to demand."""
+
+    model_config = validated_by(
+        cel(
+            f"size(self.metadata.name) <= {MAX_NAME_LENGTH}",
+            f"InferenceService names are at most {MAX_NAME_LENGTH} characters",
+        )
+    )
+
+    api_version: Literal["aisched.io/v1alpha1"] = API_VERSION
+    kind: Literal["InferenceService"] = "InferenceService"
+    metadata: Annotated[dict[str, Any], Field(default_factory=dict)]
+    spec: InferenceServiceSpec
+    status: InferenceServiceStatus = Field(default_factory=InferenceServiceStatus)

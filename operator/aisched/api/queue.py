@@ -1,0 +1,79 @@
+"""The cluster-scoped Queue: GPU quota, fair-share weight and borrowing for a team."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, model_validator
+
+from aisched.api.common import API_VERSION, ApiModel, Condition, cel, validated_by
+
+DEFAULT_QUEUE = "default"
+
+
+class GPUTypeQuota(ApiModel):
+    gpu_type: str = Field(min_length=1, max_length=128, description="nvidia.com/gpu.product value.")
+    gpus: int = Field(ge=0, le=1_000_000)
+
+
+class BorrowingSpec(ApiModel):
+    enabled: bool = Field(
+        default=True, description="May this queue use other queues' idle quota in its cohort?"
+    )
+    limit_gpus: int | None = Field(
+        default=None, ge=0, description="Most GPUs borrowed at once; unset means no limit."
+    )
+
+
+class QueueSpec(ApiModel):
+    model_config = validated_by(
+        cel(
+            "!has(self.gpuTypeQuotas) || self.gpuTypeQuotas.all(q, q.gpus <= self.nominalGPUs)",
+            "each gpuTypeQuotas entry must be <= nominalGPUs",
+        )
+    )
+
+    nominal_gpus: int = Field(
+        alias="nominalGPUs", ge=0, le=1_000_000, description="GPUs this queue is guaranteed."
+    )
+    gpu_type_quotas: list[GPUTypeQuota] | None = Field(
+        default=None,
+        alias="gpuTypeQuotas",
+        max_length=64,
+        description="Per GPU type caps inside nominalGPUs.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["gpuType"]},
+    )
+    weight: int = Field(default=1, ge=1, le=1000, description="Fair-share weight among queues.")
+    cohort: str | None = Field(
+        default=None, max_length=63, description="Queues in one cohort lend each other idle quota."
+    )
+    borrowing: BorrowingSpec = Field(default_factory=BorrowingSpec)
+
+    @model_validator(mode="after")
+    def _type_quota_within_nominal(self) -> QueueSpec:
+        for quota in self.gpu_type_quotas or []:
+            if quota.gpus > self.nominal_gpus:
+                raise ValueError("each gpuTypeQuotas entry must be <= nominalGPUs")
+        return self
+
+
+class QueueStatus(ApiModel):
+    observed_generation: int | None = None
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    used_gpus: int | None = Field(default=None, alias="usedGPUs")
+    borrowed_gpus: int | None = Field(default=None, alias="borrowedGPUs")
+    admitted_jobs: int | None = None
+    pending_jobs: int | None = None
+
+
+class Queue(ApiModel):
+    """A team's share of the cluster's GPUs."""
+
+    api_version: Literal["aisched.io/v1alpha1"] = API_VERSION
+    kind: Literal["Queue"] = "Queue"
+    metadata: Annotated[dict[str, Any], Field(default_factory=dict)]
+    spec: QueueSpec
+    status: QueueStatus = Field(default_factory=QueueStatus)

@@ -1,0 +1,329 @@
+"""The TrainingJob custom resource: a gang of GPU workers that train one model."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, model_validator
+
+from aisched.api.common import (
+    API_VERSION,
+    TOPOLOGY_ORDER,
+    ApiModel,
+    CapacityType,
+    Condition,
+    Name,
+    PodTemplate,
+    SpotPolicy,
+    TopologyLevel,
+    cel,
+    validated_by,
+)
+
+MAX_NAME_LENGTH = 48  # leaves room for "-worker-NNNN" in pod and Service names
+
+_LEVEL_RANK_CEL = "{'Node': 0, 'NVLinkDomain': 1, 'Rack': 2, 'Zone': 3}"
+
+
+class TrainingJobPhase(StrEnum):
+    QUEUED = "Queued"
+    DEFERRED = "Deferred"
+    PLACING = "Placing"
+    RUNNING = "Running"
+    CHECKPOINTING = "Checkpointing"
+    RESTARTING = "Restarting"
+    SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class TopologySpec(ApiModel):
+    """How close together the gang's GPUs must be."""
+
+    model_config = validated_by(
+        cel(
+            "!has(self.requiredLevel) || !has(self.preferredLevel) || "
+            f"{_LEVEL_RANK_CEL}[self.preferredLevel] <= {_LEVEL_RANK_CEL}[self.requiredLevel]",
+            "topology.preferredLevel must be the same as or tighter than requiredLevel "
+            "(Node < NVLinkDomain < Rack < Zone)",
+        )
+    )
+
+    required_level: TopologyLevel | None = Field(
+        default=None,
+        description="The whole gang must fit inside one domain of this level, or it stays queued.",
+    )
+    preferred_level: TopologyLevel | None = Field(
+        default=None,
+        description="Aim for one domain of this level; fall back to wider ones when it does not fit.",
+    )
+
+    @model_validator(mode="after")
+    def _preferred_within_required(self) -> TopologySpec:
+        if (
+            self.required_level
+            and self.preferred_level
+            and TOPOLOGY_ORDER.index(TopologyLevel(self.preferred_level))
+            > TOPOLOGY_ORDER.index(TopologyLevel(self.required_level))
+        ):
+            raise ValueError(
+                "topology.preferredLevel must be the same as or tighter than requiredLevel "
+                "(Node < NVLinkDomain < Rack < Zone)"
+            )
+        return self
+
+
+class CheckpointSpec(ApiModel):
+    """Where workers save their state and how often."""
+
+    path: str | None = Field(
+        default=None,
+        max_length=1024,
+        description="Directory (usually on a shared volume) the workers save checkpoints to; "
+        "passed to them as AISCHED_CHECKPOINT_DIR.",
+    )
+    interval_seconds: int | None = Field(
+        default=None,
+        ge=30,
+        le=86400,
+        description="Fixed checkpoint interval. Unset: the operator picks the Young/Daly optimum "
+        "from the interruption rate of the capacity the job runs on.",
+    )
+    cost_seconds: int = Field(
+        default=60,
+        ge=1,
+        le=3600,
+        description="How long one checkpoint takes to write; refined from what workers report.",
+    )
+
+
+class SpotSpec(ApiModel):
+    policy: SpotPolicy = Field(
+        default=SpotPolicy.NEVER,
+        description="Never: on-demand only. Prefer: spot while the deadline allows, then on-demand. "
+        "Only: spot only.",
+    )
+
+
+class CarbonMode(StrEnum):
+    FORECAST = "Forecast"
+    THRESHOLD = "Threshold"
+
+
+class CarbonSpec(ApiModel):
+    """Carbon-aware deferral: start (or run chunks) when the grid is cleanest."""
+
+    model_config = validated_by(
+        cel(
+            "self.mode != 'Threshold' || has(self.thresholdGramsPerKWh)",
+            "carbon.mode Threshold needs carbon.thresholdGramsPerKWh",
+        )
+    )
+
+    deferrable: bool = Field(default=False, description="May the start be delayed for a cleaner grid?")
+    mode: CarbonMode = Field(
+        default=CarbonMode.FORECAST,
+        description="Forecast: start at the cleanest time before the deadline. "
+        "Threshold: run whenever intensity is below thresholdGramsPerKWh.",
+    )
+    max_delay_seconds: int | None = Field(
+        default=None, ge=0, le=30 * 86400, description="Latest start relative to submission."
+    )
+    threshold_grams_per_kwh: float | None = Field(default=None, gt=0, le=2000)
+    interruptible: bool = Field(
+        default=False,
+        description="May the run be split into chunks in the cleanest hours (needs checkpointing)?",
+    )
+    region: str | None = Field(
+        default=None, max_length=128, description="Grid region of the forecast; default from settings."
+    )
+
+    @model_validator(mode="after")
+    def _threshold_needs_value(self) -> CarbonSpec:
+        if self.mode == CarbonMode.THRESHOLD and self.threshold_grams_per_kwh is None:
+            raise ValueError("carbon.mode Threshold needs carbon.thresholdGramsPerKWh")
+        return self
+
+
+class RunPolicy(ApiModel):
+    backoff_limit: int = Field(
+        default=3, ge=0, le=100, description="Gang restarts after worker failures before Failed."
+    )
+    active_deadline_seconds: int | None = Field(
+        default=None, ge=1, description="Fail the job when it has been running longer than this."
+    )
+    ttl_seconds_after_finished: int | None = Field(
+        default=None, ge=0, description="Delete the job this long after it succeeds or fails."
+    )
+
+
+_SPEC_RULES = [
+    cel(
+        "has(self.minReplicas) == has(self.maxReplicas)",
+        "elastic jobs set both minReplicas and maxReplicas",
+    ),
+    cel(
+        "!has(self.minReplicas) || self.minReplicas <= self.replicas",
+        "minReplicas must be <= replicas",
+    ),
+    cel(
+        "!has(self.maxReplicas) || self.replicas <= self.maxReplicas",
+        "replicas must be <= maxReplicas",
+    ),
+    cel(
+        "!has(self.deadline) || has(self.expectedDurationSeconds)",
+        "a deadline needs expectedDurationSeconds, so the operator knows the latest start that meets it",
+    ),
+    cel(
+        "!has(self.carbon) || !self.carbon.deferrable || has(self.expectedDurationSeconds)",
+        "a deferrable job needs expectedDurationSeconds to plan its start",
+    ),
+    cel(
+        "!has(self.carbon) || !self.carbon.deferrable || has(self.deadline) "
+        "|| has(self.carbon.maxDelaySeconds)",
+        "a deferrable job needs a deadline or carbon.maxDelaySeconds",
+    ),
+    cel(
+        "!has(self.carbon) || !has(self.carbon.interruptible) || !self.carbon.interruptible "
+        "|| has(self.checkpoint)",
+        "carbon.interruptible needs checkpoint settings to resume between chunks",
+    ),
+]
+
+
+class TrainingJobSpec(ApiModel):
+    model_config = validated_by(*_SPEC_RULES)
+
+    replicas: int = Field(default=1, ge=1, le=4096, description="Worker pods in the gang.")
+    min_replicas: int | None = Field(
+        default=None, ge=1, le=4096, description="Elastic jobs: the fewest workers it may run with."
+    )
+    max_replicas: int | None = Field(
+        default=None, ge=1, le=4096, description="Elastic jobs: the most workers it may grow to."
+    )
+    gpus_per_replica: int = Field(
+        ge=1, le=64, description="nvidia.com/gpu per worker; a worker's GPUs are on one node."
+    )
+    gpu_type: str | None = Field(
+        default=None,
+        max_length=128,
+        description="GPU product (node label nvidia.com/gpu.product), e.g. NVIDIA-H100-80GB-HBM3.",
+    )
+    template: PodTemplate
+    topology: TopologySpec = Field(default_factory=TopologySpec)
+    queue: Name = Field(default="default", description="The Queue this job is admitted through.")
+    priority: int = Field(
+        default=0, ge=-1_000_000, le=1_000_000_000, description="Higher runs first and may preempt."
+    )
+    deadline: datetime | None = Field(default=None, description="When the job must be finished (RFC 3339).")
+    expected_duration_seconds: int | None = Field(
+        default=None, ge=1, description="How long the job runs at full size, for deadline planning."
+    )
+    checkpoint: CheckpointSpec | None = None
+    spot: SpotSpec = Field(default_factory=SpotSpec)
+    carbon: CarbonSpec = Field(default_factory=CarbonSpec)
+    run_policy: RunPolicy = Field(default_factory=RunPolicy)
+    suspend: bool = Field(default=False, description="True stops the gang; false lets it run again.")
+
+    @model_validator(mode="after")
+    def _cross_field_rules(self) -> TrainingJobSpec:
+        """The same rules as the CEL above, so tests and the simulator see the same verdicts."""
+        elastic = (self.min_replicas is None, self.max_replicas is None)
+        if elastic[0] != elastic[1]:
+            raise ValueError("elastic jobs set both minReplicas and maxReplicas")
+        if self.min_replicas is not None and self.min_replicas > self.replicas:
+            raise ValueError("minReplicas must be <= replicas")
+        if self.max_replicas is not None and self.replicas > self.max_replicas:
+            raise ValueError("replicas must be <= maxReplicas")
+        if self.deadline is not None and self.expected_duration_seconds is None:
+            raise ValueError(
+                "a deadline needs expectedDurationSeconds, so the operator knows the latest start "
+                "that meets it"
+            )
+        if self.carbon.deferrable:
+            if self.expected_duration_seconds is None:
+                raise ValueError("a deferrable job needs expectedDurationSeconds to plan its start")
+            if self.deadline is None and self.carbon.max_delay_seconds is None:
+                raise ValueError("a deferrable job needs a deadline or carbon.maxDelaySeconds")
+        if self.carbon.interruptible and self.checkpoint is None:
+            raise ValueError("carbon.interruptible needs checkpoint settings to resume between chunks")
+        return self
+
+    @property
+    def elastic(self) -> bool:
+        return self.min_replicas is not None
+
+    @property
+    def total_gpus(self) -> int:
+        return self.replicas * self.gpus_per_replica
+
+
+class Placement(ApiModel):
+    level: TopologyLevel | None = Field(default=None, description="The tightest level the gang fits in.")
+    domain: str | None = Field(default=None, description="That domain's label value.")
+    nodes: list[str] = Field(default_factory=list, description="Node of each worker, by rank.")
+    capacity_type: CapacityType | None = None
+    gpu_type: str | None = None
+
+
+class CheckpointRecord(ApiModel):
+    step: int = Field(ge=0)
+    path: str | None = None
+    time: datetime
+
+
+class Deferral(ApiModel):
+    until: datetime
+    reason: str
+    forecast_grams_per_kwh: float | None = None
+    expected_saving_percent: float | None = None
+    expected_saving_grams: float | None = None
+
+
+class TrainingJobStatus(ApiModel):
+    phase: TrainingJobPhase | None = None
+    reason: str | None = Field(default=None, description="Reason of the latest phase change.")
+    message: str | None = None
+    observed_generation: int | None = None
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    replicas: int | None = Field(default=None, description="Workers in the current gang.")
+    ready_replicas: int | None = None
+    selector: str | None = Field(default=None, description="Label selector of the workers (scale).")
+    gpus: int | None = Field(default=None, description="GPUs the current gang holds.")
+    placement: Placement | None = None
+    gang_generation: int | None = Field(
+        default=None, description="Incremented on every (re)start of the gang; names its pods."
+    )
+    restarts: int | None = None
+    interruptions: int | None = None
+    lost_work_seconds: float | None = None
+    last_checkpoint: CheckpointRecord | None = None
+    checkpoint_interval_seconds: int | None = None
+    deferral: Deferral | None = None
+    estimated_grams_co2: float | None = None
+    queued_time: datetime | None = None
+    start_time: datetime | None = None
+    completion_time: datetime | None = None
+
+
+class TrainingJob(ApiModel):
+    """A gang of GPU workers placed together, queued fairly, checkpointed and resumed."""
+
+    model_config = validated_by(
+        cel(
+            f"size(self.metadata.name) <= {MAX_NAME_LENGTH}",
+            f"TrainingJob names are at most {MAX_NAME_LENGTH} characters: "
+            "worker pods and the headless Service are named after them",
+        )
+    )
+
+    api_version: Literal["aisched.io/v1alpha1"] = API_VERSION
+    kind: Literal["TrainingJob"] = "TrainingJob"
+    metadata: Annotated[dict[str, Any], Field(default_factory=dict)]
+    spec: TrainingJobSpec
+    status: TrainingJobStatus = Field(default_factory=TrainingJobStatus)

@@ -1,0 +1,1 @@
+"""kopf handlers: thin, they read state, call policy, and write objects."""
