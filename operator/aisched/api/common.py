@@ -55,6 +55,11 @@ def validated_by(*rules: dict[str, Any]) -> ConfigDict:
     return ConfigDict(json_schema_extra={"x-kubernetes-validations": list(rules)})
 
 
+def wire_name(python_name: str) -> str:
+    """snake_case -> camelCase, keeping the acronyms Kubernetes APIs spell in capitals."""
+    return to_camel(python_name).replace("Gpus", "GPUs").replace("Kwh", "KWh")
+
+
 class ApiModel(BaseModel):
     """camelCase on the wire, snake_case in Python; unknown fields are errors.
 
@@ -63,7 +68,7 @@ class ApiModel(BaseModel):
     """
 
     model_config = ConfigDict(
-        alias_generator=to_camel,
+        alias_generator=wire_name,
         populate_by_name=True,
         extra="forbid",
         use_enum_values=True,

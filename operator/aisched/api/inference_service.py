@@ -162,3 +162,9 @@ class InferenceService(ApiModel):
     metadata: Annotated[dict[str, Any], Field(default_factory=dict)]
     spec: InferenceServiceSpec
     status: InferenceServiceStatus = Field(default_factory=InferenceServiceStatus)
+
+    @model_validator(mode="after")
+    def _name_fits_child_objects(self) -> InferenceService:
+        if len(str(self.metadata.get("name", ""))) > MAX_NAME_LENGTH:
+            raise ValueError(f"InferenceService names are at most {MAX_NAME_LENGTH} characters")
+        return self

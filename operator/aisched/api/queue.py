@@ -33,12 +33,9 @@ class QueueSpec(ApiModel):
         )
     )
 
-    nominal_gpus: int = Field(
-        alias="nominalGPUs", ge=0, le=1_000_000, description="GPUs this queue is guaranteed."
-    )
+    nominal_gpus: int = Field(ge=0, le=1_000_000, description="GPUs this queue is guaranteed.")
     gpu_type_quotas: list[GPUTypeQuota] | None = Field(
         default=None,
-        alias="gpuTypeQuotas",
         max_length=64,
         description="Per GPU type caps inside nominalGPUs.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["gpuType"]},
@@ -63,8 +60,8 @@ class QueueStatus(ApiModel):
         default_factory=list,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
-    used_gpus: int | None = Field(default=None, alias="usedGPUs")
-    borrowed_gpus: int | None = Field(default=None, alias="borrowedGPUs")
+    used_gpus: int | None = Field(default=None)
+    borrowed_gpus: int | None = Field(default=None)
     admitted_jobs: int | None = None
     pending_jobs: int | None = None
 

@@ -305,7 +305,9 @@ class TrainingJobStatus(ApiModel):
     last_checkpoint: CheckpointRecord | None = None
     checkpoint_interval_seconds: int | None = None
     deferral: Deferral | None = None
-    estimated_grams_co2: float | None = None
+    estimated_emissions_grams: float | None = Field(
+        default=None, description="CO2-equivalent emitted so far, from GPU power and grid intensity."
+    )
     queued_time: datetime | None = None
     start_time: datetime | None = None
     completion_time: datetime | None = None
@@ -327,3 +329,12 @@ class TrainingJob(ApiModel):
     metadata: Annotated[dict[str, Any], Field(default_factory=dict)]
     spec: TrainingJobSpec
     status: TrainingJobStatus = Field(default_factory=TrainingJobStatus)
+
+    @model_validator(mode="after")
+    def _name_fits_child_objects(self) -> TrainingJob:
+        if len(str(self.metadata.get("name", ""))) > MAX_NAME_LENGTH:
+            raise ValueError(
+                f"TrainingJob names are at most {MAX_NAME_LENGTH} characters: "
+                "worker pods and the headless Service are named after them"
+            )
+        return self

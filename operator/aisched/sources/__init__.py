@@ -1,0 +1,1 @@
+"""Outside data the operator reads over HTTP: carbon intensity forecasts, Prometheus metrics."""

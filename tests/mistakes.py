@@ -1,0 +1,181 @@
+"""Kinds of mistake a user can make in a spec, shared by the unit tier (pydantic
+models) and the integration tier (the real API server), so both are held to the
+same list. Each must be rejected with a message that names the problem."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tests.builders import a_queue, a_training_job, an_inference_service
+
+
+@dataclass(frozen=True)
+class Mistake:
+    name: str
+    obj: dict[str, Any]
+    server_says: str  # fragment of the API server's message
+    model_says: str | None = None  # fragment of the pydantic message, when it differs
+
+    @property
+    def expected_from_model(self) -> str:
+        return self.model_says or self.server_says
+
+
+def _long_name() -> str:
+    return "x" * 49
+
+
+MISTAKES: list[Mistake] = [
+    Mistake("negative GPUs", a_training_job().gpus(-1).obj(), "greater than or equal to 1"),
+    Mistake("zero replicas", a_training_job().replicas(0).obj(), "greater than or equal to 1"),
+    Mistake(
+        "replicas is not a number",
+        a_training_job().set("replicas", "four").obj(),
+        "must be of type integer",
+        "valid integer",
+    ),
+    Mistake(
+        "GPUs per replica missing",
+        {
+            **a_training_job().obj(),
+            "spec": {"replicas": 1, "template": a_training_job().obj()["spec"]["template"]},
+        },
+        "Required value",
+        "Field required",
+    ),
+    Mistake(
+        "minReplicas > maxReplicas",
+        a_training_job().replicas(4).elastic(6, 3).obj(),
+        "minReplicas must be <= replicas",
+    ),
+    Mistake(
+        "replicas above maxReplicas",
+        a_training_job().replicas(9).elastic(2, 8).obj(),
+        "replicas must be <= maxReplicas",
+    ),
+    Mistake(
+        "minReplicas without maxReplicas",
+        a_training_job().replicas(2).set("minReplicas", 1).obj(),
+        "elastic jobs set both minReplicas and maxReplicas",
+    ),
+    Mistake(
+        "unknown topology level",
+        a_training_job().required_level("Host").obj(),
+        'Unsupported value: "Host"',
+        "Input should be 'Node', 'NVLinkDomain', 'Rack' or 'Zone'",
+    ),
+    Mistake(
+        "preferred level wider than required",
+        a_training_job().required_level("Node").preferred_level("Zone").obj(),
+        "preferredLevel must be the same as or tighter than requiredLevel",
+    ),
+    Mistake(
+        "unknown spot policy",
+        a_training_job().spot("Sometimes").obj(),
+        'Unsupported value: "Sometimes"',
+        "Input should be 'Never', 'Prefer' or 'Only'",
+    ),
+    Mistake(
+        "deadline without expected duration",
+        a_training_job().set("deadline", "2030-01-01T00:00:00Z").obj(),
+        "a deadline needs expectedDurationSeconds",
+    ),
+    Mistake(
+        "deadline is not a date",
+        a_training_job().set("deadline", "next tuesday").set("expectedDurationSeconds", 60).obj(),
+        "date-time",
+        "valid datetime",
+    ),
+    Mistake(
+        "deferrable without expected duration",
+        a_training_job().set("carbon.deferrable", True).set("carbon.maxDelaySeconds", 3600).obj(),
+        "a deferrable job needs expectedDurationSeconds",
+    ),
+    Mistake(
+        "deferrable without deadline or max delay",
+        a_training_job().set("carbon.deferrable", True).set("expectedDurationSeconds", 600).obj(),
+        "a deferrable job needs a deadline or carbon.maxDelaySeconds",
+    ),
+    Mistake(
+        "threshold mode without threshold",
+        a_training_job().set("carbon.mode", "Threshold").obj(),
+        "carbon.mode Threshold needs carbon.thresholdGramsPerKWh",
+    ),
+    Mistake(
+        "interruptible without checkpointing",
+        a_training_job().set("carbon.interruptible", True).obj(),
+        "carbon.interruptible needs checkpoint settings",
+    ),
+    Mistake(
+        "checkpoint interval too short",
+        a_training_job().set("checkpoint.intervalSeconds", 5).obj(),
+        "greater than or equal to 30",
+    ),
+    Mistake(
+        "queue name not a DNS label",
+        a_training_job().queue("Team_A").obj(),
+        "should match",
+        "should match pattern",
+    ),
+    Mistake(
+        "template without containers",
+        a_training_job().set("template", {"spec": {"containers": []}}).obj(),
+        "should have at least 1 items",
+        "needs at least one container",
+    ),
+    Mistake(
+        "container without image",
+        a_training_job().set("template", {"spec": {"containers": [{"name": "x"}]}}).obj(),
+        "Required value",
+        "needs a name and an image",
+    ),
+    Mistake(
+        "name too long for its pods",
+        a_training_job(_long_name()).obj(),
+        "TrainingJob names are at most 48 characters",
+    ),
+    Mistake(
+        "priority above the maximum",
+        a_training_job().priority(2_000_000_000).obj(),
+        "less than or equal to 1000000000",
+    ),
+    Mistake(
+        "negative backoff limit",
+        a_training_job().set("runPolicy.backoffLimit", -1).obj(),
+        "greater than or equal to 0",
+    ),
+    Mistake(
+        "misspelt field",
+        a_training_job().set("gpusPerReplicas", 2).obj(),
+        'unknown field "spec.gpusPerReplicas"',
+        "Extra inputs are not permitted",
+    ),
+    Mistake(
+        "autoscaling min above max",
+        an_inference_service().autoscale(5, 2, 10).obj(),
+        "autoscaling.minReplicas must be <= maxReplicas",
+    ),
+    Mistake(
+        "scale to zero not asked for",
+        an_inference_service().autoscale(0, 2, 10).obj(),
+        "autoscaling.minReplicas 0 needs scaleToZero: true",
+    ),
+    Mistake(
+        "PromQL metric without a query",
+        an_inference_service().autoscale(1, 2, 10).set("autoscaling.metric.type", "PromQL").obj(),
+        "metric type PromQL needs metric.query",
+    ),
+    Mistake(
+        "rollout that cannot progress",
+        an_inference_service().set("rollout", {"maxSurge": 0, "maxUnavailable": 0}).obj(),
+        "rollout.maxSurge and rollout.maxUnavailable cannot both be 0",
+    ),
+    Mistake("negative queue quota", a_queue(nominal_gpus=-4).obj(), "greater than or equal to 0"),
+    Mistake(
+        "GPU type quota above nominal",
+        a_queue(nominal_gpus=8).set("gpuTypeQuotas", [{"gpuType": "NVIDIA-L4", "gpus": 16}]).obj(),
+        "each gpuTypeQuotas entry must be <= nominalGPUs",
+    ),
+    Mistake("zero queue weight", a_queue().weight(0).obj(), "greater than or equal to 1"),
+]
