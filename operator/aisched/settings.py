@@ -6,9 +6,10 @@ reads the environment anywhere else.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # Taints that clouds and their node managers put on a node shortly before it
@@ -49,6 +50,82 @@ class TopologyLabels(BaseSettings):
     zone: str = Field(default="topology.kubernetes.io/zone", description="Availability zone.")
 
 
+# Board power (TDP) of common data-centre GPUs, in watts, keyed by the product name
+# GPU Feature Discovery puts in nvidia.com/gpu.product; used when DCGM gives no energy.
+DEFAULT_GPU_POWER_WATTS = {
+    "NVIDIA-H200": 700.0,
+    "NVIDIA-H100-80GB-HBM3": 700.0,
+    "NVIDIA-A100-SXM4-80GB": 400.0,
+    "NVIDIA-A100-SXM4-40GB": 400.0,
+    "NVIDIA-A100-PCIE-40GB": 250.0,
+    "NVIDIA-A100-80GB-PCIe": 300.0,
+    "NVIDIA-L40S": 350.0,
+    "NVIDIA-L4": 72.0,
+    "NVIDIA-A10G": 300.0,
+    "Tesla-V100-SXM2-16GB": 300.0,
+    "Tesla-T4": 70.0,
+}
+
+
+class CarbonSettings(BaseSettings):
+    """Where carbon intensity comes from, and how to estimate a job's power draw."""
+
+    model_config = SettingsConfigDict(env_prefix="AISCHED_CARBON_", extra="forbid")
+
+    provider: Literal["none", "electricitymaps", "watttime", "nationalgrid", "prometheus", "file"] = Field(
+        default="none", description="Carbon intensity source; none starts deferrable jobs at once."
+    )
+    region: str = Field(
+        default="GB",
+        description="Grid region: an Electricity Maps zone (DE), a WattTime region (CAISO_NORTH), "
+        "GB or a GB region id 1-17 for the National Grid API, or the {region} in the Prometheus query.",
+    )
+    forecast_horizon_seconds: int = Field(
+        default=48 * 3600, ge=3600, le=14 * 86400, description="How far ahead to ask for a forecast."
+    )
+    electricitymaps_url: str = Field(default="https://api.electricitymap.org/v3", description="API base URL.")
+    watttime_url: str = Field(default="https://api.watttime.org/v3", description="API base URL.")
+    watttime_login_url: str = Field(
+        default="https://api.watttime.org/login", description="Login URL (HTTP basic auth, returns a token)."
+    )
+    watttime_username: str | None = Field(default=None, description="WattTime user; the password is in the key file.")
+    watttime_signal_type: str = Field(default="co2_moer", description="WattTime signal (marginal CO2 rate).")
+    nationalgrid_url: str = Field(default="https://api.carbonintensity.org.uk", description="API base URL.")
+    api_key_file: Path | None = Field(
+        default=None,
+        description="File holding the Electricity Maps token or the WattTime password, mounted from a Secret; "
+        "read on every login so a rotated Secret takes effect without a restart.",
+    )
+    timeout_seconds: float = Field(default=10.0, gt=0, le=300, description="Per-request timeout.")
+    retries: int = Field(default=3, ge=0, le=10, description="Retries after a timeout, 429 or 5xx.")
+    backoff_seconds: float = Field(default=0.5, ge=0, le=60, description="First retry delay; doubles each time.")
+    cache_ttl_seconds: float = Field(default=300.0, ge=0, le=86400, description="How long a fetched answer is reused.")
+    max_stale_seconds: float = Field(
+        default=6 * 3600.0,
+        ge=0,
+        le=7 * 86400,
+        description="While the source fails, keep using its last answer for this long.",
+    )
+    file_path: Path | None = Field(
+        default=None, description="CSV of time,intensity (gCO2eq/kWh) for provider file, e.g. a mounted ConfigMap."
+    )
+    prometheus_url: str | None = Field(default=None, description="Prometheus base URL for provider prometheus.")
+    prometheus_query: str = Field(
+        default='grid_carbon_intensity_grams_per_kwh{region="{region}"}',
+        description="PromQL giving gCO2eq/kWh; {region} is replaced by the region.",
+    )
+    prometheus_step_seconds: int = Field(default=1800, ge=60, le=86400, description="query_range step.")
+    gpu_power_watts: dict[str, float] = Field(
+        default_factory=lambda: dict(DEFAULT_GPU_POWER_WATTS),
+        description="Power per GPU by product name, when DCGM energy counters are not available.",
+    )
+    default_gpu_power_watts: float = Field(default=400.0, gt=0, le=5000, description="Power of a GPU not listed.")
+
+    def power_per_gpu(self, product: str | None) -> float:
+        """Watts drawn by one GPU of this product (the default for unknown ones)."""
+        return self.gpu_power_watts.get(product or "", self.default_gpu_power_watts)
+
+
 class Settings(BaseSettings):
     """Everything the operator can be told at start-up."""
 
@@ -60,16 +137,23 @@ class Settings(BaseSettings):
     metrics_port: int = Field(default=8080, ge=1, le=65535, description="Prometheus /metrics port.")
     health_port: int = Field(default=8081, ge=1, le=65535, description="Liveness probe port.")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
-    peering_name: str = Field(
-        default="aisched",
-        description="kopf peering object: operator replicas with the same name never act at once.",
+    leader_election: bool = Field(
+        default=True, description="Hold a Lease before acting, so only one replica works at a time."
+    )
+    leader_namespace: str = Field(
+        default="default",
+        validation_alias=AliasChoices("AISCHED_LEADER_NAMESPACE", "POD_NAMESPACE"),
+        description="Namespace of the leader Lease; the chart sets the operator's own namespace.",
+    )
+    leader_lease_name: str = Field(default="aisched-leader", description="Name of the leader Lease.")
+    relist_seconds: float = Field(
+        default=300.0, gt=0, description="Full relist of nodes and pods, repairing anything a watch missed."
     )
     default_queue: str = Field(default="default", description="Queue for jobs that name none.")
     gpu_resource: str = Field(default="nvidia.com/gpu", description="Extended resource of a GPU.")
-    gpu_product_label: str = Field(
-        default="nvidia.com/gpu.product", description="Node label naming the GPU product."
-    )
+    gpu_product_label: str = Field(default="nvidia.com/gpu.product", description="Node label naming the GPU product.")
     topology: TopologyLabels = Field(default_factory=TopologyLabels)
+    carbon: CarbonSettings = Field(default_factory=CarbonSettings)
     spot_labels: dict[str, str] = Field(
         default_factory=lambda: dict(DEFAULT_SPOT_LABELS),
         description="Node label key -> value that marks spot capacity.",
@@ -84,9 +168,7 @@ class Settings(BaseSettings):
         le=3600,
         description="Warning a spot node gives before it goes (AWS 120 s, GCP and Azure 30 s).",
     )
-    resync_seconds: float = Field(
-        default=15.0, gt=0, le=3600, description="Period of the reconcile timer per job."
-    )
+    resync_seconds: float = Field(default=15.0, gt=0, le=3600, description="Period of the reconcile timer per job.")
 
     @field_validator("namespaces")
     @classmethod

@@ -90,6 +90,15 @@ def _check_pod_template(template: dict[str, Any]) -> dict[str, Any]:
     return template
 
 
+def defaulted_to(model: type[ApiModel]) -> Any:
+    """A sub-object field that defaults to `model()`, with that default written into the CRD.
+
+    The API server then fills in the whole object when a user leaves it out, so
+    CEL rules on it always see its fields, and `kubectl get -o yaml` shows them.
+    """
+    return Field(default_factory=model, json_schema_extra={"default": model().to_wire()})
+
+
 PodTemplate = Annotated[
     dict[str, Any],
     AfterValidator(_check_pod_template),
@@ -117,6 +126,30 @@ class Condition(ApiModel):
     message: str = Field(default="", description="What happened, for a person.")
     last_transition_time: datetime | None = None
     observed_generation: int | None = Field(default=None, ge=0)
+
+
+def set_condition(
+    conditions: list[Condition],
+    type_: str,
+    status: ConditionStatus,
+    reason: str,
+    message: str,
+    *,
+    now: datetime,
+    generation: int | None,
+) -> list[Condition]:
+    """`conditions` with one condition set; its transition time moves only when its status does."""
+    previous = next((c for c in conditions if c.type == type_), None)
+    changed = previous is None or previous.status != status
+    updated = Condition(
+        type=type_,
+        status=status,
+        reason=reason,
+        message=message,
+        last_transition_time=now if changed or previous is None else previous.last_transition_time,
+        observed_generation=generation,
+    )
+    return [updated if c.type == type_ else c for c in conditions] if previous else [*conditions, updated]
 
 
 class CapacityType(StrEnum):

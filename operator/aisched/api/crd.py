@@ -84,9 +84,7 @@ RESOURCES: tuple[ResourceDefinition, ...] = (
             AGE,
             PrinterColumn("Message", "string", ".status.message", "Details.", priority=1),
             PrinterColumn("Deferred-Until", "date", ".status.deferral.until", "Planned start.", priority=1),
-            PrinterColumn(
-                "Checkpoint", "integer", ".status.lastCheckpoint.step", "Last step saved.", priority=1
-            ),
+            PrinterColumn("Checkpoint", "integer", ".status.lastCheckpoint.step", "Last step saved.", priority=1),
         ),
     ),
     ResourceDefinition(
@@ -155,28 +153,11 @@ def _convert(node: dict[str, Any], defs: dict[str, Any], *, keep_defaults: bool)
         node.setdefault("type", "string")
     if "properties" in node:
         node.pop("additionalProperties", None)
-        required = set(node.get("required", []))
-        properties = {}
-        for name, prop in node["properties"].items():
-            optional_object = "anyOf" in prop
-            converted = _convert(prop, defs, keep_defaults=keep_defaults)
-            if (
-                keep_defaults
-                and converted.get("type") == "object"
-                and "properties" in converted
-                and name not in required
-                and not optional_object
-                and "default" not in converted
-            ):
-                # A sub-object with defaults of its own: `{}` makes the API
-                # server fill them in when the user leaves the object out.
-                converted["default"] = {}
-            properties[name] = converted
-        node["properties"] = properties
+        node["properties"] = {
+            name: _convert(prop, defs, keep_defaults=keep_defaults) for name, prop in node["properties"].items()
+        }
     elif isinstance(node.get("additionalProperties"), dict):
-        node["additionalProperties"] = _convert(
-            node["additionalProperties"], defs, keep_defaults=keep_defaults
-        )
+        node["additionalProperties"] = _convert(node["additionalProperties"], defs, keep_defaults=keep_defaults)
     if isinstance(node.get("items"), dict):
         node["items"] = _convert(node["items"], defs, keep_defaults=keep_defaults)
     return node

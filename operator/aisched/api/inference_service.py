@@ -15,6 +15,7 @@ from aisched.api.common import (
     PodTemplate,
     SpotPolicy,
     cel,
+    defaulted_to,
     validated_by,
 )
 
@@ -63,15 +64,11 @@ class AutoscalingSpec(ApiModel):
         ),
     )
 
-    enabled: bool = Field(
-        default=True, description="False hands spec.replicas to kubectl scale or another autoscaler."
-    )
+    enabled: bool = Field(default=True, description="False hands spec.replicas to kubectl scale or another autoscaler.")
     min_replicas: int = Field(default=1, ge=0, le=1000)
     max_replicas: int = Field(default=10, ge=1, le=1000)
     metric: MetricSpec
-    tolerance: float = Field(
-        default=0.1, ge=0, le=1, description="No scaling while |value/target - 1| is within this."
-    )
+    tolerance: float = Field(default=0.1, ge=0, le=1, description="No scaling while |value/target - 1| is within this.")
     scale_up_stabilization_seconds: int = Field(default=0, ge=0, le=3600)
     scale_down_stabilization_seconds: int = Field(default=300, ge=0, le=3600)
     max_scale_up_replicas_per_minute: int = Field(default=4, ge=1, le=1000)
@@ -119,8 +116,8 @@ class InferenceServiceSpec(ApiModel):
     template: PodTemplate
     port: int = Field(default=8080, ge=1, le=65535, description="Port the Service forwards to.")
     autoscaling: AutoscalingSpec | None = None
-    spot: ServingSpotSpec = Field(default_factory=ServingSpotSpec)
-    rollout: RolloutSpec = Field(default_factory=RolloutSpec)
+    spot: ServingSpotSpec = defaulted_to(ServingSpotSpec)
+    rollout: RolloutSpec = defaulted_to(RolloutSpec)
 
 
 class ScalingDecision(ApiModel):

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from aisched.api.common import API_VERSION, ApiModel, Condition, cel, validated_by
+from aisched.api.common import API_VERSION, ApiModel, Condition, cel, defaulted_to, validated_by
 
 DEFAULT_QUEUE = "default"
 
@@ -17,12 +17,8 @@ class GPUTypeQuota(ApiModel):
 
 
 class BorrowingSpec(ApiModel):
-    enabled: bool = Field(
-        default=True, description="May this queue use other queues' idle quota in its cohort?"
-    )
-    limit_gpus: int | None = Field(
-        default=None, ge=0, description="Most GPUs borrowed at once; unset means no limit."
-    )
+    enabled: bool = Field(default=True, description="May this queue use other queues' idle quota in its cohort?")
+    limit_gpus: int | None = Field(default=None, ge=0, description="Most GPUs borrowed at once; unset means no limit.")
 
 
 class QueueSpec(ApiModel):
@@ -44,7 +40,7 @@ class QueueSpec(ApiModel):
     cohort: str | None = Field(
         default=None, max_length=63, description="Queues in one cohort lend each other idle quota."
     )
-    borrowing: BorrowingSpec = Field(default_factory=BorrowingSpec)
+    borrowing: BorrowingSpec = defaulted_to(BorrowingSpec)
 
     @model_validator(mode="after")
     def _type_quota_within_nominal(self) -> QueueSpec:

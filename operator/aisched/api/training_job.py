@@ -19,6 +19,7 @@ from aisched.api.common import (
     SpotPolicy,
     TopologyLevel,
     cel,
+    defaulted_to,
     validated_by,
 )
 
@@ -102,8 +103,7 @@ class CheckpointSpec(ApiModel):
 class SpotSpec(ApiModel):
     policy: SpotPolicy = Field(
         default=SpotPolicy.NEVER,
-        description="Never: on-demand only. Prefer: spot while the deadline allows, then on-demand. "
-        "Only: spot only.",
+        description="Never: on-demand only. Prefer: spot while the deadline allows, then on-demand. Only: spot only.",
     )
 
 
@@ -181,13 +181,11 @@ _SPEC_RULES = [
         "a deferrable job needs expectedDurationSeconds to plan its start",
     ),
     cel(
-        "!has(self.carbon) || !self.carbon.deferrable || has(self.deadline) "
-        "|| has(self.carbon.maxDelaySeconds)",
+        "!has(self.carbon) || !self.carbon.deferrable || has(self.deadline) || has(self.carbon.maxDelaySeconds)",
         "a deferrable job needs a deadline or carbon.maxDelaySeconds",
     ),
     cel(
-        "!has(self.carbon) || !has(self.carbon.interruptible) || !self.carbon.interruptible "
-        "|| has(self.checkpoint)",
+        "!has(self.carbon) || !has(self.carbon.interruptible) || !self.carbon.interruptible || has(self.checkpoint)",
         "carbon.interruptible needs checkpoint settings to resume between chunks",
     ),
 ]
@@ -212,19 +210,17 @@ class TrainingJobSpec(ApiModel):
         description="GPU product (node label nvidia.com/gpu.product), e.g. NVIDIA-H100-80GB-HBM3.",
     )
     template: PodTemplate
-    topology: TopologySpec = Field(default_factory=TopologySpec)
+    topology: TopologySpec = defaulted_to(TopologySpec)
     queue: Name = Field(default="default", description="The Queue this job is admitted through.")
-    priority: int = Field(
-        default=0, ge=-1_000_000, le=1_000_000_000, description="Higher runs first and may preempt."
-    )
+    priority: int = Field(default=0, ge=-1_000_000, le=1_000_000_000, description="Higher runs first and may preempt.")
     deadline: datetime | None = Field(default=None, description="When the job must be finished (RFC 3339).")
     expected_duration_seconds: int | None = Field(
         default=None, ge=1, description="How long the job runs at full size, for deadline planning."
     )
     checkpoint: CheckpointSpec | None = None
-    spot: SpotSpec = Field(default_factory=SpotSpec)
-    carbon: CarbonSpec = Field(default_factory=CarbonSpec)
-    run_policy: RunPolicy = Field(default_factory=RunPolicy)
+    spot: SpotSpec = defaulted_to(SpotSpec)
+    carbon: CarbonSpec = defaulted_to(CarbonSpec)
+    run_policy: RunPolicy = defaulted_to(RunPolicy)
     suspend: bool = Field(default=False, description="True stops the gang; false lets it run again.")
 
     @model_validator(mode="after")
@@ -239,8 +235,7 @@ class TrainingJobSpec(ApiModel):
             raise ValueError("replicas must be <= maxReplicas")
         if self.deadline is not None and self.expected_duration_seconds is None:
             raise ValueError(
-                "a deadline needs expectedDurationSeconds, so the operator knows the latest start "
-                "that meets it"
+                "a deadline needs expectedDurationSeconds, so the operator knows the latest start that meets it"
             )
         if self.carbon.deferrable:
             if self.expected_duration_seconds is None:

@@ -1,0 +1,144 @@
+"""Start the operator: health endpoint, leader election, then kopf with our handlers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import kopf
+
+from aisched.controller.handlers import register
+from aisched.controller.training import TrainingJobController
+from aisched.kube.client import KubeClient, load_api_client
+from aisched.kube.inventory import Inventory
+from aisched.kube.leader import LeaseElector
+from aisched.settings import Settings
+
+log = logging.getLogger(__name__)
+HEARTBEAT_STALE_SECONDS = 60.0
+
+
+class _Heartbeat:
+    """The event loop ticks it; /healthz fails when the loop has stopped ticking."""
+
+    def __init__(self) -> None:
+        self.last = time.monotonic()
+
+    def healthy(self) -> bool:
+        return time.monotonic() - self.last < HEARTBEAT_STALE_SECONDS
+
+    async def tick_forever(self) -> None:
+        while True:
+            self.last = time.monotonic()
+            await asyncio.sleep(5)
+
+
+def _serve_health(port: int, heartbeat: _Heartbeat) -> ThreadingHTTPServer:
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            ok = self.path.startswith("/healthz") and heartbeat.healthy()
+            self.send_response(200 if ok else 503)
+            self.end_headers()
+            self.wfile.write(b"ok\n" if ok else b"unhealthy\n")
+
+        def log_message(self, format: str, *args: object) -> None:  # probes every few seconds: keep quiet
+            return
+
+    server = ThreadingHTTPServer(("0.0.0.0", port), Handler)
+    threading.Thread(target=server.serve_forever, name="healthz", daemon=True).start()
+    return server
+
+
+def _configure_kopf(settings: kopf.OperatorSettings) -> None:
+    # kopf's own bookkeeping lives under our group, not kopf.zalando.org.
+    settings.persistence.finalizer = "aisched.io/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="aisched.io")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="aisched.io", key="last-handled-configuration"
+    )
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.watching.connect_timeout = 10
+
+
+async def _operate(settings: Settings, standalone: bool) -> int:
+    heartbeat = _Heartbeat()
+    asyncio.get_running_loop().create_task(heartbeat.tick_forever())
+    _serve_health(settings.health_port, heartbeat)
+    api_client = load_api_client()
+    kube = KubeClient(api_client)
+    elector = None
+    if settings.leader_election and not standalone:
+        elector = LeaseElector(api_client, settings.leader_namespace, settings.leader_lease_name, socket.gethostname())
+        await elector.acquire()
+
+    inventory = Inventory(settings)
+    jobs = TrainingJobController(settings, kube, inventory)
+    registry = kopf.OperatorRegistry()
+    register(registry, inventory, jobs)
+    background: list[asyncio.Task[None]] = []
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        # Same credentials as our own client: in-cluster service account, else kubeconfig.
+        return kopf.login_via_client(**kwargs)
+
+    @kopf.on.startup(registry=registry)
+    async def start(settings: kopf.OperatorSettings, **_: object) -> None:
+        _configure_kopf(settings)
+        inventory.replace_nodes(await kube.list_nodes())
+        inventory.replace_pods(await kube.list_pods())
+        await kube.ensure_queue(operator_settings.default_queue, nominal_gpus=1_000_000)
+        background.append(asyncio.create_task(jobs.run(), name="trainingjobs"))
+        background.append(asyncio.create_task(_relist_forever(), name="relist"))
+
+    @kopf.on.cleanup(registry=registry)
+    async def stop(**_: object) -> None:
+        for task in background:
+            task.cancel()
+
+    async def _relist_forever() -> None:
+        while True:
+            await asyncio.sleep(operator_settings.relist_seconds)
+            try:
+                inventory.replace_nodes(await kube.list_nodes())
+                inventory.replace_pods(await kube.list_pods())
+                jobs.nodes_changed()
+            except Exception:
+                log.exception("relisting nodes and pods failed; the watches keep going")
+
+    operator_settings = settings
+    stop_flag = asyncio.Event()
+    kopf_task = asyncio.create_task(
+        kopf.operator(
+            registry=registry,
+            clusterwide=not settings.namespaces,
+            namespaces=settings.namespaces,
+            standalone=True,  # leader election, not kopf peering, keeps replicas apart
+            stop_flag=stop_flag,
+        )
+    )
+    if elector is None:
+        await kopf_task
+        return 0
+    renew_task = asyncio.create_task(elector.keep_renewing())
+    done, _ = await asyncio.wait({kopf_task, renew_task}, return_when=asyncio.FIRST_COMPLETED)
+    if renew_task in done:
+        stop_flag.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(kopf_task, timeout=30)
+        return 1  # restart as a standby rather than act without the lease
+    renew_task.cancel()
+    return 0
+
+
+def run_operator(settings: Settings, *, standalone: bool = False) -> int:
+    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return asyncio.run(_operate(settings, standalone))

@@ -1,0 +1,399 @@
+"""The TrainingJob reconcile loop: one writer for every TrainingJob.
+
+Watch handlers (handlers.py) only record what they see and mark jobs dirty.
+This loop wakes on those marks (and on a periodic resync), and for each dirty
+job observes its pods, asks `policy.lifecycle.next_step` what to do, and does
+it; then it hands the waiting jobs to the scheduler. All state lives in the
+objects (job status, pod labels), so a restarted operator picks up where the
+last one stopped, and every write is idempotent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from aisched.api import ConditionStatus, TrainingJob, TrainingJobPhase
+from aisched.api.common import set_condition
+from aisched.api.training_job import CheckpointRecord, TrainingJobStatus
+from aisched.kube import labels
+from aisched.kube.builders import GangLaunch, WorkerSlot, build_headless_service, build_worker_pod
+from aisched.kube.client import KubeClient
+from aisched.kube.inventory import Inventory, PodRecord
+from aisched.policy.cluster import ClusterSnapshot, Toleration
+from aisched.policy.lifecycle import HOLDS_GPUS, Observation, Step, Verb, Worker, WorkerPhase, next_step
+from aisched.policy.placement import GangRequest, Unplaceable, capacity_types_for, place_gang
+from aisched.settings import Settings
+from aisched.workload.contract import parse_checkpoint_report
+
+log = logging.getLogger(__name__)
+Phase = TrainingJobPhase
+JobKey = tuple[str, str]
+PLURAL = "trainingjobs"
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class TrainingJobController:
+    settings: Settings
+    kube: KubeClient
+    inventory: Inventory
+    clock: Callable[[], datetime] = utc_now
+    jobs: dict[JobKey, dict[str, Any]] = field(default_factory=dict)
+    queues: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _dirty: set[JobKey] = field(default_factory=set)
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    # -- fed by the watch handlers ------------------------------------------
+
+    def job_seen(self, obj: dict[str, Any]) -> None:
+        key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+        self.jobs[key] = obj
+        self.mark(key)
+
+    def job_gone(self, namespace: str, name: str) -> None:
+        self.jobs.pop((namespace, name), None)
+        self._wake.set()  # its GPUs are free for whoever waits
+
+    def queue_seen(self, obj: dict[str, Any]) -> None:
+        self.queues[obj["metadata"]["name"]] = obj
+        self._wake.set()
+
+    def queue_gone(self, name: str) -> None:
+        self.queues.pop(name, None)
+
+    def pod_changed(self, record: PodRecord | None) -> None:
+        if record is not None and record.job_key and record.labels.get(labels.JOB_KIND) == "TrainingJob":
+            self.mark(record.job_key)
+        else:
+            self._wake.set()  # someone else's pod came or went: GPUs changed
+
+    def nodes_changed(self) -> None:
+        # An interruption taint or NotReady affects every job on the node.
+        self._dirty.update(self.jobs)
+        self._wake.set()
+
+    def mark(self, key: JobKey) -> None:
+        self._dirty.add(key)
+        self._wake.set()
+
+    # -- the loop -----------------------------------------------------------
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=self.settings.resync_seconds)
+            except TimeoutError:
+                self._dirty.update(self.jobs)  # periodic resync: timers (TTL, deadlines) fire here
+            self._wake.clear()
+            await self.reconcile_once()
+
+    async def reconcile_once(self) -> None:
+        dirty, self._dirty = self._dirty, set()
+        for key in sorted(dirty):
+            try:
+                await self.reconcile(key)
+            except Exception:
+                log.exception("reconciling TrainingJob %s/%s failed; will retry", *key)
+                self._dirty.add(key)
+        try:
+            await self.schedule()
+        except Exception:
+            log.exception("scheduling cycle failed; will retry")
+
+    async def reconcile(self, key: JobKey) -> None:
+        obj = self.jobs.get(key)
+        if obj is None:
+            return
+        job = _parse(obj)
+        if job is None:
+            return
+        now = self.clock()
+        status = job.status
+        if status.phase is None:
+            await self._write_status(obj, job, _queued(job, "Submitted", "waiting for placement", now))
+            return
+        generation = status.gang_generation or 0
+        pods = self.inventory.pods_of_job(*key)
+        current = [p for p in pods if p.labels.get(labels.GANG_GENERATION) == str(generation)]
+        stale = tuple(p.name for p in pods if p not in current)
+        placement_nodes = status.placement.nodes if status.placement else []
+        gone = {n for n in placement_nodes if n not in self.inventory.nodes}
+        disrupted = {p.node for p in current if p.disruption_target and p.node}
+        seen = Observation(
+            now=now,
+            workers=tuple(_worker(p) for p in current if not (p.terminating and p.phase == "Pending")),
+            stale_pods=stale,
+            doomed_nodes=self.inventory.doomed_nodes() | frozenset(gone) | frozenset(disrupted),
+        )
+        status = _record_checkpoints(status, current)
+        step = next_step(job.spec, status, seen)
+        await self._carry_out(obj, job, status, step, pods, now)
+
+    async def _carry_out(
+        self,
+        obj: dict[str, Any],
+        job: TrainingJob,
+        status: TrainingJobStatus,
+        step: Step,
+        pods: list[PodRecord],
+        now: datetime,
+    ) -> None:
+        namespace, name = job.metadata["namespace"], job.metadata["name"]
+        if step.verb == Verb.CREATE_WORKERS:
+            await self._create_workers(obj, job, status, pods)
+        elif step.verb == Verb.RELEASE_GATES:
+            await asyncio.gather(*(self.kube.release_scheduling_gates(p.namespace, p.name) for p in pods if p.gated))
+        elif step.verb == Verb.DELETE_WORKERS:
+            grace = self._checkpoint_grace(job) if step.phase == Phase.CHECKPOINTING else None
+            await asyncio.gather(*(self.kube.delete_pod(p.namespace, p.name, grace) for p in pods if not p.terminating))
+        elif step.verb == Verb.DELETE_JOB:
+            await self.kube.delete_custom(PLURAL, namespace, name)
+            return
+        for event_type, reason, message in step.events:
+            await self.kube.post_event(obj, event_type, reason, message)
+        await self._write_status(obj, job, _apply_step(job, status, step, now))
+        if step.requeue_after is not None:
+            asyncio.get_running_loop().call_later(step.requeue_after.total_seconds(), self.mark, (namespace, name))
+
+    def _checkpoint_grace(self, job: TrainingJob) -> int:
+        # Workers get the whole notice window minus a margin for the pod to be torn down.
+        margin = 10
+        return max(5, self.settings.spot_notice_seconds - margin)
+
+    async def _create_workers(
+        self, obj: dict[str, Any], job: TrainingJob, status: TrainingJobStatus, pods: list[PodRecord]
+    ) -> None:
+        placement = status.placement
+        if placement is None or not placement.nodes:
+            return
+        generation = status.gang_generation or 0
+        existing = {p.name for p in pods}
+        last = status.last_checkpoint
+        launch = GangLaunch(
+            generation=generation,
+            world_size=len(placement.nodes),
+            slots=tuple(WorkerSlot(rank, node) for rank, node in enumerate(placement.nodes)),
+            gpu_resource=self.settings.gpu_resource,
+            checkpoint_interval_seconds=status.checkpoint_interval_seconds,
+            resume_step=last.step if last else None,
+            resume_path=last.path if last else None,
+            termination_grace_seconds=(self._checkpoint_grace(job) if placement.capacity_type == "Spot" else None),
+        )
+        await self.kube.create(build_headless_service(job))
+        to_create = [build_worker_pod(job, launch, slot) for slot in launch.slots]
+        await asyncio.gather(*(self.kube.create(pod) for pod in to_create if pod["metadata"]["name"] not in existing))
+
+    async def _write_status(self, obj: dict[str, Any], job: TrainingJob, status: TrainingJobStatus) -> None:
+        if status == job.status:
+            return
+        wire = status.to_wire()
+        namespace, name = job.metadata["namespace"], job.metadata["name"]
+        await self.kube.patch_status(PLURAL, namespace, name, wire)
+        # Keep our copy current so the next pass does not act on stale status.
+        obj = {**obj, "status": wire}
+        self.jobs[(namespace, name)] = obj
+
+    # -- scheduling ---------------------------------------------------------
+
+    async def schedule(self) -> None:
+        """Place waiting jobs in order: priority, then submission time."""
+        waiting: list[tuple[dict[str, Any], TrainingJob]] = []
+        for obj in self.jobs.values():
+            job = _parse(obj)
+            if job is not None and job.status.phase == Phase.QUEUED and not job.spec.suspend:
+                waiting.append((obj, job))
+        if not waiting:
+            return
+        snapshot = self._snapshot()
+        doomed = self.inventory.doomed_nodes()
+        waiting.sort(key=lambda pair: (-pair[1].spec.priority, str(pair[1].metadata.get("creationTimestamp"))))
+        now = self.clock()
+        for obj, job in waiting:
+            outcome = place_gang(self._request(job, doomed), snapshot)
+            if isinstance(outcome, Unplaceable):
+                status = _queued(job, outcome.reason, outcome.message, now)
+                await self._write_status(obj, job, status)
+                continue
+            snapshot.allocate(outcome.gpus_by_node())
+            status = job.status.model_copy(deep=True)
+            status.phase = Phase.PLACING
+            status.reason, status.message = "Admitted", f"placed in {outcome.to_status().domain or 'the cluster'}"
+            status.placement = outcome.to_status()
+            status.gang_generation = (status.gang_generation or 0) + 1
+            status.replicas = outcome.replicas
+            status.gpus = outcome.total_gpus
+            status.selector = labels.job_selector("TrainingJob", job.metadata["name"])
+            status.conditions = set_condition(
+                status.conditions,
+                "Admitted",
+                ConditionStatus.TRUE,
+                "Placed",
+                f"{outcome.replicas} x {job.spec.gpus_per_replica} GPUs on {', '.join(outcome.nodes)}",
+                now=now,
+                generation=job.metadata.get("generation"),
+            )
+            await self._write_status(obj, job, status)
+            await self.kube.post_event(
+                obj, "Normal", "Placed", f"gang placed in {status.placement.domain or 'the cluster'}"
+            )
+            self.mark((job.metadata["namespace"], job.metadata["name"]))
+
+    def _request(self, job: TrainingJob, doomed: frozenset[str]) -> GangRequest:
+        spec = job.spec
+        tolerations = tuple(Toleration.from_dict(t) for t in (spec.template.get("spec") or {}).get("tolerations", []))
+        return GangRequest(
+            replicas=spec.replicas,
+            gpus_per_replica=spec.gpus_per_replica,
+            gpu_types=frozenset({spec.gpu_type}) if spec.gpu_type else None,
+            required_level=spec.topology.required_level,
+            preferred_level=spec.topology.preferred_level,
+            tolerations=tolerations,
+            capacity_types=capacity_types_for(spec.spot.policy),
+            excluded_nodes=doomed,
+        )
+
+    def _snapshot(self) -> ClusterSnapshot:
+        """Every pod's GPUs, plus GPUs of placed gangs whose pods are not bound yet."""
+        reserved: dict[str, int] = {}
+        for (namespace, name), obj in self.jobs.items():
+            job = _parse(obj)
+            if job is None or job.status.phase not in HOLDS_GPUS or job.status.placement is None:
+                continue
+            bound = {
+                p.labels.get(labels.RANK)
+                for p in self.inventory.pods_of_job(namespace, name)
+                if p.holds_gpus and p.labels.get(labels.GANG_GENERATION) == str(job.status.gang_generation)
+            }
+            for rank, node in enumerate(job.status.placement.nodes):
+                if str(rank) not in bound:
+                    reserved[node] = reserved.get(node, 0) + job.spec.gpus_per_replica
+        return self.inventory.snapshot(reserved)
+
+
+def _parse(obj: dict[str, Any]) -> TrainingJob | None:
+    try:
+        return TrainingJob.model_validate(obj)
+    except ValidationError as error:
+        # The API server validated it; this means our model and the CRD differ.
+        log.error("cannot read TrainingJob %s: %s", obj.get("metadata", {}).get("name"), error)
+        return None
+
+
+def _worker(pod: PodRecord) -> Worker:
+    if pod.gated:
+        phase = WorkerPhase.GATED
+    else:
+        phase = {
+            "Running": WorkerPhase.RUNNING,
+            "Succeeded": WorkerPhase.SUCCEEDED,
+            "Failed": WorkerPhase.FAILED,
+        }.get(pod.phase, WorkerPhase.PENDING)
+    return Worker(
+        name=pod.name,
+        rank=int(pod.labels.get(labels.RANK, "0")),
+        phase=phase,
+        node=pod.node or None,
+        terminating=pod.terminating,
+        exit_code=pod.exit_code,
+        termination_message=pod.termination_message,
+        unschedulable_since=pod.unschedulable_since,
+        unschedulable_message=pod.unschedulable_message,
+    )
+
+
+def _record_checkpoints(status: TrainingJobStatus, pods: list[PodRecord]) -> TrainingJobStatus:
+    """The newest checkpoint every worker of the gang reported (the gang resumes where all saved)."""
+    reports = [parse_checkpoint_report(p.termination_message) for p in pods if p.termination_message]
+    steps = [r for r in reports if r is not None]
+    if not steps:
+        return status
+    oldest = min(steps, key=lambda r: r.step)  # a rank that saved less decides the resume point
+    last = status.last_checkpoint
+    if last is not None and last.step >= oldest.step:
+        return status
+    updated = status.model_copy(deep=True)
+    updated.last_checkpoint = CheckpointRecord(step=oldest.step, path=oldest.path, time=oldest.time)
+    return updated
+
+
+def _queued(job: TrainingJob, reason: str, message: str, now: datetime) -> TrainingJobStatus:
+    status = job.status.model_copy(deep=True)
+    status.phase, status.reason, status.message = Phase.QUEUED, reason, message
+    status.observed_generation = job.metadata.get("generation")
+    status.queued_time = status.queued_time or now
+    status.conditions = set_condition(
+        status.conditions,
+        "Admitted",
+        ConditionStatus.FALSE,
+        reason,
+        message,
+        now=now,
+        generation=job.metadata.get("generation"),
+    )
+    return status
+
+
+def _apply_step(job: TrainingJob, status: TrainingJobStatus, step: Step, now: datetime) -> TrainingJobStatus:
+    if step.phase is None and not (step.count_restart or step.count_interruption):
+        return status
+    updated = status.model_copy(deep=True)
+    generation = job.metadata.get("generation")
+    updated.observed_generation = generation
+    if step.phase is not None:
+        updated.phase = step.phase
+        updated.reason, updated.message = step.reason, step.message
+    if step.count_restart:
+        updated.restarts = (updated.restarts or 0) + 1
+    if step.count_interruption:
+        updated.interruptions = (updated.interruptions or 0) + 1
+        since = updated.last_checkpoint.time if updated.last_checkpoint else updated.start_time
+        if since is not None:
+            updated.lost_work_seconds = (updated.lost_work_seconds or 0.0) + max(0.0, (now - since).total_seconds())
+    if step.started:
+        updated.start_time = now
+    if step.finished:
+        updated.completion_time = now
+        updated.conditions = set_condition(
+            updated.conditions,
+            "Finished",
+            ConditionStatus.TRUE,
+            step.reason or "",
+            step.message or "",
+            now=now,
+            generation=generation,
+        )
+    if step.phase == Phase.RUNNING:
+        updated.ready_replicas = updated.replicas
+        updated.conditions = set_condition(
+            updated.conditions,
+            "Running",
+            ConditionStatus.TRUE,
+            step.reason or "",
+            step.message or "",
+            now=now,
+            generation=generation,
+        )
+    elif step.phase is not None:
+        updated.ready_replicas = 0
+        updated.conditions = set_condition(
+            updated.conditions,
+            "Running",
+            ConditionStatus.FALSE,
+            step.reason or "",
+            step.message or "",
+            now=now,
+            generation=generation,
+        )
+    if step.phase in (Phase.QUEUED, Phase.SUSPENDED):
+        updated.gpus = 0
+    return updated

@@ -1,0 +1,168 @@
+"""Pure builders of the Kubernetes objects a TrainingJob runs as: worker pods
+and the headless Service that gives them stable DNS names for rendezvous."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+from aisched.api import TrainingJob
+from aisched.kube import labels
+from aisched.workload.contract import (
+    CHECKPOINT_DIR_ENV,
+    CHECKPOINT_INTERVAL_ENV,
+    GANG_GENERATION_ENV,
+    RESUME_PATH_ENV,
+    RESUME_STEP_ENV,
+)
+
+MASTER_PORT = 29500  # torchrun's default rendezvous port
+
+
+@dataclass(frozen=True)
+class WorkerSlot:
+    """One worker of a placed gang: its rank and the node it is pinned to."""
+
+    rank: int
+    node: str
+
+
+@dataclass(frozen=True)
+class GangLaunch:
+    """Everything that differs between launches of the same job."""
+
+    generation: int
+    world_size: int
+    slots: tuple[WorkerSlot, ...]
+    gpu_resource: str = "nvidia.com/gpu"
+    checkpoint_interval_seconds: int | None = None
+    resume_step: int | None = None
+    resume_path: str | None = None
+    termination_grace_seconds: int | None = None
+    tolerations: tuple[dict[str, Any], ...] = ()
+
+
+def worker_hostname(job_name: str, rank: int) -> str:
+    return f"{job_name}-worker-{rank}"
+
+
+def worker_pod_name(job_name: str, generation: int, rank: int) -> str:
+    # The generation is in the name so a restarted gang never waits for the
+    # previous pods' names to be released.
+    return f"{job_name}-g{generation}-w{rank}"
+
+
+def owner_reference(obj: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": obj["metadata"]["name"],
+        "uid": obj["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _job_labels(job: TrainingJob) -> dict[str, str]:
+    return {
+        labels.MANAGED_BY: "aisched",
+        labels.JOB_KIND: "TrainingJob",
+        labels.JOB_NAME: str(job.metadata["name"]),
+    }
+
+
+def build_headless_service(job: TrainingJob) -> dict[str, Any]:
+    name = str(job.metadata["name"])
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": name,
+            "namespace": job.metadata["namespace"],
+            "labels": _job_labels(job),
+            "ownerReferences": [owner_reference(job.to_wire())],
+        },
+        "spec": {
+            "clusterIP": "None",
+            # Workers must find each other before they are Ready.
+            "publishNotReadyAddresses": True,
+            "selector": _job_labels(job),
+            "ports": [{"name": "rendezvous", "port": MASTER_PORT, "targetPort": MASTER_PORT}],
+        },
+    }
+
+
+def _env(job: TrainingJob, launch: GangLaunch, rank: int) -> list[dict[str, str]]:
+    name = str(job.metadata["name"])
+    env = {
+        "MASTER_ADDR": f"{worker_hostname(name, 0)}.{name}",
+        "MASTER_PORT": str(MASTER_PORT),
+        "WORLD_SIZE": str(launch.world_size),
+        "RANK": str(rank),
+        "NODE_RANK": str(rank),
+        "LOCAL_WORLD_SIZE": str(job.spec.gpus_per_replica),
+        GANG_GENERATION_ENV: str(launch.generation),
+    }
+    if job.spec.checkpoint and job.spec.checkpoint.path:
+        env[CHECKPOINT_DIR_ENV] = job.spec.checkpoint.path
+    if launch.checkpoint_interval_seconds:
+        env[CHECKPOINT_INTERVAL_ENV] = str(launch.checkpoint_interval_seconds)
+    if launch.resume_step is not None:
+        env[RESUME_STEP_ENV] = str(launch.resume_step)
+        if launch.resume_path:
+            env[RESUME_PATH_ENV] = launch.resume_path
+    return [{"name": key, "value": value} for key, value in env.items()]
+
+
+def _with_env(container: dict[str, Any], env: list[dict[str, str]]) -> None:
+    ours = {item["name"] for item in env}
+    kept = [item for item in container.get("env", []) if item.get("name") not in ours]
+    container["env"] = env + kept
+
+
+def _request_gpus(containers: list[dict[str, Any]], resource: str, count: int) -> None:
+    """Give the job's GPUs to the first container, unless the template already placed them."""
+    if any(resource in (c.get("resources", {}).get("limits") or {}) for c in containers):
+        return
+    resources = containers[0].setdefault("resources", {})
+    resources.setdefault("limits", {})[resource] = count
+    resources.setdefault("requests", {})[resource] = count
+
+
+def build_worker_pod(job: TrainingJob, launch: GangLaunch, slot: WorkerSlot) -> dict[str, Any]:
+    name = str(job.metadata["name"])
+    template = copy.deepcopy(job.spec.template)
+    spec: dict[str, Any] = template.get("spec", {})
+    metadata: dict[str, Any] = template.get("metadata", {})
+    pod_labels = {
+        **metadata.get("labels", {}),
+        **_job_labels(job),
+        labels.GANG_GENERATION: str(launch.generation),
+        labels.RANK: str(slot.rank),
+    }
+    env = _env(job, launch, slot.rank)
+    for container in spec["containers"]:
+        _with_env(container, env)
+    _request_gpus(spec["containers"], launch.gpu_resource, job.spec.gpus_per_replica)
+    spec["restartPolicy"] = "Never"  # the operator restarts the whole gang, never one worker
+    spec["hostname"] = worker_hostname(name, slot.rank)
+    spec["subdomain"] = name
+    spec["nodeSelector"] = {**spec.get("nodeSelector", {}), "kubernetes.io/hostname": slot.node}
+    spec["schedulingGates"] = [{"name": labels.GANG_GATE}]
+    if launch.tolerations:
+        spec["tolerations"] = [*spec.get("tolerations", []), *launch.tolerations]
+    if launch.termination_grace_seconds is not None:
+        spec["terminationGracePeriodSeconds"] = launch.termination_grace_seconds
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": worker_pod_name(name, launch.generation, slot.rank),
+            "namespace": job.metadata["namespace"],
+            "labels": pod_labels,
+            "annotations": metadata.get("annotations", {}),
+            "ownerReferences": [owner_reference(job.to_wire())],
+        },
+        "spec": spec,
+    }

@@ -1,0 +1,165 @@
+"""Thin async wrapper over the official client: the writes the operator makes.
+
+The `kubernetes` client is synchronous; every call runs in a worker thread so
+the kopf event loop never blocks. NotFound on delete and AlreadyExists on create
+are success: every write is idempotent, so a restarted operator can repeat it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from aisched.api import GROUP, VERSION
+
+log = logging.getLogger(__name__)
+
+
+def load_api_client() -> client.ApiClient:
+    """In-cluster credentials when running in a pod, else the local kubeconfig."""
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+    configuration = client.Configuration.get_default_copy()
+    configuration.connection_pool_maxsize = 32  # gangs create many pods at once
+    return client.ApiClient(configuration)
+
+
+class KubeClient:
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.api_client = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+
+    # -- reads (relists that repair the watch-fed caches) -------------------
+
+    async def list_nodes(self) -> list[dict[str, Any]]:
+        return await self._items(self.core.list_node)
+
+    async def list_pods(self) -> list[dict[str, Any]]:
+        return await self._items(self.core.list_pod_for_all_namespaces)
+
+    async def _items(self, method: Any) -> list[dict[str, Any]]:
+        response = await asyncio.to_thread(method, _preload_content=False)
+        items: list[dict[str, Any]] = json.loads(response.data)["items"]
+        return items
+
+    # -- writes -------------------------------------------------------------
+
+    async def create(self, obj: dict[str, Any]) -> None:
+        namespace = obj["metadata"]["namespace"]
+        try:
+            if obj["kind"] == "Pod":
+                await asyncio.to_thread(self.core.create_namespaced_pod, namespace, obj)
+            else:
+                await asyncio.to_thread(self.core.create_namespaced_service, namespace, obj)
+        except ApiException as error:
+            if error.status != 409:  # AlreadyExists: an earlier attempt got there
+                raise
+
+    async def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
+        body = client.V1DeleteOptions(grace_period_seconds=grace_seconds)
+        try:
+            await asyncio.to_thread(self.core.delete_namespaced_pod, name, namespace, body=body)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+    async def release_scheduling_gates(self, namespace: str, name: str) -> None:
+        # Removing every gate hands the pod to kube-scheduler.
+        patch = [{"op": "replace", "path": "/spec/schedulingGates", "value": []}]
+        try:
+            await asyncio.to_thread(
+                self.core.patch_namespaced_pod, name, namespace, patch, _content_type="application/json-patch+json"
+            )
+        except ApiException as error:
+            if error.status not in (404, 422):  # gone, or gates already off
+                raise
+
+    async def patch_status(self, plural: str, namespace: str | None, name: str, status: dict[str, Any]) -> None:
+        body = {"status": status}
+        try:
+            if namespace is None:
+                await asyncio.to_thread(
+                    self.custom.patch_cluster_custom_object_status, GROUP, VERSION, plural, name, body
+                )
+            else:
+                await asyncio.to_thread(
+                    self.custom.patch_namespaced_custom_object_status,
+                    GROUP,
+                    VERSION,
+                    namespace,
+                    plural,
+                    name,
+                    body,
+                )
+        except ApiException as error:
+            if error.status != 404:  # deleted meanwhile: nothing to report to
+                raise
+
+    async def delete_custom(self, plural: str, namespace: str, name: str) -> None:
+        try:
+            await asyncio.to_thread(
+                self.custom.delete_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                namespace,
+                plural,
+                name,
+                body=client.V1DeleteOptions(propagation_policy="Background"),
+            )
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+    async def ensure_queue(self, name: str, nominal_gpus: int) -> None:
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "Queue",
+            "metadata": {"name": name},
+            "spec": {"nominalGPUs": nominal_gpus},
+        }
+        try:
+            await asyncio.to_thread(self.custom.create_cluster_custom_object, GROUP, VERSION, "queues", body)
+        except ApiException as error:
+            if error.status != 409:
+                raise
+
+    async def post_event(self, obj: dict[str, Any], event_type: str, reason: str, message: str) -> None:
+        """An Event on `obj`, so `kubectl describe` tells its story. Best effort: never fails a reconcile."""
+        metadata = obj["metadata"]
+        namespace = metadata.get("namespace") or "default"
+        now = datetime.now(UTC)
+        event: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{metadata['name']}.", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": obj["apiVersion"],
+                "kind": obj["kind"],
+                "name": metadata["name"],
+                "namespace": metadata.get("namespace"),
+                "uid": metadata.get("uid"),
+                "resourceVersion": metadata.get("resourceVersion"),
+            },
+            "type": event_type,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": "aisched"},
+            "reportingComponent": "aisched.io/operator",
+            "reportingInstance": "aisched",
+            "firstTimestamp": now.isoformat(),
+            "lastTimestamp": now.isoformat(),
+            "count": 1,
+        }
+        try:
+            await asyncio.to_thread(self.core.create_namespaced_event, namespace, event)
+        except ApiException as error:
+            log.warning("could not post event %s on %s: %s", reason, metadata["name"], error.reason)

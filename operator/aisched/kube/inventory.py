@@ -1,0 +1,198 @@
+"""The operator's picture of the cluster, fed by node and pod watches.
+
+Every node's GPUs, product, topology labels, capacity type, taints and health;
+every pod's GPU requests (all pods, not only ours). Watch events keep it
+current; a periodic relist (`replace_nodes`/`replace_pods`) repairs whatever a
+dropped watch missed, so it converges after restarts and missed events.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any
+
+from aisched.api import TopologyLevel
+from aisched.kube import labels
+from aisched.policy.cluster import ClusterSnapshot, Node, NodeLabelKeys, Taint, node_from_labels
+from aisched.settings import Settings
+
+
+@dataclass(frozen=True)
+class PodRecord:
+    namespace: str
+    name: str
+    node: str | None
+    gpus: int
+    phase: str
+    labels: dict[str, str]
+    terminating: bool
+    gated: bool
+    disruption_target: bool
+    exit_code: int | None = None
+    termination_message: str | None = None
+    unschedulable_since: datetime | None = None
+    unschedulable_message: str | None = None
+
+    @property
+    def holds_gpus(self) -> bool:
+        return self.node is not None and self.phase not in ("Succeeded", "Failed")
+
+    @property
+    def job_key(self) -> tuple[str, str] | None:
+        name = self.labels.get(labels.JOB_NAME)
+        return (self.namespace, name) if name else None
+
+
+def _quantity(value: Any) -> int:
+    try:
+        return int(str(value))
+    except ValueError:
+        return 0
+
+
+def _timestamp(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None
+
+
+@dataclass
+class Inventory:
+    settings: Settings
+    nodes: dict[str, Node] = field(default_factory=dict)
+    pods: dict[tuple[str, str], PodRecord] = field(default_factory=dict)
+    _pods_by_node: dict[str, set[tuple[str, str]]] = field(default_factory=lambda: defaultdict(set))
+    _pods_by_job: dict[tuple[str, str], set[tuple[str, str]]] = field(default_factory=lambda: defaultdict(set))
+
+    _label_keys: NodeLabelKeys = field(init=False)
+    _not_ready: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        topology = self.settings.topology
+        self._label_keys = NodeLabelKeys(
+            topology={
+                TopologyLevel.NVLINK_DOMAIN: topology.nvlink_domain,
+                TopologyLevel.RACK: topology.rack,
+                TopologyLevel.ZONE: topology.zone,
+            },
+            gpu_product=self.settings.gpu_product_label,
+            spot_labels=self.settings.spot_labels,
+            interruption_taints=frozenset(self.settings.interruption_taints),
+        )
+
+    # -- nodes --------------------------------------------------------------
+
+    def upsert_node(self, obj: dict[str, Any]) -> Node:
+        metadata, spec, status = obj["metadata"], obj.get("spec", {}), obj.get("status", {})
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+        node = node_from_labels(
+            metadata["name"],
+            labels=metadata.get("labels") or {},
+            taints=[Taint.from_dict(t) for t in spec.get("taints") or []],
+            allocatable_gpus=_quantity((status.get("allocatable") or {}).get(self.settings.gpu_resource, 0)),
+            used_gpus=0,  # filled from the pods when a snapshot is taken
+            schedulable=ready and not spec.get("unschedulable"),
+            keys=self._label_keys,
+        )
+        self.nodes[node.name] = node
+        if ready:
+            self._not_ready.discard(node.name)
+        else:
+            self._not_ready.add(node.name)
+        return node
+
+    def delete_node(self, name: str) -> None:
+        self.nodes.pop(name, None)
+        self._not_ready.discard(name)
+
+    def replace_nodes(self, objects: list[dict[str, Any]]) -> None:
+        self.nodes, self._not_ready = {}, set()
+        for obj in objects:
+            self.upsert_node(obj)
+
+    def doomed_nodes(self) -> frozenset[str]:
+        """Nodes whose workloads must move: an interruption notice, or NotReady."""
+        return frozenset(n.name for n in self.nodes.values() if n.interrupted) | frozenset(self._not_ready)
+
+    def snapshot(self, reserved: dict[str, int] | None = None) -> ClusterSnapshot:
+        """The cluster for placement: every pod's GPUs, plus GPUs promised to gangs not yet bound."""
+        reserved = reserved or {}
+        return ClusterSnapshot(
+            replace(node, used_gpus=self.used_gpus(name) + reserved.get(name, 0)) for name, node in self.nodes.items()
+        )
+
+    # -- pods ---------------------------------------------------------------
+
+    def pod_from_object(self, obj: dict[str, Any]) -> PodRecord:
+        metadata, spec, status = obj["metadata"], obj.get("spec", {}), obj.get("status", {})
+        resource = self.settings.gpu_resource
+
+        def requested(container: dict[str, Any]) -> int:
+            resources = container.get("resources") or {}
+            amount = (resources.get("requests") or {}).get(resource) or (resources.get("limits") or {}).get(resource)
+            return _quantity(amount or 0)
+
+        # Init containers run one at a time before the others, as the scheduler counts them.
+        gpus = max(
+            sum(requested(c) for c in spec.get("containers") or []),
+            max((requested(c) for c in spec.get("initContainers") or []), default=0),
+        )
+        exit_code, message = None, None
+        for container_status in status.get("containerStatuses") or []:
+            terminated = (container_status.get("state") or {}).get("terminated")
+            if terminated:
+                if exit_code is None or terminated.get("exitCode", 0) != 0:
+                    exit_code = terminated.get("exitCode")
+                message = terminated.get("message") or message
+        conditions = {c.get("type"): c for c in status.get("conditions") or []}
+        scheduled = conditions.get("PodScheduled", {})
+        unschedulable = scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable"
+        return PodRecord(
+            namespace=metadata["namespace"],
+            name=metadata["name"],
+            node=spec.get("nodeName"),
+            gpus=gpus,
+            phase=status.get("phase", "Pending"),
+            labels=metadata.get("labels") or {},
+            terminating=metadata.get("deletionTimestamp") is not None,
+            gated=bool(spec.get("schedulingGates")),
+            disruption_target=conditions.get("DisruptionTarget", {}).get("status") == "True",
+            exit_code=exit_code,
+            termination_message=message,
+            unschedulable_since=_timestamp(scheduled.get("lastTransitionTime")) if unschedulable else None,
+            unschedulable_message=scheduled.get("message") if unschedulable else None,
+        )
+
+    def upsert_pod(self, obj: dict[str, Any]) -> PodRecord:
+        record = self.pod_from_object(obj)
+        self._forget_pod((record.namespace, record.name))
+        key = (record.namespace, record.name)
+        self.pods[key] = record
+        if record.node:
+            self._pods_by_node[record.node].add(key)
+        if record.job_key:
+            self._pods_by_job[record.job_key].add(key)
+        return record
+
+    def delete_pod(self, namespace: str, name: str) -> None:
+        self._forget_pod((namespace, name))
+
+    def replace_pods(self, objects: list[dict[str, Any]]) -> None:
+        self.pods, self._pods_by_node, self._pods_by_job = {}, defaultdict(set), defaultdict(set)
+        for obj in objects:
+            self.upsert_pod(obj)
+
+    def _forget_pod(self, key: tuple[str, str]) -> None:
+        old = self.pods.pop(key, None)
+        if old is None:
+            return
+        if old.node:
+            self._pods_by_node[old.node].discard(key)
+        if old.job_key:
+            self._pods_by_job[old.job_key].discard(key)
+
+    def pods_of_job(self, namespace: str, name: str) -> list[PodRecord]:
+        return [self.pods[key] for key in sorted(self._pods_by_job.get((namespace, name), ()))]
+
+    def used_gpus(self, node: str) -> int:
+        return sum(self.pods[key].gpus for key in self._pods_by_node.get(node, ()) if self.pods[key].holds_gpus)

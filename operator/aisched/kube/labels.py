@@ -1,0 +1,21 @@
+"""Label, annotation and gate names the operator puts on what it creates."""
+
+from __future__ import annotations
+
+from typing import Final
+
+PREFIX: Final = "aisched.io"
+MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+JOB_NAME: Final = f"{PREFIX}/job-name"
+JOB_KIND: Final = f"{PREFIX}/kind"
+GANG_GENERATION: Final = f"{PREFIX}/gang-generation"
+RANK: Final = f"{PREFIX}/rank"
+# Gated pods are invisible to kube-scheduler; the gate comes off once every
+# pod of the gang exists, so the gang binds together or not at all.
+GANG_GATE: Final = f"{PREFIX}/gang"
+# Users annotate a deferred job with this to start it now.
+START_NOW: Final = f"{PREFIX}/start-now"
+
+
+def job_selector(kind: str, name: str) -> str:
+    return f"{JOB_KIND}={kind},{JOB_NAME}={name}"
