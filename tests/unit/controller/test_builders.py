@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+from aisched.api import TrainingJob
+from aisched.kube import labels
+from aisched.kube.builders import GangLaunch, WorkerSlot, build_headless_service, build_worker_pod
+from tests.builders import a_training_job
+
+
+def _job(**changes: object) -> TrainingJob:
+    builder = a_training_job("llm").replicas(2).gpus(8).namespace("team")
+    for path, value in changes.items():
+        builder.set(path, value)
+    obj = builder.obj()
+    obj["metadata"]["uid"] = "uid-1"
+    return TrainingJob.model_validate(obj)
+
+
+LAUNCH = GangLaunch(generation=3, world_size=2, slots=(WorkerSlot(0, "n1"), WorkerSlot(1, "n2")))
+
+
+def _env(pod: dict[str, object]) -> dict[str, str]:
+    container = pod["spec"]["containers"][0]  # type: ignore[index]
+    return {item["name"]: item["value"] for item in container["env"]}
+
+
+def test_worker_pod_is_gated_pinned_and_owned() -> None:
+    pod = build_worker_pod(_job(), LAUNCH, LAUNCH.slots[1])
+    assert pod["metadata"]["name"] == "llm-g3-w1"
+    assert pod["spec"]["schedulingGates"] == [{"name": labels.GANG_GATE}]
+    assert pod["spec"]["nodeSelector"]["kubernetes.io/hostname"] == "n2"
+    assert pod["spec"]["restartPolicy"] == "Never"
+    assert pod["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+    assert pod["metadata"]["labels"][labels.GANG_GENERATION] == "3"
+    assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 8
+
+
+def test_workers_get_the_torchrun_environment() -> None:
+    env = _env(build_worker_pod(_job(), LAUNCH, LAUNCH.slots[1]))
+    assert env["MASTER_ADDR"] == "llm-worker-0.llm"
+    assert env["WORLD_SIZE"] == "2"
+    assert env["RANK"] == env["NODE_RANK"] == "1"
+    assert env["LOCAL_WORLD_SIZE"] == "8"
+    assert "AISCHED_RESUME_STEP" not in env
+
+
+def test_resume_point_and_interval_reach_the_workers() -> None:
+    launch = GangLaunch(
+        generation=4,
+        world_size=1,
+        slots=(WorkerSlot(0, "n1"),),
+        checkpoint_interval_seconds=900,
+        resume_step=1200,
+        resume_path="/ckpt/1200",
+    )
+    env = _env(build_worker_pod(_job(**{"checkpoint.path": "/ckpt"}), launch, launch.slots[0]))
+    assert env["AISCHED_RESUME_STEP"] == "1200"
+    assert env["AISCHED_RESUME_PATH"] == "/ckpt/1200"
+    assert env["AISCHED_CHECKPOINT_INTERVAL_SECONDS"] == "900"
+    assert env["AISCHED_CHECKPOINT_DIR"] == "/ckpt"
+
+
+def test_template_gpu_limits_and_user_env_are_kept() -> None:
+    template = {
+        "spec": {
+            "containers": [
+                {"name": "side", "image": "s"},
+                {
+                    "name": "main",
+                    "image": "m",
+                    "env": [{"name": "RANK", "value": "user"}, {"name": "MINE", "value": "x"}],
+                    "resources": {"limits": {"nvidia.com/gpu": 8}},
+                },
+            ]
+        }
+    }
+    pod = build_worker_pod(_job(template=template), LAUNCH, LAUNCH.slots[0])
+    side, main = pod["spec"]["containers"]
+    assert "resources" not in side
+    names = [item["name"] for item in main["env"]]
+    assert names.count("RANK") == 1  # ours wins: the operator knows the rank
+    assert "MINE" in names
+
+
+def test_headless_service_selects_every_worker() -> None:
+    service = build_headless_service(_job())
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["publishNotReadyAddresses"] is True
+    pod = build_worker_pod(_job(), LAUNCH, LAUNCH.slots[0])
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    assert pod["spec"]["subdomain"] == service["metadata"]["name"]
