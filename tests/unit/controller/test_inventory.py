@@ -10,7 +10,6 @@ from aisched.settings import Settings
 def node(name: str, gpus: int = 8, *, ready: bool = True, taints: list[dict[str, str]] | None = None) -> dict[str, Any]:
     return {
         "metadata": {"name": name},
-        },
         "spec": {"taints": taints or []},
         "status": {
             "allocatable": {"nvidia.com/gpu": str(gpus)},
