@@ -30,7 +30,8 @@ cluster-up: k8s-binaries ## start the local GPU cluster (PRESET=small|large)
 	hack/cluster.sh up $(PRESET)
 
 .PHONY: cluster-down
-cluster-down: ## stop the local GPU cluster and remove its state
+cluster-down: ## stop the demo operator and the local GPU cluster, and remove its state
+	hack/demo.sh stop
 	hack/cluster.sh down
 
 .PHONY: cluster-status

@@ -1,5 +1,5 @@
 # Shared by the hack/ scripts: where the cache lives and how to talk.
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034  # variables here are used by the scripts that source it
 
 HACK_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "${HACK_DIR}/.." && pwd)"

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The whole product on this machine: a local GPU cluster (real control plane,
+# KWOK GPU nodes), the CRDs, the operator, and the example jobs.
+#
+#   hack/demo.sh          start everything (idempotent) and show the jobs
+#   hack/demo.sh stop     stop the operator (make cluster-down stops the rest)
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+CLUSTER_DIR="${AISCHED_CLUSTER_DIR:-${REPO_ROOT}/.cluster}"
+export KUBECONFIG="${CLUSTER_DIR}/admin.kubeconfig"
+export PATH="${AISCHED_BIN_DIR}:${PATH}"
+OPERATOR_PID="${CLUSTER_DIR}/operator.pid"
+OPERATOR_LOG="${CLUSTER_DIR}/logs/operator.log"
+VENV="${REPO_ROOT}/.venv"
+
+operator_running() {
+  [[ -f "${OPERATOR_PID}" ]] && kill -0 "$(<"${OPERATOR_PID}")" 2>/dev/null
+}
+
+stop_operator() {
+  if operator_running; then
+    kill -TERM "$(<"${OPERATOR_PID}")"
+    log "stopped the operator"
+  fi
+  rm -f "${OPERATOR_PID}"
+}
+
+start_operator() {
+  if operator_running; then
+    log "operator already running (pid $(<"${OPERATOR_PID}"))"
+    return
+  fi
+  mkdir -p "$(dirname "${OPERATOR_LOG}")"
+  # Standalone: one local replica, no leader Lease to wait for.
+  AISCHED_METRICS_PORT="${AISCHED_METRICS_PORT:-8080}" AISCHED_HEALTH_PORT="${AISCHED_HEALTH_PORT:-8081}" \
+    setsid "${VENV}/bin/aisched" run --standalone </dev/null >"${OPERATOR_LOG}" 2>&1 &
+  echo "$!" >"${OPERATOR_PID}"
+  log "started the operator (pid $!, log ${OPERATOR_LOG})"
+}
+
+wait_for_jobs() {
+  local deadline=$((SECONDS + 120)) unsettled
+  while ((SECONDS < deadline)); do
+    # Settled: every job has a phase other than Placing.
+    unsettled="$(kubectl get trainingjobs -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' |
+      grep -cvE '^(Running|Queued|Deferred|Succeeded|Failed|Suspended)$' || true)"
+    [[ "${unsettled}" == 0 ]] && return
+    sleep 2
+  done
+  log "some jobs are still settling; watch them with: kubectl get tj -w"
+}
+
+main() {
+  [[ -x "${VENV}/bin/aisched" ]] || die "no virtualenv: run 'make demo' (it creates .venv first)"
+  AISCHED_CLUSTER_DIR="${CLUSTER_DIR}" "${HACK_DIR}/cluster.sh" up small
+  kubectl apply --server-side -f "${REPO_ROOT}/crds/" >/dev/null
+  kubectl wait --for condition=established --timeout=60s crd/trainingjobs.aisched.io >/dev/null
+  start_operator
+  kubectl apply -f "${REPO_ROOT}/manifests/examples/"
+  wait_for_jobs
+  echo
+  kubectl get trainingjobs,inferenceservices,queues
+  echo
+  kubectl get pods -o wide
+  cat <<HINT
+
+The operator runs in the background (log: ${OPERATOR_LOG}). Try:
+  export KUBECONFIG=${KUBECONFIG} PATH=${AISCHED_BIN_DIR}:\$PATH
+  kubectl describe tj llm-pretrain            # conditions and events say why
+  hack/interrupt-node.sh <node of finetune-spot> --provider aws --notice 30
+  kubectl get tj -w
+Stop everything with: make cluster-down
+HINT
+}
+
+case "${1:-start}" in
+  start) main ;;
+  stop) stop_operator ;;
+  *) die "usage: hack/demo.sh [start|stop]" ;;
+esac
