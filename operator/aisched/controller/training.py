@@ -221,8 +221,9 @@ class TrainingJobController:
         for obj, job in waiting:
             outcome = place_gang(self._request(job, doomed), snapshot)
             if isinstance(outcome, Unplaceable):
-                status = _queued(job, outcome.reason, outcome.message, now)
-                await self._write_status(obj, job, status)
+                if job.status.reason != outcome.reason:
+                    await self.kube.post_event(obj, "Normal", outcome.reason, outcome.message)
+                await self._write_status(obj, job, _queued(job, outcome.reason, outcome.message, now))
                 continue
             snapshot.allocate(outcome.gpus_by_node())
             status = job.status.model_copy(deep=True)

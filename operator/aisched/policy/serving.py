@@ -1,0 +1,280 @@
+"""Where an InferenceService's replicas run: capacity mix, spread, and spot replacement. Pure.
+
+Each replica is one pod whose GPUs all sit on one node. Given the replicas that
+exist and the count wanted, :func:`plan_serving` says which replicas to start
+(node and capacity type each) and which to retire:
+
+- Capacity mix: ``min(minOnDemandReplicas, desired)`` replicas stay on
+  on-demand capacity. The rest go to spot when the policy is Prefer or Only;
+  Prefer falls back to on-demand when no spot node has room, Only does not.
+  The floor itself falls back to spot only when on-demand is full, because a
+  replica on spot serves traffic and a missing one does not; the plan says so.
+- Spread: each new replica goes to the zone with the fewest replicas of the
+  service, then the node with the fewest, then the fullest node that still
+  fits (best fit leaves whole nodes free for training gangs).
+- Spot interruption: a replica on a node that announced its end is replaced
+  at once, and retired only when enough healthy replicas are ready to carry the
+  service without it (make before break), or at once if it is not ready.
+- Scale down retires, in order: replicas that are not ready, on-demand ones
+  above the floor (the dearer capacity), then the most crowded zone and node.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+from aisched.api.common import CapacityType, SpotPolicy
+from aisched.api.inference_service import InferenceServiceSpec
+from aisched.policy.cluster import ClusterSnapshot, Node, Toleration
+
+
+class PlanReason(StrEnum):
+    UP_TO_DATE = "UpToDate"
+    SCALING = "Scaling"
+    REPLACING_INTERRUPTED = "ReplacingInterrupted"
+    ON_DEMAND_FLOOR_UNMET = "OnDemandFloorUnmet"
+    INSUFFICIENT_CAPACITY = "InsufficientCapacity"
+
+
+@dataclass(frozen=True)
+class ServingReplica:
+    """A replica that exists: its pod's name, the node it is pinned to, and whether it serves."""
+
+    name: str
+    node: str
+    capacity_type: CapacityType
+    ready: bool
+
+
+@dataclass(frozen=True)
+class ServingRequest:
+    gpus_per_replica: int
+    gpu_type: str | None = None
+    spot_policy: SpotPolicy = SpotPolicy.NEVER
+    min_on_demand_replicas: int = 1
+    tolerations: tuple[Toleration, ...] = ()
+
+    @classmethod
+    def from_spec(cls, spec: InferenceServiceSpec, tolerations: Sequence[Toleration] = ()) -> ServingRequest:
+        return cls(
+            gpus_per_replica=spec.gpus_per_replica,
+            gpu_type=spec.gpu_type,
+            spot_policy=SpotPolicy(spec.spot.policy),
+            min_on_demand_replicas=spec.spot.min_on_demand_replicas,
+            tolerations=tuple(tolerations),
+        )
+
+
+@dataclass(frozen=True)
+class NewReplica:
+    node: str
+    zone: str | None
+    capacity_type: CapacityType
+    replaces: str | None = None
+    """The interrupted replica this one stands in for, for events and status."""
+
+
+@dataclass(frozen=True)
+class ServingPlan:
+    start: tuple[NewReplica, ...] = ()
+    retire: tuple[str, ...] = ()
+    unplaced: int = 0
+    """Replicas wanted that fit nowhere now."""
+    reason: PlanReason = PlanReason.UP_TO_DATE
+    message: str = ""
+
+
+def plan_serving(
+    replicas: Sequence[ServingReplica],
+    desired: int,
+    request: ServingRequest,
+    snapshot: ClusterSnapshot,
+) -> ServingPlan:
+    """What to start and retire so that ``desired`` healthy replicas run, spread and mixed as asked."""
+    doomed = [r for r in replicas if _is_doomed(r, snapshot)]
+    healthy = [r for r in replicas if not _is_doomed(r, snapshot)]
+    floor = _on_demand_floor(request, desired)
+
+    surplus = _choose_surplus(healthy, len(healthy) - desired, floor, snapshot)
+    kept = [r for r in healthy if r.name not in surplus]
+    starts, unplaced, floor_unmet = _place_new(kept, desired - len(kept), floor, request, snapshot)
+    starts = _tag_replacements(starts, doomed)
+    retired_doomed = _doomed_to_retire(doomed, desired, kept)
+
+    notes: list[str] = []
+    if doomed:
+        notes.append(
+            f"{len(doomed)} replica(s) on interrupted nodes; {len(retired_doomed)} retired now, "
+            "the rest once their replacements are ready"
+        )
+    if unplaced:
+        notes.append(
+            f"{unplaced} replica(s) of {request.gpus_per_replica} "
+            f"{request.gpu_type or 'GPU'}(s) fit on no {_allowed_capacity(request)} node"
+        )
+    if floor_unmet:
+        notes.append(f"{floor_unmet} of the {floor} on-demand replica(s) run on spot: no on-demand node has room")
+    if unplaced:
+        reason = PlanReason.INSUFFICIENT_CAPACITY
+    elif floor_unmet:
+        reason = PlanReason.ON_DEMAND_FLOOR_UNMET
+    elif doomed:
+        reason = PlanReason.REPLACING_INTERRUPTED
+    elif starts or surplus:
+        reason = PlanReason.SCALING
+        notes.append(f"{len(healthy)} -> {desired} replicas")
+    else:
+        reason = PlanReason.UP_TO_DATE
+    return ServingPlan(
+        start=tuple(starts),
+        retire=tuple(sorted(surplus)) + tuple(retired_doomed),
+        unplaced=unplaced,
+        reason=reason,
+        message="; ".join(notes) or f"{desired} replica(s) running as planned",
+    )
+
+
+def _is_doomed(replica: ServingReplica, snapshot: ClusterSnapshot) -> bool:
+    return replica.node not in snapshot or snapshot.node(replica.node).interrupted
+
+
+def _on_demand_floor(request: ServingRequest, desired: int) -> int:
+    if request.spot_policy == SpotPolicy.NEVER:
+        return desired
+    return min(request.min_on_demand_replicas, desired)
+
+
+def _allowed_capacity(request: ServingRequest) -> str:
+    return {SpotPolicy.NEVER: "on-demand", SpotPolicy.PREFER: "spot or on-demand", SpotPolicy.ONLY: "spot"}[
+        SpotPolicy(request.spot_policy)
+    ]
+
+
+def _choose_surplus(healthy: Sequence[ServingReplica], count: int, floor: int, snapshot: ClusterSnapshot) -> set[str]:
+    remaining = list(healthy)
+    chosen: set[str] = set()
+    for _ in range(max(count, 0)):
+        victim = min(remaining, key=_retirement_order(remaining, floor, snapshot))
+        remaining.remove(victim)
+        chosen.add(victim.name)
+    return chosen
+
+
+def _retirement_order(
+    remaining: Sequence[ServingReplica], floor: int, snapshot: ClusterSnapshot
+) -> Callable[[ServingReplica], tuple[bool, bool, bool, int, int, str]]:
+    on_demand = sum(r.capacity_type == CapacityType.ON_DEMAND for r in remaining)
+    zones = Counter(_zone(snapshot, r.node) for r in remaining)
+    nodes = Counter(r.node for r in remaining)
+
+    def key(r: ServingReplica) -> tuple[bool, bool, bool, int, int, str]:
+        is_on_demand = r.capacity_type == CapacityType.ON_DEMAND
+        # Keys ascend: False sorts first, negated counts put crowded zones and nodes first.
+        return (
+            is_on_demand and on_demand <= floor,
+            r.ready,
+            not is_on_demand,
+            -zones[_zone(snapshot, r.node)],
+            -nodes[r.node],
+            r.name,
+        )
+
+    return key
+
+
+def _place_new(
+    kept: Sequence[ServingReplica],
+    count: int,
+    floor: int,
+    request: ServingRequest,
+    snapshot: ClusterSnapshot,
+) -> tuple[list[NewReplica], int, int]:
+    """New replicas for ``count`` slots; also how many found no room and how many floor slots went spot."""
+    free = {n.name: snapshot.free_gpus(n.name) for n in snapshot.nodes()}
+    zones = Counter(_zone(snapshot, r.node) for r in kept)
+    per_node = Counter(r.node for r in kept)
+    on_demand = sum(r.capacity_type == CapacityType.ON_DEMAND for r in kept)
+    starts: list[NewReplica] = []
+    unplaced = floor_unmet = 0
+    for _ in range(max(count, 0)):
+        # Floor slots that had to go to spot still fill the floor's slots, or one full
+        # on-demand pool would turn every new replica into a floor replica.
+        wants_on_demand = on_demand + floor_unmet < floor or request.spot_policy == SpotPolicy.NEVER
+        preferred = CapacityType.ON_DEMAND if wants_on_demand else CapacityType.SPOT
+        node = _best_node(snapshot, free, zones, per_node, request, preferred)
+        if node is None and _may_fall_back(request, wants_on_demand):
+            node = _best_node(snapshot, free, zones, per_node, request, _other(preferred))
+            if wants_on_demand and node is not None:
+                floor_unmet += 1
+        if node is None:
+            unplaced += 1
+            continue
+        free[node.name] -= request.gpus_per_replica
+        zones[node.zone] += 1
+        per_node[node.name] += 1
+        on_demand += node.capacity_type == CapacityType.ON_DEMAND
+        starts.append(NewReplica(node.name, node.zone, node.capacity_type))
+    return starts, unplaced, floor_unmet
+
+
+def _may_fall_back(request: ServingRequest, wants_on_demand: bool) -> bool:
+    if request.spot_policy == SpotPolicy.NEVER:
+        return False
+    # Only spot: the floor may still use on-demand, the rest may not.
+    return wants_on_demand or request.spot_policy == SpotPolicy.PREFER
+
+
+def _other(capacity: CapacityType) -> CapacityType:
+    return CapacityType.SPOT if capacity == CapacityType.ON_DEMAND else CapacityType.ON_DEMAND
+
+
+def _best_node(
+    snapshot: ClusterSnapshot,
+    free: dict[str, int],
+    zones: Counter[str | None],
+    per_node: Counter[str],
+    request: ServingRequest,
+    capacity: CapacityType,
+) -> Node | None:
+    candidates = [
+        node
+        for node in snapshot.nodes()
+        if node.usable
+        and node.capacity_type == capacity
+        and free[node.name] >= request.gpus_per_replica
+        and (request.gpu_type is None or node.gpu_product == request.gpu_type)
+        and _tolerated(node, request.tolerations)
+    ]
+    if not candidates:
+        return None
+    return min(
+        candidates,
+        key=lambda n: (zones[n.zone], per_node[n.name], free[n.name] - request.gpus_per_replica, n.name),
+    )
+
+
+def _tolerated(node: Node, tolerations: Sequence[Toleration]) -> bool:
+    return all(any(t.tolerates(taint) for t in tolerations) for taint in node.taints if taint.repels)
+
+
+def _tag_replacements(starts: list[NewReplica], doomed: Sequence[ServingReplica]) -> list[NewReplica]:
+    names = sorted(r.name for r in doomed)
+    return [
+        NewReplica(s.node, s.zone, s.capacity_type, names[i] if i < len(names) else None) for i, s in enumerate(starts)
+    ]
+
+
+def _doomed_to_retire(doomed: Sequence[ServingReplica], desired: int, kept: Sequence[ServingReplica]) -> list[str]:
+    """Doomed replicas that the ready healthy ones no longer need as cover."""
+    ready_healthy = sum(r.ready for r in kept)
+    still_needed = max(0, desired - ready_healthy)
+    cover = sorted((r for r in doomed if r.ready), key=lambda r: r.name)[:still_needed]
+    covering = {r.name for r in cover}
+    return sorted(r.name for r in doomed if r.name not in covering)
+
+
+def _zone(snapshot: ClusterSnapshot, node: str) -> str | None:
+    return snapshot.node(node).zone if node in snapshot else None

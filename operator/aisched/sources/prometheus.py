@@ -1,0 +1,185 @@
+"""The autoscaler's metric, read from Prometheus over its HTTP API (instant queries).
+
+Every query returns the *service-wide* value, which the control law divides by
+the replica count (see :mod:`aisched.policy.autoscale`). Built-in queries select
+the service's pods by namespace and exact pod names, so they need no extra
+relabelling: Prometheus's Kubernetes service discovery and the DCGM exporter's
+pod attribution both label series with the pod's namespace and name.
+
+``None`` means the answer was empty (no series: no pods yet, nothing scraped,
+or every series went stale) or not a number; :class:`PrometheusError` means no
+answer could be had (unreachable, timed out, rejected query, unreadable reply).
+The controller treats both as a missing metric and holds the replica count.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, Self
+
+import httpx
+
+from aisched.api.inference_service import MetricSpec, MetricType
+from aisched.policy.autoscale import MetricSample
+
+_BODY_EXCERPT = 200
+
+
+class PrometheusError(Exception):
+    """Prometheus gave no usable answer; the message says why, for a person."""
+
+
+@dataclass(frozen=True)
+class MetricNames:
+    """Series and labels the built-in queries read; model servers name their metrics differently."""
+
+    request_counter: str = "http_requests_total"
+    """Counter of requests served, per pod (vLLM: ``vllm:request_success_total``)."""
+    concurrency_gauge: str = "http_requests_in_flight"
+    """Requests being served now, per pod (vLLM: ``vllm:num_requests_running``)."""
+    gpu_utilization: str = "DCGM_FI_DEV_GPU_UTIL"
+    """DCGM exporter's GPU utilisation in percent, per GPU."""
+    rate_window: str = "1m"
+    """Range of ``rate()``: at least four scrape intervals, short enough to follow a burst."""
+    namespace_label: str = "namespace"
+    pod_label: str = "pod"
+    gpu_namespace_label: str = "namespace"
+    """Where a ServiceMonitor scrapes the DCGM exporter without ``honorLabels``, ``exported_namespace``."""
+    gpu_pod_label: str = "pod"
+    """Likewise ``exported_pod``."""
+
+
+def builtin_query(metric: MetricSpec, namespace: str, pods: Sequence[str], names: MetricNames = MetricNames()) -> str:
+    """The PromQL for a metric spec, summed over the named pods of the service."""
+    if metric.type == MetricType.PROMQL:
+        if not metric.query:
+            raise ValueError("metric type PromQL needs metric.query")
+        return metric.query
+    if metric.type == MetricType.GPU_UTILIZATION:
+        # Average each pod's GPUs first, so the sum is "percent per replica" times replicas.
+        selector = _selector(names.gpu_utilization, names.gpu_namespace_label, names.gpu_pod_label, namespace, pods)
+        return f"sum(avg by ({names.gpu_pod_label}) ({selector}))"
+    if metric.type == MetricType.CONCURRENCY:
+        return f"sum({_selector(names.concurrency_gauge, names.namespace_label, names.pod_label, namespace, pods)})"
+    selector = _selector(names.request_counter, names.namespace_label, names.pod_label, namespace, pods)
+    return f"sum(rate({selector}[{names.rate_window}]))"
+
+
+def _selector(series: str, namespace_label: str, pod_label: str, namespace: str, pods: Sequence[str]) -> str:
+    pod_regex = "|".join(re.escape(pod) for pod in sorted(pods))
+    matchers = [f"{namespace_label}={_string(namespace)}", f"{pod_label}=~{_string(pod_regex)}"]
+    # One matcher form for every part, whatever characters the configured series name holds.
+    return "{" + ",".join([f"__name__={_string(series)}", *matchers]) + "}"
+
+
+def _string(value: str) -> str:
+    """A PromQL double-quoted string literal."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+class PrometheusSource:
+    """Instant queries against one Prometheus (or anything serving its HTTP API: Thanos, Mimir, VictoriaMetrics)."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        timeout_seconds: float = 5.0,
+        headers: Mapping[str, str] | None = None,
+        names: MetricNames = MetricNames(),
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.timeout_seconds = timeout_seconds
+        self.names = names
+        self._owns_client = client is None
+        self._client = client or httpx.AsyncClient(timeout=timeout_seconds, headers=dict(headers or {}))
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self._client.aclose()
+
+    async def service_metric(self, metric: MetricSpec, namespace: str, pods: Sequence[str]) -> MetricSample | None:
+        """The service-wide value of an InferenceService's metric; None when there is none."""
+        if not pods and metric.type != MetricType.PROMQL:
+            return None
+        return await self.query(builtin_query(metric, namespace, pods, self.names))
+
+    async def query(self, promql: str, at: datetime | None = None) -> MetricSample | None:
+        """One instant query; the sample carries the evaluation time Prometheus reports."""
+        form = {"query": promql, "timeout": f"{self.timeout_seconds:g}s"}
+        if at is not None:
+            form["time"] = f"{at.timestamp():.3f}"
+        endpoint = f"{self.url}/api/v1/query"
+        try:
+            # POST: queries naming many pods outgrow what proxies accept in a URL.
+            response = await self._client.post(endpoint, data=form, timeout=self.timeout_seconds)
+        except httpx.TimeoutException as exc:
+            raise PrometheusError(f"Prometheus at {self.url} did not answer within {self.timeout_seconds:g} s") from exc
+        except httpx.HTTPError as exc:
+            raise PrometheusError(f"cannot reach Prometheus at {self.url}: {exc}") from exc
+        return _parse(response, self.url)
+
+
+def _parse(response: httpx.Response, url: str) -> MetricSample | None:
+    try:
+        body = response.json()
+    except ValueError:
+        raise PrometheusError(
+            f"Prometheus at {url} answered HTTP {response.status_code} with a body that is not JSON: "
+            f"{response.text[:_BODY_EXCERPT]!r}"
+        ) from None
+    if not isinstance(body, dict):
+        raise PrometheusError(f"Prometheus at {url} answered with unexpected JSON: {str(body)[:_BODY_EXCERPT]}")
+    if body.get("status") != "success":
+        kind = body.get("errorType") or f"HTTP {response.status_code}"
+        raise PrometheusError(f"Prometheus rejected the query ({kind}): {body.get('error') or 'no reason given'}")
+    if response.is_error:
+        raise PrometheusError(f"Prometheus at {url} answered HTTP {response.status_code}")
+    data = body.get("data")
+    if not isinstance(data, dict):
+        raise PrometheusError(f"Prometheus at {url} answered without a data object")
+    return _sample(data.get("resultType"), data.get("result"))
+
+
+def _sample(result_type: Any, result: Any) -> MetricSample | None:
+    if result_type == "scalar":
+        return _point(result)
+    if result_type != "vector":
+        raise PrometheusError(f"the query returned a {result_type}; it must return an instant vector or a scalar")
+    if not isinstance(result, list):
+        raise PrometheusError("the query's vector result is not a list")
+    if not result:
+        return None
+    if len(result) > 1:
+        raise PrometheusError(f"the query returned {len(result)} series; wrap it in sum() to get one value")
+    (series,) = result
+    if not isinstance(series, dict):
+        raise PrometheusError("the query's vector result holds something that is not a series")
+    return _point(series.get("value"))
+
+
+def _point(point: Any) -> MetricSample | None:
+    """A ``[unix_seconds, "value"]`` pair; NaN and infinities count as no value."""
+    try:
+        timestamp, text = point
+        value = float(text)
+        observed_at = datetime.fromtimestamp(float(timestamp), UTC)
+    except (TypeError, ValueError, OverflowError, OSError):
+        raise PrometheusError(f"the query returned a sample that is not [time, value]: {point!r}") from None
+    if not math.isfinite(value):
+        return None
+    return MetricSample(value, observed_at)

@@ -1,0 +1,95 @@
+"""The operator as a real process against the local cluster, for integration tests.
+
+It runs exactly as a user runs it (`aisched run`), so tests can kill it at any
+moment and start it again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.integration.cluster import LocalCluster, free_ports, wait_for
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class OperatorProcess:
+    cluster: LocalCluster
+    log_path: Path
+    metrics_port: int = 0
+    health_port: int = 0
+    process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    def start(self) -> None:
+        if not self.metrics_port:
+            self.metrics_port, self.health_port = free_ports(2)
+        env = {
+            **self.cluster.env,
+            "AISCHED_METRICS_PORT": str(self.metrics_port),
+            "AISCHED_HEALTH_PORT": str(self.health_port),
+            "AISCHED_RESYNC_SECONDS": "2",
+            "AISCHED_LOG_LEVEL": "INFO",
+            **self.extra_env,
+        }
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "aisched.cli", "run", "--standalone"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO_ROOT,
+        )
+        wait_for(self._healthy, 60, "the operator's /healthz")
+
+    def _healthy(self) -> bool:
+        if self.process is None or self.process.poll() is not None:
+            raise RuntimeError(f"the operator exited; log:\n{self.log_tail()}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=1) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, as when a node dies under the operator."""
+        if self.process is not None and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def log_tail(self, lines: int = 60) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def get_object(cluster: LocalCluster, kind: str, name: str, namespace: str) -> dict[str, Any]:
+    result = cluster.kubectl("get", kind, name, "-n", namespace, "-o", "json")
+    if result.returncode != 0:
+        return {}
+    obj: dict[str, Any] = json.loads(result.stdout)
+    return obj
+
+
+def list_objects(cluster: LocalCluster, kind: str, namespace: str, selector: str = "") -> list[dict[str, Any]]:
+    args = ["get", kind, "-n", namespace, "-o", "json"]
+    if selector:
+        args += ["-l", selector]
+    result = cluster.kubectl(*args)
+    items: list[dict[str, Any]] = json.loads(result.stdout)["items"] if result.returncode == 0 else []
+    return items

@@ -1,0 +1,180 @@
+"""TrainingJobs end to end: the operator against the local GPU cluster (small preset)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.builders import a_training_job
+from tests.integration.cluster import LocalCluster, make_pod_exit, taint_for_interruption, wait_for
+from tests.integration.operator import OperatorProcess, get_object, list_objects
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator")]
+TIMEOUT = 60
+
+
+def apply(cluster: LocalCluster, namespace: str, obj: dict[str, Any]) -> None:
+    result = cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(obj))
+    assert result.returncode == 0, result.stderr
+
+
+def job(cluster: LocalCluster, namespace: str, name: str) -> dict[str, Any]:
+    return get_object(cluster, "trainingjob", name, namespace)
+
+
+def phase_of(cluster: LocalCluster, namespace: str, name: str) -> str | None:
+    phase: str | None = job(cluster, namespace, name).get("status", {}).get("phase")
+    return phase
+
+
+def workers(cluster: LocalCluster, namespace: str, name: str) -> list[dict[str, Any]]:
+    return list_objects(cluster, "pods", namespace, f"aisched.io/job-name={name}")
+
+
+def wait_phase(
+    cluster: LocalCluster, namespace: str, name: str, phase: str, timeout: float = TIMEOUT
+) -> dict[str, Any]:
+    wait_for(lambda: phase_of(cluster, namespace, name) == phase, timeout, f"{name} to be {phase}")
+    return job(cluster, namespace, name)
+
+
+def running_pods(cluster: LocalCluster, namespace: str, name: str) -> list[dict[str, Any]]:
+    return [p for p in workers(cluster, namespace, name) if p["status"].get("phase") == "Running"]
+
+
+def node_labels(cluster: LocalCluster, node: str) -> dict[str, str]:
+    labels: dict[str, str] = get_object(cluster, "node", node, "")["metadata"]["labels"]
+    return labels
+
+
+def test_a_gang_runs_on_the_nodes_it_was_placed_on(cluster: LocalCluster, namespace: str) -> None:
+    apply(cluster, namespace, a_training_job("ddp").replicas(2).gpus(4).obj())
+    status = wait_phase(cluster, namespace, "ddp", "Running")["status"]
+    pods = running_pods(cluster, namespace, "ddp")
+    assert len(pods) == 2
+    by_rank = {int(p["metadata"]["labels"]["aisched.io/rank"]): p for p in pods}
+    assert [by_rank[r]["spec"]["nodeName"] for r in (0, 1)] == status["placement"]["nodes"]
+    # 2 x 4 GPUs fit one 8-GPU node: the tightest domain there is.
+    assert status["placement"]["level"] == "Node"
+    env = {e["name"]: e["value"] for e in by_rank[1]["spec"]["containers"][0]["env"]}
+    assert (env["WORLD_SIZE"], env["RANK"], env["MASTER_ADDR"]) == ("2", "1", "ddp-worker-0.ddp")
+    service = get_object(cluster, "service", "ddp", namespace)
+    assert service["spec"]["clusterIP"] == "None"
+
+
+def test_required_rack_keeps_the_gang_in_one_rack(cluster: LocalCluster, namespace: str) -> None:
+    apply(cluster, namespace, a_training_job("racked").replicas(3).gpus(8).required_level("Rack").obj())
+    wait_phase(cluster, namespace, "racked", "Running")
+    racks = {
+        node_labels(cluster, p["spec"]["nodeName"])["aisched.io/rack"]
+        for p in running_pods(cluster, namespace, "racked")
+    }
+    assert len(racks) == 1
+
+
+def test_a_gang_too_big_for_its_topology_stays_queued_and_says_why(cluster: LocalCluster, namespace: str) -> None:
+    apply(cluster, namespace, a_training_job("huge").replicas(16).gpus(8).required_level("Rack").obj())
+    status = wait_phase(cluster, namespace, "huge", "Queued")["status"]
+    wait_for(lambda: job(cluster, namespace, "huge")["status"].get("reason") == "TopologyTooSmall", TIMEOUT, "reason")
+    message = job(cluster, namespace, "huge")["status"]["message"]
+    assert "needs 128 GPUs" in message and "Rack" in message, status
+    assert workers(cluster, namespace, "huge") == []
+
+
+def test_a_failed_worker_restarts_the_whole_gang(cluster: LocalCluster, namespace: str) -> None:
+    apply(cluster, namespace, a_training_job("flaky").replicas(2).gpus(1).obj())
+    wait_phase(cluster, namespace, "flaky", "Running")
+    victim = running_pods(cluster, namespace, "flaky")[0]["metadata"]["name"]
+    make_pod_exit(cluster.api(), victim, namespace, "Failed", exit_code=1)
+    wait_for(lambda: job(cluster, namespace, "flaky")["status"].get("restarts") == 1, TIMEOUT, "a restart")
+    status = wait_phase(cluster, namespace, "flaky", "Running")["status"]
+    assert status["gangGeneration"] == 2
+    pods = running_pods(cluster, namespace, "flaky")
+    assert {p["metadata"]["labels"]["aisched.io/gang-generation"] for p in pods} == {"2"}
+
+
+def test_a_job_succeeds_when_every_worker_does(cluster: LocalCluster, namespace: str) -> None:
+    apply(cluster, namespace, a_training_job("done").replicas(2).gpus(1).obj())
+    wait_phase(cluster, namespace, "done", "Running")
+    for pod in running_pods(cluster, namespace, "done"):
+        make_pod_exit(cluster.api(), pod["metadata"]["name"], namespace, "Succeeded")
+    status = wait_phase(cluster, namespace, "done", "Succeeded")["status"]
+    assert status["completionTime"]
+
+
+def test_suspend_stops_the_gang_and_resume_runs_it_again(cluster: LocalCluster, namespace: str) -> None:
+    apply(cluster, namespace, a_training_job("pausable").replicas(2).gpus(2).obj())
+    wait_phase(cluster, namespace, "pausable", "Running")
+    cluster.kubectl("patch", "tj", "pausable", "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":true}}')
+    wait_phase(cluster, namespace, "pausable", "Suspended")
+    wait_for(lambda: not workers(cluster, namespace, "pausable"), TIMEOUT, "the workers to go")
+    cluster.kubectl("patch", "tj", "pausable", "-n", namespace, "--type=merge", "-p", '{"spec":{"suspend":false}}')
+    wait_phase(cluster, namespace, "pausable", "Running")
+    assert len(running_pods(cluster, namespace, "pausable")) == 2
+
+
+def test_deleting_a_job_removes_its_pods_and_service(cluster: LocalCluster, namespace: str) -> None:
+    apply(cluster, namespace, a_training_job("brief").replicas(2).gpus(1).obj())
+    wait_phase(cluster, namespace, "brief", "Running")
+    assert cluster.kubectl("delete", "tj", "brief", "-n", namespace, "--wait=true").returncode == 0
+    wait_for(lambda: not workers(cluster, namespace, "brief"), TIMEOUT, "owner references to remove the pods")
+    wait_for(lambda: not get_object(cluster, "service", "brief", namespace), TIMEOUT, "the Service to go")
+
+
+def test_operator_killed_mid_placement_never_duplicates_pods(
+    cluster: LocalCluster, namespace: str, operator: OperatorProcess
+) -> None:
+    apply(cluster, namespace, a_training_job("survivor").replicas(4).gpus(1).obj())
+    wait_for(lambda: phase_of(cluster, namespace, "survivor") in ("Placing", "Running"), TIMEOUT, "admission")
+    operator.kill()
+    operator.start()
+    wait_phase(cluster, namespace, "survivor", "Running")
+    pods = workers(cluster, namespace, "survivor")
+    assert len(pods) == 4
+    assert len({p["metadata"]["labels"]["aisched.io/rank"] for p in pods}) == 4
+
+
+def test_spot_interruption_checkpoints_and_resumes_elsewhere(cluster: LocalCluster, namespace: str) -> None:
+    apply(
+        cluster,
+        namespace,
+        a_training_job("spotty").replicas(2).gpus(1).spot("Only").set("checkpoint.path", "/ckpt").obj(),
+    )
+    status = wait_phase(cluster, namespace, "spotty", "Running")["status"]
+    first_nodes = set(status["placement"]["nodes"])
+    assert status["placement"]["capacityType"] == "Spot"
+    # The workers save on SIGTERM and report the step in their termination message.
+    report = json.dumps({"step": 1200, "path": "/ckpt/step-1200", "time": "2026-01-01T00:00:00Z"})
+    for pod in running_pods(cluster, namespace, "spotty"):
+        make_pod_exit(cluster.api(), pod["metadata"]["name"], namespace, "Failed", message=report, exit_code=75)
+    wait_for(
+        lambda: job(cluster, namespace, "spotty")["status"].get("lastCheckpoint", {}).get("step") == 1200,
+        TIMEOUT,
+        "the checkpoint to be recorded",
+    )
+    for node in first_nodes:
+        taint_for_interruption(cluster.api(), node, "aws")
+    try:
+        status = wait_for(
+            lambda: (
+                (s := job(cluster, namespace, "spotty")["status"]).get("phase") == "Running"
+                and (s.get("gangGeneration") or 0) >= 2
+                and s
+            ),
+            TIMEOUT * 2,
+            "the gang to run again",
+        )
+        assert status["interruptions"] >= 1
+        assert not set(status["placement"]["nodes"]) & first_nodes
+        env = {
+            e["name"]: e["value"] for e in running_pods(cluster, namespace, "spotty")[0]["spec"]["containers"][0]["env"]
+        }
+        assert env["AISCHED_RESUME_STEP"] == "1200"
+        assert env["AISCHED_RESUME_PATH"] == "/ckpt/step-1200"
+    finally:
+        for node in first_nodes:
+            cluster.kubectl("taint", "node", node, "aws-node-termination-handler/spot-itn-")
+            cluster.kubectl("uncordon", node)
