@@ -168,6 +168,19 @@ class Settings(BaseSettings):
         le=3600,
         description="Warning a spot node gives before it goes (AWS 120 s, GCP and Azure 30 s).",
     )
+    spot_prior_interruptions_per_hour: float = Field(
+        default=0.15,
+        ge=0,
+        le=60,
+        description="Interruptions per node-hour assumed for a capacity pool with no history yet "
+        "(the AWS V100 spot traces of Can't Be Late show 0.10-0.18).",
+    )
+    spot_prior_weight_hours: float = Field(
+        default=24.0,
+        gt=0,
+        le=100_000,
+        description="Node-hours of a pool's own history it takes to outweigh that prior.",
+    )
     resync_seconds: float = Field(default=15.0, gt=0, le=3600, description="Period of the reconcile timer per job.")
 
     @field_validator("namespaces")

@@ -1,0 +1,182 @@
+"""Spot decisions: how often to checkpoint, and whether to run on spot, on on-demand, or wait.
+
+Pure: every input, the time included, is a parameter.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from aisched.api.common import CapacityType, SpotPolicy
+
+# Bounds on the checkpoint interval. Below a minute, checkpoints would come faster
+# than the operator reconciles and storage would see a storm of writes; above a
+# day (the CRD's own maximum for spec.checkpoint.intervalSeconds), a node failure
+# on on-demand capacity could still cost a day of work.
+MIN_CHECKPOINT_INTERVAL_S = 60.0
+MAX_CHECKPOINT_INTERVAL_S = 86400.0
+
+# Slack a Prefer job keeps in reserve per second of remaining work before it stops
+# waiting out spot outages: about the share of time spot V100s were unavailable in
+# the AWS zones of the Can't-Be-Late traces (10-24%). hack/bench/spot.py measured
+# 0.15-0.3 as equally good and all of them cheaper than waiting to the last moment.
+RESERVE_PER_WORK = 0.2
+
+
+def young_interval(checkpoint_cost_s: float, mean_time_between_interruptions_s: float) -> float:
+    """Young's first-order optimum, sqrt(2 C M): right when C << M."""
+    return math.sqrt(2.0 * checkpoint_cost_s * mean_time_between_interruptions_s)
+
+
+def daly_interval(checkpoint_cost_s: float, mean_time_between_interruptions_s: float) -> float:
+    """Daly's higher-order optimum (2006) of the compute time between checkpoints.
+
+    Its leading term is Young's sqrt(2 C M); the correction terms matter once
+    the checkpoint cost C is no longer small against the mean time between
+    interruptions M. Where C >= 2M, Daly's answer is M itself.
+    """
+    cost, mtbi = checkpoint_cost_s, mean_time_between_interruptions_s
+    if cost >= 2.0 * mtbi:
+        return mtbi
+    ratio = cost / (2.0 * mtbi)
+    return young_interval(cost, mtbi) * (1.0 + math.sqrt(ratio) / 3.0 + ratio / 9.0) - cost
+
+
+def optimal_checkpoint_interval(
+    checkpoint_cost_s: float,
+    interruption_rate_per_s: float,
+    *,
+    min_s: float = MIN_CHECKPOINT_INTERVAL_S,
+    max_s: float = MAX_CHECKPOINT_INTERVAL_S,
+) -> float:
+    """Seconds of training between checkpoints that waste the least time, within [min_s, max_s].
+
+    `interruption_rate_per_s` is the rate at which the whole gang is interrupted:
+    a gang stops when any one of its nodes goes, so that is the sum of its nodes'
+    pool rates (aisched.policy.interruptions). No interruptions: `max_s`.
+    """
+    if not (math.isfinite(checkpoint_cost_s) and checkpoint_cost_s > 0):
+        raise ValueError(f"checkpoint cost must be positive, got {checkpoint_cost_s}")
+    if not (math.isfinite(interruption_rate_per_s) and interruption_rate_per_s >= 0):
+        raise ValueError(f"interruption rate must be finite and non-negative, got {interruption_rate_per_s}")
+    if not 0 < min_s <= max_s:
+        raise ValueError(f"need 0 < min_s <= max_s, got {min_s} and {max_s}")
+    if interruption_rate_per_s == 0:
+        return max_s
+    return min(max_s, max(min_s, daly_interval(checkpoint_cost_s, 1.0 / interruption_rate_per_s)))
+
+
+def lost_work_seconds(
+    last_checkpoint_time: datetime | None,
+    interruption_time: datetime,
+    gang_start_time: datetime | None = None,
+) -> float:
+    """Training an interruption threw away: the time since the last checkpoint of this run.
+
+    A checkpoint older than the gang's (re)start belongs to an earlier run, so
+    the work lost is only what this run did since it started.
+    """
+    marks = [mark for mark in (last_checkpoint_time, gang_start_time) if mark is not None]
+    if not marks:
+        raise ValueError("need the last checkpoint time or the gang's start time")
+    return max(0.0, (interruption_time - max(marks)).total_seconds())
+
+
+class CapacityChoice(StrEnum):
+    SPOT = "Spot"
+    ON_DEMAND = "OnDemand"
+    WAIT = "Wait"
+
+
+@dataclass(frozen=True)
+class CapacityDecision:
+    choice: CapacityChoice
+    reason: str
+    """CamelCase, for conditions and events."""
+    message: str
+    """For people: why, with the figures."""
+    pinned_on_demand: bool = False
+    """On-demand because the deadline demands it: every later decision stays on-demand."""
+
+
+def choose_capacity(
+    policy: SpotPolicy,
+    *,
+    now: datetime,
+    deadline: datetime | None,
+    remaining_work_s: float,
+    restart_overhead_s: float,
+    spot_available: bool,
+    unsaved_work_s: float = 0.0,
+    decision_period_s: float = 0.0,
+    running_on: CapacityType | None = None,
+    previous: CapacityDecision | None = None,
+    reserve_per_work: float = RESERVE_PER_WORK,
+) -> CapacityDecision:
+    """Where a job should run from `now` until the next decision, `decision_period_s` later.
+
+    `remaining_work_s` is the training left; `unsaved_work_s` is what the job did
+    on spot since its last checkpoint, which an interruption would throw away;
+    `restart_overhead_s` is what a (re)start costs before training moves again
+    (node, image, loading the checkpoint); `running_on` is where the gang runs now.
+
+    Prefer with a deadline uses spot, or waits for it, only while a fresh start on
+    on-demand would still finish in time if spot failed at the worst moment before
+    the next decision:
+
+        slack = deadline - now - remaining - unsaved - decision period - restart >= 0
+
+    Spot and waiting lose at most the unsaved work and one decision period, so by
+    induction on-demand is always still in time for a job whose deadline was
+    feasible on on-demand when it was submitted. Once the slack is gone the job
+    goes to on-demand and stays (`pinned_on_demand`): without slack a move back
+    could never pay for its restart, and flapping would.
+
+    Before that, waiting spends slack the job may need later. When spot is out
+    and the slack has fallen below `reserve_per_work` x the remaining work, the
+    job rides the outage out on on-demand instead, and goes back to spot when
+    spot returns.
+    """
+    if policy == SpotPolicy.NEVER:
+        return CapacityDecision(CapacityChoice.ON_DEMAND, "SpotPolicyNever", "spot policy is Never")
+    if policy == SpotPolicy.ONLY:
+        return _spot_or_wait(spot_available, "spot policy is Only")
+    if previous is not None and previous.pinned_on_demand:
+        return previous
+    if deadline is None:
+        # The spec reads "spot while the deadline allows": with none, it always does.
+        return _spot_or_wait(spot_available, "no deadline")
+    time_left = (deadline - now).total_seconds()
+    slack = time_left - remaining_work_s - unsaved_work_s - decision_period_s - restart_overhead_s
+    if slack < 0:
+        return CapacityDecision(
+            CapacityChoice.ON_DEMAND,
+            "DeadlineNeedsOnDemand",
+            f"{remaining_work_s:.0f}s of work left and {time_left:.0f}s to the deadline "
+            "leave no room for a spot interruption: on-demand until done",
+            pinned_on_demand=True,
+        )
+    if spot_available:
+        return _spot_or_wait(True, f"{slack:.0f}s of slack before on-demand is needed")
+    reserve = reserve_per_work * remaining_work_s
+    if running_on == CapacityType.ON_DEMAND or slack < reserve:
+        # Riding the whole outage out on on-demand: stopping half-way would pay
+        # another restart for the same outage.
+        return CapacityDecision(
+            CapacityChoice.ON_DEMAND,
+            "SpotOutageOnDemand",
+            f"no spot capacity and {slack:.0f}s of slack, under the {reserve:.0f}s kept in reserve: "
+            "on-demand until spot returns",
+        )
+    return CapacityDecision(
+        CapacityChoice.WAIT, "WaitingForSpot", f"no spot capacity; {slack:.0f}s of slack to wait with"
+    )
+
+
+def _spot_or_wait(spot_available: bool, why: str) -> CapacityDecision:
+    if spot_available:
+        return CapacityDecision(CapacityChoice.SPOT, "SpotAvailable", f"spot capacity available; {why}")
+    return CapacityDecision(CapacityChoice.WAIT, "WaitingForSpot", f"no spot capacity; {why}")
