@@ -126,6 +126,49 @@ class CarbonSettings(BaseSettings):
         return self.gpu_power_watts.get(product or "", self.default_gpu_power_watts)
 
 
+class AutoscalerSettings(BaseSettings):
+    """Where the InferenceService autoscaler reads its metric, how often, and what the series are called."""
+
+    model_config = SettingsConfigDict(env_prefix="AISCHED_AUTOSCALER_", extra="forbid")
+
+    prometheus_url: str | None = Field(
+        default=None,
+        description="Prometheus HTTP API base URL (or Thanos, Mimir, VictoriaMetrics); unset, autoscaled "
+        "services hold their replica count.",
+    )
+    interval_seconds: float = Field(
+        default=15.0, gt=0, le=600, description="How often each autoscaled service is evaluated (HPA's default)."
+    )
+    query_timeout_seconds: float = Field(default=5.0, gt=0, le=60, description="Per-query timeout.")
+    metric_max_age_seconds: float = Field(
+        default=120.0, gt=0, le=3600, description="A sample older than this counts as missing: the count holds."
+    )
+    request_counter: str = Field(
+        default="http_requests_total",
+        description="Per-pod counter of requests served, for RequestsPerSecond (vLLM: vllm:request_success_total).",
+    )
+    concurrency_gauge: str = Field(
+        default="http_requests_in_flight",
+        description="Per-pod gauge of requests in flight, for Concurrency (vLLM: vllm:num_requests_running).",
+    )
+    gpu_utilization: str = Field(
+        default="DCGM_FI_DEV_GPU_UTIL", description="DCGM exporter's per-GPU utilisation, for GPUUtilization."
+    )
+    rate_window: str = Field(
+        default="1m",
+        pattern=r"^[0-9]+(ms|s|m|h)$",
+        description="rate() range: at least four scrape intervals, short enough to follow a burst.",
+    )
+    namespace_label: str = Field(default="namespace", description="Label holding the pod's namespace.")
+    pod_label: str = Field(default="pod", description="Label holding the pod's name.")
+    gpu_namespace_label: str = Field(
+        default="namespace", description="Namespace label on DCGM series (exported_namespace without honorLabels)."
+    )
+    gpu_pod_label: str = Field(
+        default="pod", description="Pod label on DCGM series (exported_pod without honorLabels)."
+    )
+
+
 class Settings(BaseSettings):
     """Everything the operator can be told at start-up."""
 
@@ -154,6 +197,7 @@ class Settings(BaseSettings):
     gpu_product_label: str = Field(default="nvidia.com/gpu.product", description="Node label naming the GPU product.")
     topology: TopologyLabels = Field(default_factory=TopologyLabels)
     carbon: CarbonSettings = Field(default_factory=CarbonSettings)
+    autoscaler: AutoscalerSettings = Field(default_factory=AutoscalerSettings)
     spot_labels: dict[str, str] = Field(
         default_factory=lambda: dict(DEFAULT_SPOT_LABELS),
         description="Node label key -> value that marks spot capacity.",
@@ -180,6 +224,13 @@ class Settings(BaseSettings):
         gt=0,
         le=100_000,
         description="Node-hours of a pool's own history it takes to outweigh that prior.",
+    )
+    restart_overhead_seconds: float = Field(
+        default=300.0,
+        ge=0,
+        le=86400,
+        description="What a gang (re)start costs before training moves again: scheduling, image pull, "
+        "loading the checkpoint. Deadline planning keeps this much in reserve.",
     )
     resync_seconds: float = Field(default=15.0, gt=0, le=3600, description="Period of the reconcile timer per job.")
 

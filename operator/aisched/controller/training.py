@@ -19,16 +19,20 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from aisched.api import ConditionStatus, TrainingJob, TrainingJobPhase
+from aisched.api import CapacityType, ConditionStatus, SpotPolicy, TrainingJob, TrainingJobPhase
 from aisched.api.common import set_condition
 from aisched.api.training_job import CheckpointRecord, TrainingJobStatus
 from aisched.kube import labels
 from aisched.kube.builders import GangLaunch, WorkerSlot, build_headless_service, build_worker_pod
 from aisched.kube.client import KubeClient
 from aisched.kube.inventory import Inventory, PodRecord
+from aisched.kube.pools import PoolTracker
 from aisched.policy.cluster import ClusterSnapshot, Toleration
+from aisched.policy.interruptions import InterruptionPrior
 from aisched.policy.lifecycle import HOLDS_GPUS, Observation, Step, Verb, Worker, WorkerPhase, next_step
-from aisched.policy.placement import GangRequest, Unplaceable, capacity_types_for, place_gang
+from aisched.policy.placement import GangRequest, Unplaceable, place_gang
+from aisched.policy.placement import Placement as PlacementDecision
+from aisched.policy.spot import CapacityChoice, CapacityDecision, choose_capacity, optimal_checkpoint_interval
 from aisched.settings import Settings
 from aisched.workload.contract import parse_checkpoint_report
 
@@ -36,6 +40,7 @@ log = logging.getLogger(__name__)
 Phase = TrainingJobPhase
 JobKey = tuple[str, str]
 PLURAL = "trainingjobs"
+DEADLINE_NEEDS_ON_DEMAND = "DeadlineNeedsOnDemand"
 
 
 def utc_now() -> datetime:
@@ -48,10 +53,18 @@ class TrainingJobController:
     kube: KubeClient
     inventory: Inventory
     clock: Callable[[], datetime] = utc_now
+    pools: PoolTracker = field(init=False)
     jobs: dict[JobKey, dict[str, Any]] = field(default_factory=dict)
     queues: dict[str, dict[str, Any]] = field(default_factory=dict)
     _dirty: set[JobKey] = field(default_factory=set)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def __post_init__(self) -> None:
+        self.pools = PoolTracker(
+            InterruptionPrior.per_hour(
+                self.settings.spot_prior_interruptions_per_hour, self.settings.spot_prior_weight_hours
+            )
+        )
 
     # -- fed by the watch handlers ------------------------------------------
 
@@ -98,6 +111,7 @@ class TrainingJobController:
             await self.reconcile_once()
 
     async def reconcile_once(self) -> None:
+        self.pools.tick(self.clock(), self.inventory.nodes)
         dirty, self._dirty = self._dirty, set()
         for key in sorted(dirty):
             try:
@@ -219,7 +233,12 @@ class TrainingJobController:
         waiting.sort(key=lambda pair: (-pair[1].spec.priority, str(pair[1].metadata.get("creationTimestamp"))))
         now = self.clock()
         for obj, job in waiting:
-            outcome = place_gang(self._request(job, doomed), snapshot)
+            capacity = self._choose_capacity(job, snapshot, doomed, now)
+            if capacity.choice == CapacityChoice.WAIT:
+                await self._write_status(obj, job, _queued(job, capacity.reason, capacity.message, now))
+                continue
+            types = (CapacityType.SPOT,) if capacity.choice == CapacityChoice.SPOT else (CapacityType.ON_DEMAND,)
+            outcome = place_gang(self._request(job, doomed, types), snapshot)
             if isinstance(outcome, Unplaceable):
                 if job.status.reason != outcome.reason:
                     await self.kube.post_event(obj, "Normal", outcome.reason, outcome.message)
@@ -234,6 +253,16 @@ class TrainingJobController:
             status.replicas = outcome.replicas
             status.gpus = outcome.total_gpus
             status.selector = labels.job_selector("TrainingJob", job.metadata["name"])
+            status.checkpoint_interval_seconds = self._checkpoint_interval(job, outcome.nodes)
+            status.conditions = set_condition(
+                status.conditions,
+                "Capacity",
+                ConditionStatus.TRUE,
+                capacity.reason,
+                capacity.message,
+                now=now,
+                generation=job.metadata.get("generation"),
+            )
             status.conditions = set_condition(
                 status.conditions,
                 "Admitted",
@@ -249,7 +278,43 @@ class TrainingJobController:
             )
             self.mark((job.metadata["namespace"], job.metadata["name"]))
 
-    def _request(self, job: TrainingJob, doomed: frozenset[str]) -> GangRequest:
+    def _choose_capacity(
+        self, job: TrainingJob, snapshot: ClusterSnapshot, doomed: frozenset[str], now: datetime
+    ) -> CapacityDecision:
+        spec = job.spec
+        spot_fits = spec.spot.policy != SpotPolicy.NEVER and isinstance(
+            place_gang(self._request(job, doomed, (CapacityType.SPOT,)), snapshot), PlacementDecision
+        )
+        capacity = next((c for c in job.status.conditions if c.type == "Capacity"), None)
+        pinned = None
+        if capacity is not None and capacity.reason == DEADLINE_NEEDS_ON_DEMAND:
+            pinned = CapacityDecision(CapacityChoice.ON_DEMAND, capacity.reason, capacity.message, True)
+        return choose_capacity(
+            SpotPolicy(spec.spot.policy),
+            now=now,
+            deadline=spec.deadline,
+            # Conservative: work done before an interruption is not credited, so
+            # the switch to on-demand comes early rather than late.
+            remaining_work_s=float(spec.expected_duration_seconds or 0),
+            restart_overhead_s=self.settings.restart_overhead_seconds,
+            spot_available=spot_fits,
+            decision_period_s=self.settings.resync_seconds,
+            previous=pinned,
+        )
+
+    def _checkpoint_interval(self, job: TrainingJob, nodes: tuple[str, ...]) -> int | None:
+        checkpoint = job.spec.checkpoint
+        if checkpoint is None:
+            return None
+        if checkpoint.interval_seconds is not None:
+            return checkpoint.interval_seconds
+        # A gang stops when any of its nodes goes: the rates of its nodes add up.
+        rate = sum(self.pools.rate_per_second(self.inventory.nodes[n]) for n in nodes if n in self.inventory.nodes)
+        return round(optimal_checkpoint_interval(checkpoint.cost_seconds, rate))
+
+    def _request(
+        self, job: TrainingJob, doomed: frozenset[str], capacity_types: tuple[CapacityType, ...]
+    ) -> GangRequest:
         spec = job.spec
         tolerations = tuple(Toleration.from_dict(t) for t in (spec.template.get("spec") or {}).get("tolerations", []))
         return GangRequest(
@@ -259,7 +324,7 @@ class TrainingJobController:
             required_level=spec.topology.required_level,
             preferred_level=spec.topology.preferred_level,
             tolerations=tolerations,
-            capacity_types=capacity_types_for(spec.spot.policy),
+            capacity_types=capacity_types,
             excluded_nodes=doomed,
         )
 
