@@ -6,7 +6,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 PRESET ?= small
-GENERATED := crds helm/aisched/templates/crds
+CRD_DIRS := crds helm/aisched/templates/crds
+GENERATED := $(CRD_DIRS) helm/aisched/dashboards manifests/install.yaml manifests/prometheus-rules.yaml
 
 .PHONY: help
 help: ## list the targets
@@ -20,6 +21,10 @@ $(VENV)/.installed: pyproject.toml
 
 .PHONY: venv
 venv: $(VENV)/.installed ## create the virtualenv with the package and dev tools
+
+.PHONY: tools
+tools: ## install the system tools tests use for real (Prometheus, promtool) if missing
+	hack/install-tools.sh
 
 .PHONY: k8s-binaries
 k8s-binaries: ## build (or reuse from ~/.cache/aisched) etcd, kube-*, kubectl, kwok, helm
@@ -43,8 +48,10 @@ demo: venv k8s-binaries ## local GPU cluster + operator + sample jobs, then watc
 	hack/demo.sh
 
 .PHONY: generate
-generate: venv ## regenerate the CRDs (crds/ and the chart) from the API models
-	$(BIN)/aisched crds $(foreach dir,$(GENERATED),--output-dir $(dir))
+generate: venv k8s-binaries ## regenerate the CRDs (crds/ and the chart), dashboards, install bundle and rules file
+	$(BIN)/aisched crds $(foreach dir,$(CRD_DIRS),--output-dir $(dir))
+	$(PY) hack/dashboards/generate.py --output-dir helm/aisched/dashboards
+	hack/render-install.sh manifests
 
 .PHONY: lint
 lint: venv ## ruff (lint + format check), shellcheck
@@ -64,11 +71,11 @@ verify: generate lint typecheck ## regenerate everything and fail on drift; lint
 		echo "generated files differ from the models: run 'make generate' and commit"; exit 1; fi
 
 .PHONY: test-unit
-test-unit: venv ## unit tests: no cluster, no network, no clock
+test-unit: venv tools k8s-binaries ## unit tests: no cluster, no network, no clock
 	$(BIN)/pytest tests/unit -q; rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 .PHONY: test-integration
-test-integration: venv k8s-binaries ## integration tests against the local GPU cluster (small preset)
+test-integration: venv tools k8s-binaries ## integration tests against the local GPU cluster (small preset)
 	$(BIN)/pytest tests/integration -q; rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 .PHONY: test
