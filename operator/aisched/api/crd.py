@@ -208,6 +208,8 @@ def build_crd(definition: ResourceDefinition) -> dict[str, Any]:
         "metadata": {
             "name": definition.name,
             "labels": {"app.kubernetes.io/part-of": "aisched"},
+            # `helm uninstall` must not delete the CRDs: that would delete every job with them.
+            "annotations": {"helm.sh/resource-policy": "keep"},
         },
         "spec": {
             "group": GROUP,

@@ -1,0 +1,69 @@
+{{/* The operator's settings as AISCHED_* variables (operator/aisched/settings.py); nested fields use "__". */}}
+{{- define "aisched.settingsEnv" -}}
+{{- $s := .Values.settings -}}
+- name: AISCHED_NAMESPACES
+  value: {{ $s.namespaces | toJson | quote }}
+- name: AISCHED_LOG_LEVEL
+  value: {{ $s.logLevel | quote }}
+- name: AISCHED_DEFAULT_QUEUE
+  value: {{ $s.defaultQueue | quote }}
+- name: AISCHED_GPU_RESOURCE
+  value: {{ $s.gpuResource | quote }}
+- name: AISCHED_GPU_PRODUCT_LABEL
+  value: {{ $s.gpuProductLabel | quote }}
+- name: AISCHED_TOPOLOGY__NODE
+  value: {{ $s.topology.node | quote }}
+- name: AISCHED_TOPOLOGY__NVLINK_DOMAIN
+  value: {{ $s.topology.nvlinkDomain | quote }}
+- name: AISCHED_TOPOLOGY__RACK
+  value: {{ $s.topology.rack | quote }}
+- name: AISCHED_TOPOLOGY__ZONE
+  value: {{ $s.topology.zone | quote }}
+- name: AISCHED_SPOT_LABELS
+  value: {{ $s.spotLabels | toJson | quote }}
+- name: AISCHED_INTERRUPTION_TAINTS
+  value: {{ $s.interruptionTaints | toJson | quote }}
+- name: AISCHED_SPOT_NOTICE_SECONDS
+  value: {{ $s.spotNoticeSeconds | quote }}
+- name: AISCHED_RESYNC_SECONDS
+  value: {{ $s.resyncSeconds | quote }}
+- name: AISCHED_METRICS_PORT
+  value: {{ .Values.metrics.port | quote }}
+- name: AISCHED_HEALTH_PORT
+  value: {{ .Values.health.port | quote }}
+- name: AISCHED_RELIST_SECONDS
+  value: {{ $s.relistSeconds | quote }}
+- name: AISCHED_LEADER_ELECTION
+  value: {{ .Values.leaderElection.enabled | quote }}
+- name: AISCHED_LEADER_LEASE_NAME
+  value: {{ .Values.leaderElection.leaseName | quote }}
+# The Lease lives in the operator's own namespace, where its Role allows it.
+- name: AISCHED_LEADER_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
+- name: AISCHED_CARBON__PROVIDER
+  value: {{ .Values.carbon.provider | quote }}
+- name: AISCHED_CARBON__REGION
+  value: {{ .Values.carbon.region | quote }}
+{{- with .Values.carbon.watttimeUsername }}
+- name: AISCHED_CARBON__WATTTIME_USERNAME
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.carbon.prometheusUrl }}
+- name: AISCHED_CARBON__PROMETHEUS_URL
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.carbon.prometheusQuery }}
+- name: AISCHED_CARBON__PROMETHEUS_QUERY
+  value: {{ . | quote }}
+{{- end }}
+{{- with .Values.carbon.gpuPowerWatts }}
+- name: AISCHED_CARBON__GPU_POWER_WATTS
+  value: {{ . | toJson | quote }}
+{{- end }}
+{{- if .Values.carbon.apiKeySecret.name }}
+- name: AISCHED_CARBON__API_KEY_FILE
+  value: {{ printf "%s/api-key" (include "aisched.carbonKeyDir" .) | quote }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,384 @@
+"""The Helm chart rendered by the real helm: lint, the objects it makes, least-privilege
+RBAC, restricted Pod Security, settings that match the operator's, documented values,
+a schema that refuses bad ones, and the plain-kubectl bundle rendered from it."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+from pydantic import BaseModel
+
+from aisched.api.queue import QueueSpec
+from aisched.settings import Settings
+from tests.operator_permissions import OPERATOR_PERMISSIONS
+from tests.unit.observability.tools import (
+    CHART,
+    DASHBOARDS,
+    INSTALL_MANIFEST,
+    REPO_ROOT,
+    RULES_FILE,
+    by_kind,
+    helm,
+    kubernetes_version,
+    render,
+    template,
+)
+
+NAMESPACE = "aisched-system"
+VALUES = CHART / "values.yaml"
+SCHEMA = json.loads((CHART / "values.schema.json").read_text())
+CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "Queue"}
+
+
+def the(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    (found,) = by_kind(objects, kind)
+    return found
+
+
+def container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    (operator,) = the(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    result: dict[str, Any] = operator
+    return result
+
+
+@pytest.fixture(scope="module")
+def default_render() -> list[dict[str, Any]]:
+    return render(namespace=NAMESPACE)
+
+
+def test_helm_lint_is_clean() -> None:
+    result = helm("lint", str(CHART), "--strict", "--kube-version", kubernetes_version())
+    assert "0 chart(s) failed" in result.stdout
+
+
+def test_default_render_makes_the_operator_and_nothing_that_needs_other_crds(
+    default_render: list[dict[str, Any]],
+) -> None:
+    kinds = sorted(obj["kind"] for obj in default_render)
+    assert kinds.count("CustomResourceDefinition") == 3
+    assert {
+        "Deployment",
+        "ServiceAccount",
+        "Service",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+    } <= set(kinds)
+    assert "ServiceMonitor" not in kinds
+    assert "PrometheusRule" not in kinds
+    for obj in default_render:
+        if obj["kind"] not in CLUSTER_SCOPED:
+            assert obj["metadata"]["namespace"] == NAMESPACE, obj["metadata"]["name"]
+
+
+def test_crds_are_the_generated_ones(default_render: list[dict[str, Any]]) -> None:
+    rendered = {crd["metadata"]["name"]: crd for crd in by_kind(default_render, "CustomResourceDefinition")}
+    for path in (CHART / "templates" / "crds").glob("*.yaml"):
+        generated = yaml.safe_load(path.read_text())
+        assert rendered[generated["metadata"]["name"]] == generated
+
+
+def test_crds_are_kept_on_uninstall(default_render: list[dict[str, Any]]) -> None:
+    """Uninstalling must not delete the CRDs: that would delete every job and service in the cluster."""
+    for crd in by_kind(default_render, "CustomResourceDefinition"):
+        assert crd["metadata"].get("annotations", {}).get("helm.sh/resource-policy") == "keep", crd["metadata"]["name"]
+
+
+def test_two_replicas_with_leader_election_in_their_own_namespace(default_render: list[dict[str, Any]]) -> None:
+    deployment = the(default_render, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    env = {e["name"]: e for e in container(default_render)["env"]}
+    assert env["AISCHED_LEADER_ELECTION"]["value"] == "true"
+    assert env["AISCHED_LEADER_LEASE_NAME"]["value"] == "aisched-leader"
+    assert env["AISCHED_LEADER_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert the(default_render, "PodDisruptionBudget")["spec"]["minAvailable"] == 1
+
+
+def test_one_replica_needs_no_disruption_budget() -> None:
+    assert not by_kind(render("replicaCount=1"), "PodDisruptionBudget")
+
+
+def test_several_replicas_without_leader_election_are_refused() -> None:
+    result = template("leaderElection.enabled=false", check=False)
+    assert result.returncode != 0
+    assert "needs leaderElection.enabled=true" in result.stderr
+
+
+def test_pod_meets_the_restricted_pod_security_standard(default_render: list[dict[str, Any]]) -> None:
+    pod = the(default_render, "Deployment")["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] == 65532
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert not {"hostNetwork", "hostPID", "hostIPC"} & set(pod)
+    assert all("hostPath" not in volume for volume in pod["volumes"])
+    security = container(default_render)["securityContext"]
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["readOnlyRootFilesystem"] is True
+    assert security["capabilities"] == {"drop": ["ALL"]}
+
+
+def test_probes_use_kopfs_health_endpoint_and_metrics_are_served(default_render: list[dict[str, Any]]) -> None:
+    operator = container(default_render)
+    ports = {port["name"]: port["containerPort"] for port in operator["ports"]}
+    assert ports == {"metrics": 8080, "health": 8081}
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert operator[probe]["httpGet"] == {"path": "/healthz", "port": "health"}
+    service = the(default_render, "Service")
+    assert service["spec"]["ports"] == [{"name": "metrics", "port": 8080, "targetPort": "metrics", "protocol": "TCP"}]
+    pod_labels = the(default_render, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+
+
+def test_image_defaults_to_the_app_version_and_a_digest_pins_it() -> None:
+    app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+    assert container(render())["image"] == f"ghcr.io/aisched/aisched:{app_version}"
+    digest = "sha256:" + "a" * 64
+    assert container(render(f"image.digest={digest}"))["image"] == f"ghcr.io/aisched/aisched@{digest}"
+
+
+def _settings_env_names() -> set[str]:
+    """Every variable Settings reads: AISCHED_<FIELD>, AISCHED_<GROUP>__<FIELD>, and aliases."""
+    names = set()
+    for name, field in Settings.model_fields.items():
+        alias = field.validation_alias
+        names |= {choice.upper() for choice in getattr(alias, "choices", [])} if alias else {f"AISCHED_{name.upper()}"}
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+            names |= {f"AISCHED_{name.upper()}__{sub.upper()}" for sub in field.annotation.model_fields}
+    return names
+
+
+def _settings_from(env: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> Settings:
+    for variable in env:
+        value = variable.get("value")
+        if value is None:  # the downward API: the pod's namespace
+            assert variable["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+            value = NAMESPACE
+        monkeypatch.setenv(variable["name"], value)
+    return Settings()
+
+
+@pytest.fixture
+def clean_environment(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in _settings_env_names() | {"POD_NAMESPACE"}:
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
+
+
+def test_every_variable_the_chart_sets_is_a_setting(default_render: list[dict[str, Any]]) -> None:
+    set_by_chart = {variable["name"] for variable in container(default_render)["env"]}
+    assert set_by_chart <= _settings_env_names()
+
+
+def test_chart_defaults_are_the_operators_defaults(
+    default_render: list[dict[str, Any]], clean_environment: pytest.MonkeyPatch
+) -> None:
+    clean_environment.setenv("AISCHED_LEADER_NAMESPACE", NAMESPACE)  # what the downward API gives
+    operator_defaults = Settings()
+    assert _settings_from(container(default_render)["env"], clean_environment) == operator_defaults
+
+
+def test_values_reach_the_operator_as_settings(clean_environment: pytest.MonkeyPatch) -> None:
+    objects = render(
+        "settings.namespaces={ml,research}",
+        "settings.topology.rack=cloud.google.com/gce-topology-block",
+        "settings.logLevel=DEBUG",
+        "carbon.provider=watttime",
+        "carbon.region=CAISO_NORTH",
+    )
+    settings = _settings_from(container(objects)["env"], clean_environment)
+    assert settings.namespaces == ["ml", "research"]
+    assert settings.topology.rack == "cloud.google.com/gce-topology-block"
+    assert settings.log_level == "DEBUG"
+    assert (settings.carbon.provider, settings.carbon.region) == ("watttime", "CAISO_NORTH")
+
+
+def test_the_carbon_api_key_is_a_mounted_file_not_an_api_permission(clean_environment: pytest.MonkeyPatch) -> None:
+    objects = render("carbon.provider=electricitymaps", "carbon.apiKeySecret.name=grid-token")
+    pod = the(objects, "Deployment")["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod["volumes"] if "secret" in v]
+    assert volume["secret"]["secretName"] == "grid-token"
+    (mount,) = [m for m in container(objects)["volumeMounts"] if m["name"] == volume["name"]]
+    settings = _settings_from(container(objects)["env"], clean_environment)
+    assert settings.carbon.api_key_file == Path(mount["mountPath"]) / "api-key"
+    assert mount["readOnly"] is True
+
+
+def _rules(objects: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    return [(obj["kind"], rule) for obj in objects if obj["kind"] in {"Role", "ClusterRole"} for rule in obj["rules"]]
+
+
+def test_rbac_grants_exactly_the_listed_permissions(default_render: list[dict[str, Any]]) -> None:
+    granted = {
+        (group, resource, verb, kind == "Role", name)
+        for kind, rule in _rules(default_render)
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+        for name in rule.get("resourceNames", [None])
+    }
+    needed = {
+        (p.group, p.resource, verb, p.own_namespace_only, p.resource_name)
+        for p in OPERATOR_PERMISSIONS
+        for verb in p.verbs
+    }
+    assert granted == needed
+
+
+def test_rbac_has_no_wildcards_and_no_secrets(default_render: list[dict[str, Any]]) -> None:
+    for _, rule in _rules(default_render):
+        for field in ("apiGroups", "resources", "verbs"):
+            assert "*" not in rule[field]
+        assert "secrets" not in rule["resources"]
+
+
+def test_every_rbac_rule_says_why() -> None:
+    for path in (CHART / "templates" / "rbac").glob("*role.yaml"):
+        lines = path.read_text().splitlines()
+        for index, line in enumerate(lines):
+            if line.strip().startswith("- apiGroups:"):
+                assert lines[index - 1].strip().startswith("#"), f"{path.name}:{index + 1} needs a comment"
+
+
+def test_monitoring_objects_when_enabled() -> None:
+    objects = render("serviceMonitor.enabled=true", "serviceMonitor.labels.release=kps", "prometheusRule.enabled=true")
+    monitor = the(objects, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "kps"
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] == "metrics"
+    assert endpoint["honorLabels"] is True
+    service = the(objects, "Service")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    assert the(objects, "PrometheusRule")["spec"] == yaml.safe_load(RULES_FILE.read_text())
+
+
+def test_dashboards_are_configmaps_for_the_grafana_sidecar(default_render: list[dict[str, Any]]) -> None:
+    maps = {name: cm for cm in by_kind(default_render, "ConfigMap") for name in cm["data"]}
+    files = {path.name: path.read_text() for path in DASHBOARDS.glob("*.json")}
+    assert set(maps) == set(files)
+    for name, configmap in maps.items():
+        assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert json.loads(configmap["data"][name]) == json.loads(files[name])
+    assert not by_kind(render("dashboards.enabled=false"), "ConfigMap")
+
+
+def test_queues_from_values_are_valid_queue_objects() -> None:
+    objects = render(
+        "queues[0].name=research",
+        "queues[0].nominalGPUs=64",
+        "queues[0].weight=2",
+        "queues[0].cohort=lab",
+        "queues[1].name=prod",
+        "queues[1].nominalGPUs=128",
+    )
+    queues = {q["metadata"]["name"]: q for q in by_kind(objects, "Queue")}
+    assert set(queues) == {"research", "prod"}
+    assert QueueSpec.model_validate(queues["research"]["spec"]).weight == 2
+    assert queues["prod"]["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+
+
+# -- values and their schema ------------------------------------------------
+
+
+def _undocumented_keys() -> list[str]:
+    """Keys without a `# --` comment, except parents whose every key below is documented."""
+    lines = VALUES.read_text().splitlines()
+    missing, data_indent = [], None
+    for index, line in enumerate(lines):
+        match = re.match(r"^( *)([\w.\-/]+):", line)
+        if not match:
+            continue
+        indent = len(match.group(1))
+        if data_indent is not None and indent > data_indent:
+            continue  # inside a documented value's default (a map of data)
+        data_indent = None
+        previous = next((lines[i].strip() for i in range(index - 1, -1, -1) if lines[i].strip()), "")
+        comment_block = [lines[i].strip() for i in range(index - 1, -1, -1)]
+        documented = previous.startswith("#") and any(c.startswith("# --") for c in _comment_run(comment_block))
+        is_parent = not line.split(":", 1)[1].strip() and index + 1 < len(lines) and _indent(lines[index + 1]) > indent
+        if documented:
+            data_indent = indent
+        elif not is_parent:
+            missing.append(f"{index + 1}: {line.strip()}")
+    return missing
+
+
+def _comment_run(reversed_lines: list[str]) -> list[str]:
+    run = []
+    for line in reversed_lines:
+        if not line.startswith("#"):
+            break
+        run.append(line)
+    return run
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def test_every_value_is_documented() -> None:
+    assert not _undocumented_keys()
+
+
+def test_the_default_values_satisfy_the_schema() -> None:
+    jsonschema.validate(yaml.safe_load(VALUES.read_text()), SCHEMA)
+
+
+BAD_VALUES = [
+    ("replicaCount=0", "replicaCount"),
+    ("settings.logLevel=LOUD", "logLevel"),
+    ("settings.spotNoticeSeconds=1", "spotNoticeSeconds"),
+    ("settings.namespaces={Bad_Namespace}", "namespaces"),
+    ("metrics.port=80800", "port"),
+    ("image.pullPolicy=Sometimes", "pullPolicy"),
+    ("image.digest=latest", "digest"),
+    ("carbon.provider=twitter", "provider"),
+    ("serviceMonitor.interval=soon", "interval"),
+    ("prometheusRule.alerts.lostWorkRatio=5", "lostWorkRatio"),
+    ("prometheusRule.dcgm.podLabel=exported-pod", "podLabel"),
+    ("queues[0].name=research", "nominalGPUs"),
+    ("queues[0].name=Research,queues[0].nominalGPUs=8", "name"),
+    ("queues[0].name=r,queues[0].nominalGPUs=8,queues[0].gpus=8", "gpus"),
+    ("leaderElection.leaseName=", "leaseName"),
+    ("typo=1", "typo"),
+]
+
+
+@pytest.mark.parametrize(("setting", "named"), BAD_VALUES)
+def test_helm_refuses_bad_values_and_names_them(setting: str, named: str) -> None:
+    result = template(setting, check=False)
+    assert result.returncode != 0, f"{setting} was accepted"
+    assert "schema" in result.stderr
+    assert named in result.stderr
+
+
+def test_schema_queue_fields_are_queue_spec_fields() -> None:
+    queue_properties = set(SCHEMA["properties"]["queues"]["items"]["properties"]) - {"name"}
+    aliases = {field.alias or name for name, field in QueueSpec.model_fields.items()}
+    assert queue_properties == aliases
+
+
+# -- the plain-kubectl bundle -------------------------------------------------
+
+
+def test_install_bundle_and_rules_file_are_fresh_renders_of_the_chart(tmp_path: Path) -> None:
+    subprocess.run(
+        [str(REPO_ROOT / "hack" / "render-install.sh"), str(tmp_path)], check=True, capture_output=True, timeout=120
+    )
+    assert (tmp_path / "install.yaml").read_text() == INSTALL_MANIFEST.read_text(), "run `make generate`"
+    assert (tmp_path / "prometheus-rules.yaml").read_text() == RULES_FILE.read_text(), "run `make generate`"
+
+
+def test_install_bundle_enforces_restricted_pod_security_on_its_namespace() -> None:
+    documents = [doc for doc in yaml.safe_load_all(INSTALL_MANIFEST.read_text()) if doc]
+    namespace = the(documents, "Namespace")
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert documents[0]["kind"] == "Namespace"
+    assert the(documents, "Deployment")["metadata"]["namespace"] == namespace["metadata"]["name"]

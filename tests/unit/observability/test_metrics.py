@@ -1,0 +1,271 @@
+"""aisched.metrics on a fresh registry: the helpers change what is exposed, names
+follow Prometheus conventions, and promtool finds nothing to lint."""
+
+from __future__ import annotations
+
+import urllib.request
+from datetime import UTC, datetime
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from aisched.metrics import (
+    AUTOSCALER_REASONS,
+    CAPACITY_TYPES,
+    CARBON_MODES,
+    CARBON_SOURCES,
+    CHECKPOINT_REASONS,
+    FINISHED_PHASES,
+    INTERRUPTION_SIGNALS,
+    KINDS,
+    PHASES,
+    RECONCILED_KINDS,
+    RESTART_REASONS,
+    SPREAD_LEVELS,
+    GpuPoolUsage,
+    Metrics,
+    serve,
+)
+from tests.unit.observability.catalog import exercise
+from tests.unit.observability.tools import promtool
+
+# Label -> the values its help text must name, for labels drawn from fixed sets.
+ENUMERATED_LABELS = {
+    "phase": PHASES,
+    "capacity_type": CAPACITY_TYPES,
+    "signal": INTERRUPTION_SIGNALS,
+    "mode": CARBON_MODES,
+    "source": CARBON_SOURCES,
+}
+ENUMERATED_BY_METRIC = {
+    "aisched_jobs_completed": {"phase": FINISHED_PHASES},
+    "aisched_checkpoints": {"reason": CHECKPOINT_REASONS},
+    "aisched_gang_restarts": {"reason": RESTART_REASONS},
+    "aisched_autoscaler_decisions": {"reason": AUTOSCALER_REASONS},
+    "aisched_reconcile_errors": {"kind": RECONCILED_KINDS},
+    "aisched_reconcile_duration_seconds": {"kind": RECONCILED_KINDS},
+    "aisched_running_gangs": {"level": SPREAD_LEVELS},
+    "aisched_job_pod_info": {"kind": KINDS},
+    "aisched_carbon_emitted_grams": {"kind": KINDS},
+}
+
+
+@pytest.fixture
+def metrics() -> Metrics:
+    return Metrics(CollectorRegistry())
+
+
+def value(metrics: Metrics, name: str, **labels: str) -> float | None:
+    return metrics.registry.get_sample_value(name, labels)
+
+
+def test_nothing_is_registered_at_import_and_registries_are_independent() -> None:
+    first, second = Metrics(CollectorRegistry()), Metrics(CollectorRegistry())
+    first.record_checkpoint("Periodic")
+    assert value(first, "aisched_checkpoints_total", reason="Periodic") == 1
+    assert value(second, "aisched_checkpoints_total", reason="Periodic") is None
+
+
+def test_job_census_reports_every_phase_of_a_seen_queue_and_forgets_vanished_queues(
+    metrics: Metrics,
+) -> None:
+    metrics.record_jobs({("default", "Queued"): 2, ("research", "Running"): 1})
+    assert value(metrics, "aisched_jobs", queue="default", phase="Queued") == 2
+    assert value(metrics, "aisched_jobs", queue="default", phase="Failed") == 0
+    assert value(metrics, "aisched_jobs", queue="research", phase="Running") == 1
+
+    metrics.record_jobs({("default", "Running"): 2})
+    assert value(metrics, "aisched_jobs", queue="default", phase="Queued") == 0
+    assert value(metrics, "aisched_jobs", queue="research", phase="Running") is None
+
+
+def test_admission_observes_the_wait_and_ends_the_pending_series(metrics: Metrics) -> None:
+    queued = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+    metrics.record_job_pending("ml", "llama", "default", queued)
+    assert value(
+        metrics, "aisched_job_queued_timestamp_seconds", namespace="ml", job_name="llama", queue="default"
+    ) == (queued.timestamp())
+    metrics.record_job_admitted("ml", "llama", "default", waited_seconds=90)
+    assert (
+        value(metrics, "aisched_job_queued_timestamp_seconds", namespace="ml", job_name="llama", queue="default")
+        is None
+    )
+    assert value(metrics, "aisched_queue_wait_seconds_count", queue="default") == 1
+    assert value(metrics, "aisched_queue_wait_seconds_bucket", queue="default", le="60.0") == 0
+    assert value(metrics, "aisched_queue_wait_seconds_bucket", queue="default", le="120.0") == 1
+
+
+def test_interruption_counts_lost_work_in_seconds_and_gpu_seconds(metrics: Metrics) -> None:
+    metrics.record_interruption("Spot", "NodeTaint", lost_seconds=300, gpus=8)
+    metrics.record_interruption("Spot", "NodeLost", lost_seconds=100, gpus=2)
+    assert value(metrics, "aisched_interruptions_total", capacity_type="Spot", signal="NodeTaint") == 1
+    assert value(metrics, "aisched_lost_work_seconds_total", capacity_type="Spot") == 400
+    assert value(metrics, "aisched_lost_gpu_seconds_total", capacity_type="Spot") == 300 * 8 + 100 * 2
+
+
+def test_gpu_inventory_is_replaced_not_accumulated(metrics: Metrics) -> None:
+    metrics.record_gpu_pools([GpuPoolUsage("A100", "Spot", 8, 4, 4, 1), GpuPoolUsage("H100", "OnDemand", 16, 0, 16, 0)])
+    metrics.record_gpu_pools([GpuPoolUsage("H100", "OnDemand", 16, 8, 8, 2)])
+    assert value(metrics, "aisched_gpus_allocatable", gpu_type="A100", capacity_type="Spot") is None
+    assert value(metrics, "aisched_gpus_allocated", gpu_type="H100", capacity_type="OnDemand") == 8
+    assert value(metrics, "aisched_gpus_free", gpu_type="H100", capacity_type="OnDemand") == 8
+    assert value(metrics, "aisched_gpus_fragmented", gpu_type="H100", capacity_type="OnDemand") == 2
+
+
+def test_grid_intensity_is_exported_in_grams_per_joule(metrics: Metrics) -> None:
+    metrics.record_grid_intensity("GB", 360)
+    assert value(metrics, "aisched_grid_carbon_intensity_grams_per_joule", region="GB") == pytest.approx(1e-4)
+
+
+@pytest.mark.parametrize(("before", "after", "direction"), [(2, 5, "Up"), (5, 2, "Down"), (3, 3, "None"), (0, 1, "Up")])
+def test_autoscaler_direction_follows_the_replica_change(
+    metrics: Metrics, before: int, after: int, direction: str
+) -> None:
+    metrics.record_autoscaler_decision(before, after, "ScaleUp")
+    assert value(metrics, "aisched_autoscaler_decisions_total", direction=direction, reason="ScaleUp") == 1
+
+
+def test_unknown_inference_metric_drops_its_series(metrics: Metrics) -> None:
+    args = {"desired": 2, "on_demand": 1, "spot": 1, "target_per_replica": 10.0}
+    metrics.record_inference_service("ml", "chat", metric_per_replica=9.0, **args)
+    metrics.record_inference_service("ml", "chat", metric_per_replica=None, **args)
+    assert value(metrics, "aisched_inference_metric_per_replica", namespace="ml", service="chat") is None
+    assert value(metrics, "aisched_inference_replicas", namespace="ml", service="chat", capacity_type="Spot") == 1
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda m: m.record_jobs({("default", "Pending"): 1}),
+        lambda m: m.record_job_finished("default", "Running"),
+        lambda m: m.record_interruption("spot", "NodeTaint", lost_seconds=1, gpus=1),
+        lambda m: m.record_checkpoint("Whenever"),
+        lambda m: m.record_autoscaler_decision(1, 2, "BecauseICan"),
+        lambda m: m.record_reconcile("Deployment", 0.1),
+        lambda m: m.record_job_pods("ml", "x", "Deployment", ["p"]),
+        lambda m: m.record_running_gangs({"Host": 1}),
+        lambda m: m.record_carbon_source_error("Twitter"),
+    ],
+)
+def test_label_values_outside_the_documented_sets_are_refused(metrics: Metrics, call) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValueError, match="is not one of"):
+        call(metrics)
+
+
+@given(
+    updates=st.lists(st.frozensets(st.sampled_from([f"llama-worker-{i}" for i in range(6)])), min_size=1, max_size=6)
+)
+def test_pod_info_always_matches_the_latest_pod_set(updates: list[frozenset[str]]) -> None:
+    metrics = Metrics(CollectorRegistry(), process_metrics=False)
+    metrics.record_job_pods("ml", "other", "TrainingJob", ["other-worker-0"])
+    for pods in updates:
+        metrics.record_job_pods("ml", "llama", "TrainingJob", pods)
+    exposed = {
+        sample.labels["pod"]
+        for family in metrics.registry.collect()
+        if family.name == "aisched_job_pod_info"
+        for sample in family.samples
+        if sample.labels["job_name"] == "llama"
+    }
+    assert exposed == set(updates[-1])
+    metrics.forget_job("ml", "llama")
+    assert (
+        value(
+            metrics,
+            "aisched_job_pod_info",
+            namespace="ml",
+            pod="other-worker-0",
+            job_name="other",
+            kind="TrainingJob",
+        )
+        == 1
+    )
+    assert not [s for f in metrics.registry.collect() for s in f.samples if s.labels.get("job_name") == "llama"]
+
+
+def test_forgetting_a_job_drops_all_its_series(metrics: Metrics) -> None:
+    metrics.record_job_pending("ml", "llama", "default", datetime(2026, 1, 1, tzinfo=UTC))
+    metrics.record_deadline_slack("ml", "llama", 30)
+    metrics.record_job_pods("ml", "llama", "TrainingJob", ["llama-worker-0"])
+    metrics.forget_job("ml", "llama")
+    text = generate_latest(metrics.registry).decode()
+    assert 'job_name="llama"' not in text
+
+
+def test_forgetting_an_inference_service_drops_its_series(metrics: Metrics) -> None:
+    metrics.record_inference_service(
+        "ml", "chat", desired=1, on_demand=1, spot=0, metric_per_replica=1.0, target_per_replica=2.0
+    )
+    metrics.record_job_pods("ml", "chat", "InferenceService", ["chat-0"])
+    metrics.forget_inference_service("ml", "chat")
+    text = generate_latest(metrics.registry).decode()
+    assert 'service="chat"' not in text
+    assert 'job_name="chat"' not in text
+
+
+def test_a_standby_reports_no_cluster_state_but_keeps_counters(metrics: Metrics) -> None:
+    exercise(metrics)
+    metrics.record_leadership(False)
+    assert value(metrics, "aisched_leader") == 0
+    assert value(metrics, "aisched_gpus_free", gpu_type="NVIDIA-H100-80GB-HBM3", capacity_type="Spot") is None
+    assert value(metrics, "aisched_jobs", queue="default", phase="Queued") is None
+    assert value(metrics, "aisched_interruptions_total", capacity_type="Spot", signal="NodeTaint") == 1
+    assert value(metrics, "aisched_build_info", version=_version()) == 1
+
+
+def _version() -> str:
+    from importlib.metadata import version
+
+    return version("aisched")
+
+
+def test_names_follow_prometheus_conventions(metrics: Metrics) -> None:
+    exercise(metrics)
+    families = [f for f in text_string_to_metric_families(generate_latest(metrics.registry).decode())]
+    ours = [f for f in families if f.name.startswith("aisched_")]
+    assert len(ours) >= 30
+    for family in ours:
+        assert family.documentation.strip(), family.name
+        label_names = {name for sample in family.samples for name in sample.labels} - {"le"}
+        assert not label_names & {"job", "instance"}, f"{family.name} uses a label Prometheus owns"
+        if family.type == "counter":
+            assert all(s.name.endswith(("_total", "_created")) for s in family.samples), family.name
+        else:
+            assert not family.name.endswith("_total"), family.name
+        if family.type == "histogram":
+            assert family.name.endswith(("_seconds", "_domains")), family.name
+
+
+def test_help_text_names_every_allowed_label_value(metrics: Metrics) -> None:
+    exercise(metrics)
+    for family in metrics.registry.collect():
+        if not family.name.startswith("aisched_"):
+            continue
+        labels = {name for sample in family.samples for name in sample.labels}
+        expected = {k: v for k, v in ENUMERATED_LABELS.items() if k in labels}
+        expected.update(ENUMERATED_BY_METRIC.get(family.name, {}))
+        for label, allowed in expected.items():
+            assert "|".join(allowed) in family.documentation, f"{family.name}: help must list {label} values"
+
+
+def test_promtool_finds_no_problem_in_the_exposition(metrics: Metrics) -> None:
+    exercise(metrics)
+    result = promtool("check", "metrics", stdin=generate_latest(metrics.registry))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert not (result.stdout + result.stderr).strip()
+
+
+def test_serve_exposes_the_registry_over_http(metrics: Metrics) -> None:
+    metrics.record_checkpoint("Periodic")
+    server, thread = serve(metrics, 0, address="127.0.0.1")
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.server_port}/metrics", timeout=5) as response:
+            body = response.read().decode()
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+    assert 'aisched_checkpoints_total{reason="Periodic"} 1.0' in body
