@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from prometheus_client import CollectorRegistry
 from pydantic import ValidationError
 
 from aisched.api import CapacityType, ConditionStatus, SpotPolicy, TrainingJob, TrainingJobPhase
@@ -27,6 +29,7 @@ from aisched.kube.builders import GangLaunch, WorkerSlot, build_headless_service
 from aisched.kube.client import KubeClient
 from aisched.kube.inventory import Inventory, PodRecord
 from aisched.kube.pools import PoolTracker
+from aisched.metrics import GpuPoolUsage, Metrics
 from aisched.policy.cluster import ClusterSnapshot, Toleration
 from aisched.policy.interruptions import InterruptionPrior
 from aisched.policy.lifecycle import HOLDS_GPUS, Observation, Step, Verb, Worker, WorkerPhase, next_step
@@ -52,6 +55,7 @@ class TrainingJobController:
     settings: Settings
     kube: KubeClient
     inventory: Inventory
+    metrics: Metrics = field(default_factory=lambda: Metrics(CollectorRegistry(), process_metrics=False))
     clock: Callable[[], datetime] = utc_now
     pools: PoolTracker = field(init=False)
     jobs: dict[JobKey, dict[str, Any]] = field(default_factory=dict)
@@ -75,6 +79,7 @@ class TrainingJobController:
 
     def job_gone(self, namespace: str, name: str) -> None:
         self.jobs.pop((namespace, name), None)
+        self.metrics.forget_job(namespace, name)
         self._wake.set()  # its GPUs are free for whoever waits
 
     def queue_seen(self, obj: dict[str, Any]) -> None:
@@ -114,15 +119,20 @@ class TrainingJobController:
         self.pools.tick(self.clock(), self.inventory.nodes)
         dirty, self._dirty = self._dirty, set()
         for key in sorted(dirty):
+            started = time.perf_counter()
             try:
                 await self.reconcile(key)
             except Exception:
                 log.exception("reconciling TrainingJob %s/%s failed; will retry", *key)
                 self._dirty.add(key)
+                self.metrics.record_reconcile("TrainingJob", time.perf_counter() - started, failed=True)
+            else:
+                self.metrics.record_reconcile("TrainingJob", time.perf_counter() - started)
         try:
             await self.schedule()
         except Exception:
             log.exception("scheduling cycle failed; will retry")
+        self._report()
 
     async def reconcile(self, key: JobKey) -> None:
         obj = self.jobs.get(key)
@@ -175,9 +185,53 @@ class TrainingJobController:
             return
         for event_type, reason, message in step.events:
             await self.kube.post_event(obj, event_type, reason, message)
-        await self._write_status(obj, job, _apply_step(job, status, step, now))
+        updated = _apply_step(job, status, step, now)
+        self._count_step(job, status, updated, step)
+        await self._write_status(obj, job, updated)
         if step.requeue_after is not None:
             asyncio.get_running_loop().call_later(step.requeue_after.total_seconds(), self.mark, (namespace, name))
+
+    def _count_step(self, job: TrainingJob, before: TrainingJobStatus, after: TrainingJobStatus, step: Step) -> None:
+        if after.last_checkpoint != job.status.last_checkpoint and after.last_checkpoint is not None:
+            self.metrics.record_checkpoint("Interruption" if before.phase == Phase.CHECKPOINTING else "Periodic")
+        capacity = str(before.placement.capacity_type) if before.placement and before.placement.capacity_type else None
+        if step.count_interruption:
+            lost = (after.lost_work_seconds or 0.0) - (before.lost_work_seconds or 0.0)
+            signal = "NodeLost" if step.reason == "WorkerLost" else "NodeTaint"
+            self.metrics.record_interruption(capacity or "OnDemand", signal, lost_seconds=lost, gpus=before.gpus or 0)
+            self.metrics.record_gang_restart("Interruption")
+        if step.count_restart:
+            self.metrics.record_gang_restart("WorkerFailure")
+        if step.finished and step.phase in (Phase.SUCCEEDED, Phase.FAILED):
+            self.metrics.record_job_finished(job.spec.queue, str(step.phase))
+
+    def _report(self) -> None:
+        """Refresh the gauges that describe the whole cluster and every job."""
+        census: dict[tuple[str, str], int] = {}
+        gangs_by_level: dict[str, int] = {}
+        pending_sizes: list[int] = []
+        for (namespace, name), obj in self.jobs.items():
+            job = _parse(obj)
+            if job is None or job.status.phase is None:
+                continue
+            phase = str(job.status.phase)
+            census[(job.spec.queue, phase)] = census.get((job.spec.queue, phase), 0) + 1
+            if phase == Phase.QUEUED:
+                pending_sizes.append(job.spec.gpus_per_replica)
+                self.metrics.record_job_pending(namespace, name, job.spec.queue, job.status.queued_time or self.clock())
+            if phase == Phase.RUNNING and job.status.placement:
+                level = str(job.status.placement.level or "Cluster")
+                gangs_by_level[level] = gangs_by_level.get(level, 0) + 1
+            if job.spec.deadline is not None and phase not in (Phase.SUCCEEDED, Phase.FAILED):
+                remaining = float(job.spec.expected_duration_seconds or 0)
+                self.metrics.record_deadline_slack(
+                    namespace, name, (job.spec.deadline - self.clock()).total_seconds() - remaining
+                )
+            pods = [p.name for p in self.inventory.pods_of_job(namespace, name)]
+            self.metrics.record_job_pods(namespace, name, "TrainingJob", pods)
+        self.metrics.record_jobs(census)
+        self.metrics.record_running_gangs(gangs_by_level)
+        self.metrics.record_gpu_pools(_gpu_pools(self._snapshot(), min(pending_sizes, default=None)))
 
     def _checkpoint_grace(self, job: TrainingJob) -> int:
         # Workers get the whole notice window minus a margin for the pod to be torn down.
@@ -238,13 +292,20 @@ class TrainingJobController:
                 await self._write_status(obj, job, _queued(job, capacity.reason, capacity.message, now))
                 continue
             types = (CapacityType.SPOT,) if capacity.choice == CapacityChoice.SPOT else (CapacityType.ON_DEMAND,)
+            started = time.perf_counter()
             outcome = place_gang(self._request(job, doomed, types), snapshot)
+            self.metrics.record_placement(time.perf_counter() - started, placed=not isinstance(outcome, Unplaceable))
             if isinstance(outcome, Unplaceable):
                 if job.status.reason != outcome.reason:
                     await self.kube.post_event(obj, "Normal", outcome.reason, outcome.message)
                 await self._write_status(obj, job, _queued(job, outcome.reason, outcome.message, now))
                 continue
             snapshot.allocate(outcome.gpus_by_node())
+            namespace, name = job.metadata["namespace"], job.metadata["name"]
+            waited = (now - job.status.queued_time).total_seconds() if job.status.queued_time else 0.0
+            self.metrics.record_job_admitted(namespace, name, job.spec.queue, waited)
+            if capacity.pinned_on_demand and not _was_pinned(job):
+                self.metrics.record_on_demand_fallback()
             status = job.status.model_copy(deep=True)
             status.phase = Phase.PLACING
             status.reason, status.message = "Admitted", f"placed in {outcome.to_status().domain or 'the cluster'}"
@@ -344,6 +405,25 @@ class TrainingJobController:
                 if str(rank) not in bound:
                     reserved[node] = reserved.get(node, 0) + job.spec.gpus_per_replica
         return self.inventory.snapshot(reserved)
+
+
+def _was_pinned(job: TrainingJob) -> bool:
+    return any(c.type == "Capacity" and c.reason == DEADLINE_NEEDS_ON_DEMAND for c in job.status.conditions)
+
+
+def _gpu_pools(snapshot: ClusterSnapshot, smallest_pending_replica: int | None) -> list[GpuPoolUsage]:
+    """GPUs per (product, capacity type); fragmented = free GPUs on nodes too full for any waiting replica."""
+    pools: dict[tuple[str, str], list[int]] = {}
+    for node in snapshot.nodes():
+        key = (node.gpu_product or "unknown", str(node.capacity_type))
+        free = max(0, node.allocatable_gpus - node.used_gpus)
+        stranded = free if smallest_pending_replica is not None and free < smallest_pending_replica else 0
+        totals = pools.setdefault(key, [0, 0, 0, 0])
+        for index, value in enumerate(
+            (node.allocatable_gpus, min(node.used_gpus, node.allocatable_gpus), free, stranded)
+        ):
+            totals[index] += value
+    return [GpuPoolUsage(product, capacity, *totals) for (product, capacity), totals in sorted(pools.items())]
 
 
 def _parse(obj: dict[str, Any]) -> TrainingJob | None:
