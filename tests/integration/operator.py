@@ -41,14 +41,14 @@ class OperatorProcess:
             "AISCHED_LOG_LEVEL": "INFO",
             **self.extra_env,
         }
-        log = self.log_path.open("ab")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "aisched.cli", "run", "--standalone"],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            cwd=REPO_ROOT,
-        )
+        with self.log_path.open("ab") as log:  # the child keeps its own descriptor
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "aisched.cli", "run", "--standalone"],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=REPO_ROOT,
+            )
         wait_for(self._healthy, 60, "the operator's /healthz")
 
     def _healthy(self) -> bool:

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 import yaml
+from kubernetes import client
 
 from tests.builders import a_training_job
 from tests.integration.cluster import LocalCluster, make_pod_exit, taint_for_interruption, wait_for
@@ -66,7 +67,7 @@ def test_a_gang_runs_on_the_nodes_it_was_placed_on(cluster: LocalCluster, namesp
 
 
 def test_required_rack_keeps_the_gang_in_one_rack(cluster: LocalCluster, namespace: str) -> None:
-    apply(cluster, namespace, a_training_job("racked").replicas(3).gpus(8).required_level("Rack").obj())
+    apply(cluster, namespace, a_training_job("racked").replicas(2).gpus(8).required_level("Rack").obj())
     wait_phase(cluster, namespace, "racked", "Running")
     racks = {
         node_labels(cluster, p["spec"]["nodeName"])["aisched.io/rack"]
@@ -84,11 +85,13 @@ def test_a_gang_too_big_for_its_topology_stays_queued_and_says_why(cluster: Loca
     assert workers(cluster, namespace, "huge") == []
 
 
-def test_a_failed_worker_restarts_the_whole_gang(cluster: LocalCluster, namespace: str) -> None:
+def test_a_failed_worker_restarts_the_whole_gang(
+    cluster: LocalCluster, namespace: str, api_client: client.ApiClient
+) -> None:
     apply(cluster, namespace, a_training_job("flaky").replicas(2).gpus(1).obj())
     wait_phase(cluster, namespace, "flaky", "Running")
     victim = running_pods(cluster, namespace, "flaky")[0]["metadata"]["name"]
-    make_pod_exit(cluster.api(), victim, namespace, "Failed", exit_code=1)
+    make_pod_exit(api_client, victim, namespace, "Failed", exit_code=1)
     wait_for(lambda: job(cluster, namespace, "flaky")["status"].get("restarts") == 1, TIMEOUT, "a restart")
     status = wait_phase(cluster, namespace, "flaky", "Running")["status"]
     assert status["gangGeneration"] == 2
@@ -96,11 +99,13 @@ def test_a_failed_worker_restarts_the_whole_gang(cluster: LocalCluster, namespac
     assert {p["metadata"]["labels"]["aisched.io/gang-generation"] for p in pods} == {"2"}
 
 
-def test_a_job_succeeds_when_every_worker_does(cluster: LocalCluster, namespace: str) -> None:
+def test_a_job_succeeds_when_every_worker_does(
+    cluster: LocalCluster, namespace: str, api_client: client.ApiClient
+) -> None:
     apply(cluster, namespace, a_training_job("done").replicas(2).gpus(1).obj())
     wait_phase(cluster, namespace, "done", "Running")
     for pod in running_pods(cluster, namespace, "done"):
-        make_pod_exit(cluster.api(), pod["metadata"]["name"], namespace, "Succeeded")
+        make_pod_exit(api_client, pod["metadata"]["name"], namespace, "Succeeded")
     status = wait_phase(cluster, namespace, "done", "Succeeded")["status"]
     assert status["completionTime"]
 
@@ -137,7 +142,9 @@ def test_operator_killed_mid_placement_never_duplicates_pods(
     assert len({p["metadata"]["labels"]["aisched.io/rank"] for p in pods}) == 4
 
 
-def test_spot_interruption_checkpoints_and_resumes_elsewhere(cluster: LocalCluster, namespace: str) -> None:
+def test_spot_interruption_checkpoints_and_resumes_elsewhere(
+    cluster: LocalCluster, namespace: str, api_client: client.ApiClient
+) -> None:
     apply(
         cluster,
         namespace,
@@ -149,14 +156,14 @@ def test_spot_interruption_checkpoints_and_resumes_elsewhere(cluster: LocalClust
     # The workers save on SIGTERM and report the step in their termination message.
     report = json.dumps({"step": 1200, "path": "/ckpt/step-1200", "time": "2026-01-01T00:00:00Z"})
     for pod in running_pods(cluster, namespace, "spotty"):
-        make_pod_exit(cluster.api(), pod["metadata"]["name"], namespace, "Failed", message=report, exit_code=75)
+        make_pod_exit(api_client, pod["metadata"]["name"], namespace, "Failed", message=report, exit_code=75)
     wait_for(
         lambda: job(cluster, namespace, "spotty")["status"].get("lastCheckpoint", {}).get("step") == 1200,
         TIMEOUT,
         "the checkpoint to be recorded",
     )
     for node in first_nodes:
-        taint_for_interruption(cluster.api(), node, "aws")
+        taint_for_interruption(api_client, node, "aws")
     try:
         status = wait_for(
             lambda: (

@@ -393,9 +393,9 @@ class ClusterSnapshot:
         if not nodes:
             return DomainId(None, ())
         for level in LEVEL_ORDER:
-            paths = {n.path(level) for n in nodes}
-            if len(paths) == 1 and None not in paths:
-                return DomainId(level, next(iter(paths)))  # type: ignore[arg-type]
+            path = nodes[0].path(level)
+            if path is not None and all(n.path(level) == path for n in nodes[1:]):
+                return DomainId(level, path)
         return DomainId(None, ())
 
     def names_in(self, domain_id: DomainId) -> tuple[str, ...]:

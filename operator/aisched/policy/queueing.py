@@ -1,0 +1,204 @@
+"""Queues: GPU quotas with borrowing inside a cohort, and the fair order in which pending jobs are considered.
+
+Quota rules (all counts in GPUs):
+
+- A queue may always use up to its nominal quota.
+- Beyond that it borrows: only when borrowing is enabled and it is in a cohort,
+  only up to its borrowing limit, and only while the cohort as a whole stays
+  within the sum of its members' nominal quotas (it borrows what others leave idle).
+- Per-GPU-type quotas are hard caps inside the nominal quota; they are not borrowed.
+- The default queue exists without a Queue object; it then has no quota at all.
+
+Order: higher priority first; among equal priorities the queue with the lowest
+weighted share (used / nominal / weight) goes next; FIFO inside a queue.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol, TypeVar
+
+from aisched.api.queue import DEFAULT_QUEUE, Queue
+
+QUOTA_EXCEEDED = "QuotaExceeded"
+QUEUE_NOT_FOUND = "QueueNotFound"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueQuota:
+    """What a queue may use; `nominal_gpus` None means no limit."""
+
+    name: str
+    nominal_gpus: int | None
+    gpu_type_quotas: Mapping[str, int] = field(default_factory=dict)
+    weight: int = 1
+    cohort: str | None = None
+    borrowing_enabled: bool = True
+    borrowing_limit: int | None = None
+    """Most GPUs borrowed at once; None: no limit."""
+
+    @classmethod
+    def from_queue(cls, queue: Queue) -> QueueQuota:
+        spec = queue.spec
+        return cls(
+            name=str(queue.metadata["name"]),
+            nominal_gpus=spec.nominal_gpus,
+            gpu_type_quotas={q.gpu_type: q.gpus for q in spec.gpu_type_quotas or ()},
+            weight=spec.weight,
+            cohort=spec.cohort,
+            borrowing_enabled=spec.borrowing.enabled,
+            borrowing_limit=spec.borrowing.limit_gpus,
+        )
+
+    @classmethod
+    def unlimited(cls, name: str = DEFAULT_QUEUE) -> QueueQuota:
+        return cls(name=name, nominal_gpus=None)
+
+
+@dataclass(frozen=True, slots=True)
+class Allowance:
+    """How many GPUs a queue may still take for one job, or why none."""
+
+    max_gpus: int | None
+    """None: no limit from quota."""
+    blocked_gpu_types: frozenset[str] = frozenset()
+    """GPU products whose per-type quota has no room for the job."""
+    refusal: str | None = None
+
+
+class QuotaLedger:
+    """GPUs in use per queue (and per GPU type), updated as the scheduler admits and evicts."""
+
+    def __init__(self, quotas: Mapping[str, QueueQuota], cluster_gpus: int) -> None:
+        self.quotas = quotas
+        self._cluster_gpus = max(cluster_gpus, 1)
+        self.used: dict[str, int] = defaultdict(int)
+        self.used_by_type: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+        self._cohort_nominal: dict[str, int] = defaultdict(int)
+        self._cohort_used: dict[str, int] = defaultdict(int)
+        for quota in quotas.values():
+            if quota.cohort is not None:
+                self._cohort_nominal[quota.cohort] += quota.nominal_gpus or 0
+
+    def charge(self, queue: str, gpus: int, gpu_type: str | None) -> None:
+        self._add(queue, gpus, gpu_type)
+
+    def refund(self, queue: str, gpus: int, gpu_type: str | None) -> None:
+        self._add(queue, -gpus, gpu_type)
+
+    def _add(self, queue: str, gpus: int, gpu_type: str | None) -> None:
+        self.used[queue] += gpus
+        if gpu_type is not None:
+            self.used_by_type[queue][gpu_type] += gpus
+        cohort = self._cohort(queue)
+        if cohort is not None:
+            self._cohort_used[cohort] += gpus
+
+    def _cohort(self, queue: str) -> str | None:
+        quota = self.quotas.get(queue)
+        return quota.cohort if quota is not None else None
+
+    def borrowed(self, queue: str) -> int:
+        quota = self.quotas.get(queue)
+        if quota is None or quota.nominal_gpus is None:
+            return 0
+        return max(0, self.used[queue] - quota.nominal_gpus)
+
+    def share(self, queue: str) -> float:
+        """Weighted dominant share: the queue furthest below its share goes first."""
+        quota = self.quotas[queue]
+        base = quota.nominal_gpus if quota.nominal_gpus is not None else self._cluster_gpus
+        return self.used[queue] / max(base, 1) / quota.weight
+
+    def allowance(self, queue: str, gpu_type: str | None, min_gpus: int) -> Allowance:
+        """What quota lets a job of `queue` take, given it needs at least `min_gpus`."""
+        quota = self.quotas[queue]
+        blocked = frozenset(
+            product
+            for product, cap in quota.gpu_type_quotas.items()
+            if cap - self.used_by_type[queue][product] < min_gpus
+        )
+        if gpu_type is not None and gpu_type in blocked:
+            cap = quota.gpu_type_quotas[gpu_type]
+            return Allowance(
+                0,
+                blocked,
+                f"queue {queue} allows {cap} {gpu_type} GPUs and "
+                f"{self.used_by_type[queue][gpu_type]} are in use; the job needs {min_gpus}",
+            )
+        limit = self._total_room(quota)
+        if gpu_type is not None and gpu_type in quota.gpu_type_quotas:
+            type_room = quota.gpu_type_quotas[gpu_type] - self.used_by_type[queue][gpu_type]
+            limit = type_room if limit is None else min(limit, type_room)
+        if limit is not None and limit < min_gpus:
+            return Allowance(limit, blocked, self._refusal(quota, min_gpus))
+        return Allowance(limit, blocked)
+
+    def _total_room(self, quota: QueueQuota) -> int | None:
+        if quota.nominal_gpus is None:
+            return None
+        own = quota.nominal_gpus - self.used[quota.name]
+        if not (quota.borrowing_enabled and quota.cohort is not None):
+            return max(own, 0)
+        borrowable = self._cohort_nominal[quota.cohort] - self._cohort_used[quota.cohort]
+        if quota.borrowing_limit is not None:
+            borrowable = min(borrowable, own + quota.borrowing_limit)
+        return max(own, borrowable, 0)
+
+    def _refusal(self, quota: QueueQuota, needed: int) -> str:
+        used = self.used[quota.name]
+        nominal = quota.nominal_gpus or 0
+        if used > nominal:
+            head = f"queue {quota.name} is borrowing: {used} GPUs in use on a quota of {nominal}"
+        elif used == nominal:
+            head = f"queue {quota.name} is at its quota: {used} of {nominal} GPUs in use"
+        else:
+            head = f"queue {quota.name} has {nominal - used} of its {nominal} GPUs free and the job needs {needed}"
+        if quota.cohort is None:
+            return f"{head}; it is in no cohort, so it cannot borrow"
+        if not quota.borrowing_enabled:
+            return f"{head}; borrowing is disabled for it"
+        idle = self._cohort_nominal[quota.cohort] - self._cohort_used[quota.cohort]
+        if quota.borrowing_limit is not None and used + needed - nominal > quota.borrowing_limit:
+            return f"{head}; borrowing limit reached ({self.borrowed(quota.name)} of {quota.borrowing_limit} borrowed)"
+        return f"{head}; cohort {quota.cohort} has {max(idle, 0)} idle GPUs to lend"
+
+
+class Queued(Protocol):
+    @property
+    def key(self) -> str: ...
+    @property
+    def queue(self) -> str: ...
+    @property
+    def priority(self) -> int: ...
+    @property
+    def created(self) -> datetime: ...
+
+
+J = TypeVar("J", bound=Queued)
+
+
+def fair_order(jobs: Sequence[J], ledger: QuotaLedger) -> Iterator[J]:
+    """Pending jobs in the order they are considered, shares re-read after every step.
+
+    The ledger may change between steps (the caller admits jobs), which is how a
+    queue that just got GPUs falls behind the others at the same priority.
+    """
+    by_queue: dict[str, list[J]] = defaultdict(list)
+    for job in jobs:
+        by_queue[job.queue].append(job)
+    heads = {
+        queue: deque(sorted(queued, key=lambda j: (-j.priority, j.created, j.key)))
+        for queue, queued in sorted(by_queue.items())
+    }
+    while heads:
+        queue = min(
+            heads,
+            key=lambda q: (-heads[q][0].priority, ledger.share(q), heads[q][0].created, heads[q][0].key),
+        )
+        yield heads[queue].popleft()
+        if not heads[queue]:
+            del heads[queue]

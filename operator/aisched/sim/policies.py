@@ -1,0 +1,236 @@
+"""Scheduling policies the simulator compares, all on the same `ClusterSnapshot`.
+
+- `AischedPolicy`: the operator's own `aisched.policy.scheduler.schedule`, called
+  every cycle exactly as the controller calls it.
+- `FifoFirstFit`: strict FIFO (the head of the queue blocks everyone behind it);
+  a gang is placed all at once, each replica on the first node, in name order,
+  with room.
+- `FifoSpread`: what the default kube-scheduler does with a gang's pods: each
+  pod on its own, FIFO, onto the node with the largest free fraction
+  (NodeResourcesFit LeastAllocated); pods that do not fit wait while later ones
+  go on. Bound pods hold their GPUs; the job runs once all its pods are bound.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+from aisched.api.common import CapacityType
+from aisched.policy.cluster import ClusterSnapshot
+from aisched.policy.placement import Placement
+from aisched.policy.scheduler import JobRequest, schedule
+
+EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+ANY_CAPACITY = (CapacityType.ON_DEMAND, CapacityType.SPOT)
+
+
+@dataclass(frozen=True, slots=True)
+class SimJob:
+    key: str
+    arrival: float
+    duration: float
+    replicas: int
+    gpus_per_replica: int
+
+    @property
+    def gpus(self) -> int:
+        return self.replicas * self.gpus_per_replica
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    job: SimJob
+    nodes: tuple[str, ...]
+
+
+@dataclass(slots=True)
+class CycleOutcome:
+    started: list[Start] = field(default_factory=list)
+    stopped: list[SimJob] = field(default_factory=list)
+    """Preempted: back in the queue, their run lost."""
+
+
+class Policy(Protocol):
+    name: str
+    snapshot: ClusterSnapshot
+
+    def submit(self, job: SimJob, now: float) -> None: ...
+    def finish(self, job: SimJob) -> None: ...
+    def cycle(self, now: float) -> CycleOutcome: ...
+    def pending_count(self) -> int: ...
+
+
+def at(seconds: float) -> datetime:
+    return EPOCH + timedelta(seconds=seconds)
+
+
+class AischedPolicy:
+    name = "aisched"
+
+    def __init__(self, snapshot: ClusterSnapshot, *, estimates: bool = True) -> None:
+        self.snapshot = snapshot
+        self.estimates = estimates
+        self.pending: dict[str, JobRequest] = {}
+        self.running: dict[str, JobRequest] = {}
+        self.jobs: dict[str, SimJob] = {}
+
+    def submit(self, job: SimJob, now: float) -> None:
+        self.jobs[job.key] = job
+        self.pending[job.key] = JobRequest(
+            key=job.key,
+            queue="default",
+            priority=0,
+            created=at(job.arrival),
+            gpus_per_replica=job.gpus_per_replica,
+            replicas=job.replicas,
+            capacity_types=ANY_CAPACITY,
+            expected_duration=timedelta(seconds=job.duration) if self.estimates else None,
+        )
+
+    def finish(self, job: SimJob) -> None:
+        request = self.running.pop(job.key)
+        assert request.placement is not None
+        self.snapshot.release(request.placement.gpus_by_node())
+
+    def cycle(self, now: float) -> CycleOutcome:
+        result = schedule(self.snapshot, [*self.running.values(), *self.pending.values()], (), at(now))
+        outcome = CycleOutcome()
+        for preemption in result.preempted:
+            request = self.running.pop(preemption.key)
+            assert request.placement is not None
+            self.snapshot.release(request.placement.gpus_by_node())
+            self.pending[preemption.key] = replace(request, placement=None, started=None)
+            outcome.stopped.append(self.jobs[preemption.key])
+        for admission in result.admitted:
+            request = self.pending.pop(admission.key)
+            self.snapshot.allocate(admission.placement.gpus_by_node())
+            self.running[admission.key] = replace(request, placement=admission.placement, started=at(now))
+            outcome.started.append(Start(self.jobs[admission.key], admission.placement.nodes))
+        return outcome
+
+    def pending_count(self) -> int:
+        return len(self.pending)
+
+
+class FifoFirstFit:
+    name = "fifo_first_fit"
+
+    def __init__(self, snapshot: ClusterSnapshot) -> None:
+        self.snapshot = snapshot
+        self.queue: deque[SimJob] = deque()
+        self.placements: dict[str, Placement] = {}
+        self.order = snapshot.node_names()
+
+    def submit(self, job: SimJob, now: float) -> None:
+        self.queue.append(job)
+
+    def finish(self, job: SimJob) -> None:
+        self.snapshot.release(self.placements.pop(job.key).gpus_by_node())
+
+    def cycle(self, now: float) -> CycleOutcome:
+        outcome = CycleOutcome()
+        while self.queue:
+            nodes = self._first_fit(self.queue[0])
+            if nodes is None:
+                break
+            job = self.queue.popleft()
+            placement = Placement.of_nodes(nodes, job.gpus_per_replica, self.snapshot)
+            self.snapshot.allocate(placement.gpus_by_node())
+            self.placements[job.key] = placement
+            outcome.started.append(Start(job, nodes))
+        return outcome
+
+    def _first_fit(self, job: SimJob) -> tuple[str, ...] | None:
+        if self.snapshot.used_total + job.gpus > self.snapshot.total_gpus:
+            return None
+        nodes: list[str] = []
+        for name in self.order:
+            fits = self.snapshot.free_gpus(name) // job.gpus_per_replica
+            nodes.extend([name] * min(fits, job.replicas - len(nodes)))
+            if len(nodes) == job.replicas:
+                return tuple(nodes)
+        return None
+
+    def pending_count(self) -> int:
+        return len(self.queue)
+
+
+class FifoSpread:
+    name = "fifo_spread"
+
+    def __init__(self, snapshot: ClusterSnapshot) -> None:
+        self.snapshot = snapshot
+        self.waiting: dict[str, SimJob] = {}
+        """Jobs with pods still unbound, in arrival order."""
+        self.bound: dict[str, list[str]] = {}
+        self.by_free = _FreeIndex(snapshot)
+
+    def submit(self, job: SimJob, now: float) -> None:
+        self.waiting[job.key] = job
+        self.bound[job.key] = []
+
+    def finish(self, job: SimJob) -> None:
+        for name in self.bound.pop(job.key):
+            self._change(name, -job.gpus_per_replica)
+
+    def cycle(self, now: float) -> CycleOutcome:
+        outcome = CycleOutcome()
+        smallest_refused = 1 << 30  # a pod this big found no node: bigger ones will not either
+        for key, job in list(self.waiting.items()):
+            bound = self.bound[key]
+            while len(bound) < job.replicas and job.gpus_per_replica < smallest_refused:
+                name = self.by_free.least_allocated(job.gpus_per_replica)
+                if name is None:
+                    smallest_refused = job.gpus_per_replica
+                    break
+                self._change(name, job.gpus_per_replica)
+                bound.append(name)
+            if len(bound) == job.replicas:
+                del self.waiting[key]
+                outcome.started.append(Start(job, tuple(bound)))
+        return outcome
+
+    def _change(self, name: str, gpus: int) -> None:
+        old = self.snapshot.free_gpus(name)
+        self.snapshot.allocate({name: gpus})
+        self.by_free.move(name, old, self.snapshot.free_gpus(name))
+
+    def pending_count(self) -> int:
+        return len(self.waiting)
+
+
+class _FreeIndex:
+    """Nodes by (allocatable, free GPUs), for the kube-scheduler's LeastAllocated choice without a scan."""
+
+    def __init__(self, snapshot: ClusterSnapshot) -> None:
+        self.snapshot = snapshot
+        self.sizes = sorted({n.allocatable_gpus for n in snapshot.nodes()})
+        self.nodes: dict[tuple[int, int], set[int]] = {}
+        for node in snapshot.nodes():
+            if node.usable:
+                self._add(snapshot.ordinal(node.name), node.allocatable_gpus, snapshot.free_gpus(node.name))
+
+    def _add(self, ordinal: int, size: int, free: int) -> None:
+        self.nodes.setdefault((size, free), set()).add(ordinal)
+
+    def move(self, name: str, old: int, new: int) -> None:
+        ordinal = self.snapshot.ordinal(name)
+        size = self.snapshot.node(name).allocatable_gpus
+        if ordinal in self.nodes.get((size, old), set()):
+            self.nodes[(size, old)].discard(ordinal)
+            self._add(ordinal, size, new)
+
+    def least_allocated(self, gpus: int) -> str | None:
+        best: tuple[float, int] | None = None
+        for size in self.sizes:
+            for free in range(size, gpus - 1, -1):
+                candidates = self.nodes.get((size, free))
+                if candidates:
+                    choice = (-free / size, min(candidates))
+                    if best is None or choice < best:
+                        best = choice
+                    break
+        return self.snapshot.name_of(best[1]) if best is not None else None

@@ -1,0 +1,112 @@
+"""Fixtures of the integration tier: one local GPU cluster per test session.
+
+The cluster (hack/cluster.sh, `small` preset) starts on free ports in a
+temporary state directory, so it runs beside a developer's own cluster, and is
+torn down when the session ends, Ctrl-C included. Each test gets its own namespace.
+"""
+
+from __future__ import annotations
+
+import atexit
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+
+from tests.integration.cluster import (
+    ClusterError,
+    Kubectl,
+    LocalCluster,
+    start_cluster,
+    stop_cluster,
+    wait_for,
+)
+from tests.integration.operator import OperatorProcess
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in item.path.parents:
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    state_dir = tmp_path_factory.mktemp("cluster")
+    try:
+        local = start_cluster(state_dir)
+    except ClusterError as e:
+        pytest.exit(f"the local GPU cluster could not start, so no integration test can run:\n{e}")
+    except BaseException:  # Ctrl-C while starting: what did start must stop
+        stop_cluster(state_dir)
+        raise
+    # Should the finalizer not run (the interpreter exits another way), still leave no processes behind.
+    atexit.register(stop_cluster, state_dir)
+    try:
+        yield local
+    finally:
+        stop_cluster(state_dir)
+        atexit.unregister(stop_cluster)
+
+
+@pytest.fixture(scope="session")
+def kubeconfig(cluster: LocalCluster) -> Path:
+    return cluster.kubeconfig
+
+
+@pytest.fixture(scope="session")
+def api_client(kubeconfig: Path) -> Iterator[client.ApiClient]:
+    api = config.new_client_from_config(config_file=str(kubeconfig))
+    try:
+        yield api
+    finally:
+        api.close()
+
+
+@pytest.fixture(scope="session")
+def kubectl(cluster: LocalCluster) -> Kubectl:
+    """kubectl(*args, timeout=60, input=None) -> CompletedProcess, against the test cluster."""
+    return cluster.kubectl
+
+
+@pytest.fixture
+def namespace(api_client: client.ApiClient) -> Iterator[str]:
+    """A fresh namespace, ready for pods (its default ServiceAccount exists); deleted afterwards."""
+    core = client.CoreV1Api(api_client)
+    name = f"test-{uuid.uuid4().hex[:8]}"
+    core.create_namespace({"metadata": {"name": name}})
+
+    def has_default_serviceaccount() -> Any:
+        return core.list_namespaced_service_account(name, field_selector="metadata.name=default").items
+
+    wait_for(has_default_serviceaccount, 30, f"the default ServiceAccount of {name}")
+    yield name
+    core.delete_namespace(name)
+
+
+@pytest.fixture(scope="session")
+def crds_installed(cluster: LocalCluster) -> None:
+    """aisched's CRDs, applied as `make generate` wrote them, and established."""
+    crds = Path(__file__).resolve().parents[2] / "crds"
+    applied = cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crds))
+    assert applied.returncode == 0, applied.stderr
+    for crd in ("trainingjobs", "inferenceservices", "queues"):
+        ready = cluster.kubectl("wait", "--for=condition=established", "--timeout=60s", f"crd/{crd}.aisched.io")
+        assert ready.returncode == 0, ready.stderr
+
+
+@pytest.fixture(scope="session")
+def operator(
+    cluster: LocalCluster, crds_installed: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[OperatorProcess]:
+    """The operator (`aisched run --standalone`) against the test cluster, for the whole session."""
+    process = OperatorProcess(cluster, tmp_path_factory.mktemp("operator") / "operator.log")
+    process.start()
+    try:
+        yield process
+    finally:
+        process.stop()
