@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import yaml
 from kubernetes import client
 
-from tests.builders import a_training_job
+from tests.builders import a_queue, a_training_job
 from tests.integration.cluster import LocalCluster, make_pod_exit, taint_for_interruption, wait_for
 from tests.integration.operator import OperatorProcess, get_object, list_objects
 
@@ -185,3 +187,40 @@ def test_spot_interruption_checkpoints_and_resumes_elsewhere(
         for node in first_nodes:
             cluster.kubectl("taint", "node", node, "aws-node-termination-handler/spot-itn-")
             cluster.kubectl("uncordon", node)
+
+
+@pytest.fixture
+def queue(cluster: LocalCluster) -> Iterator[str]:
+    """A Queue of 8 GPUs of its own (no cohort to borrow from), deleted afterwards."""
+    name = f"q-{uuid.uuid4().hex[:6]}"
+    apply(cluster, "default", a_queue(name, nominal_gpus=8).obj())
+    yield name
+    cluster.kubectl("delete", "queue", name, "--wait=false")
+
+
+def test_a_queue_never_runs_more_than_its_quota(cluster: LocalCluster, namespace: str, queue: str) -> None:
+    apply(cluster, namespace, a_training_job("first").queue(queue).replicas(2).gpus(4).obj())
+    wait_phase(cluster, namespace, "first", "Running")
+    apply(cluster, namespace, a_training_job("second").queue(queue).replicas(1).gpus(4).obj())
+    wait_for(
+        lambda: job(cluster, namespace, "second").get("status", {}).get("reason") == "QuotaExceeded",
+        TIMEOUT,
+        "the second job to wait for quota",
+    )
+    assert "quota" in job(cluster, namespace, "second")["status"]["message"]
+    wait_for(
+        lambda: get_object(cluster, "queue", queue, "").get("status", {}).get("usedGPUs") == 8, TIMEOUT, "queue status"
+    )
+
+
+def test_higher_priority_preempts_a_whole_lower_priority_gang(
+    cluster: LocalCluster, namespace: str, queue: str
+) -> None:
+    apply(cluster, namespace, a_training_job("low").queue(queue).replicas(2).gpus(4).obj())
+    wait_phase(cluster, namespace, "low", "Running")
+    apply(cluster, namespace, a_training_job("high").queue(queue).priority(100).replicas(2).gpus(4).obj())
+    wait_phase(cluster, namespace, "high", "Running")
+    low = wait_phase(cluster, namespace, "low", "Queued")["status"]
+    assert low["reason"] == "Preempted"
+    assert "high" in low["message"]
+    assert running_pods(cluster, namespace, "low") == []

@@ -21,7 +21,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 from pydantic import ValidationError
 
-from aisched.api import CapacityType, ConditionStatus, SpotPolicy, TrainingJob, TrainingJobPhase
+from aisched.api import CapacityType, ConditionStatus, Queue, SpotPolicy, TrainingJob, TrainingJobPhase
 from aisched.api.common import set_condition
 from aisched.api.training_job import CheckpointRecord, TrainingJobStatus
 from aisched.kube import labels
@@ -33,8 +33,10 @@ from aisched.metrics import GpuPoolUsage, Metrics
 from aisched.policy.cluster import ClusterSnapshot, Toleration
 from aisched.policy.interruptions import InterruptionPrior
 from aisched.policy.lifecycle import HOLDS_GPUS, Observation, Step, Verb, Worker, WorkerPhase, next_step
-from aisched.policy.placement import GangRequest, Unplaceable, place_gang
+from aisched.policy.placement import GangRequest, place_gang
 from aisched.policy.placement import Placement as PlacementDecision
+from aisched.policy.queueing import QueueQuota
+from aisched.policy.scheduler import JobRequest, ScheduleResult, schedule
 from aisched.policy.spot import CapacityChoice, CapacityDecision, choose_capacity, optimal_checkpoint_interval
 from aisched.settings import Settings
 from aisched.workload.contract import parse_checkpoint_report
@@ -274,47 +276,104 @@ class TrainingJobController:
     # -- scheduling ---------------------------------------------------------
 
     async def schedule(self) -> None:
-        """Place waiting jobs in order: priority, then submission time."""
-        waiting: list[tuple[dict[str, Any], TrainingJob]] = []
-        for obj in self.jobs.values():
-            job = _parse(obj)
-            if job is not None and job.status.phase == Phase.QUEUED and not job.spec.suspend:
-                waiting.append((obj, job))
-        if not waiting:
-            return
+        """One scheduling cycle: admit, keep waiting, preempt and resize, as the scheduler decides."""
+        now = self.clock()
         snapshot = self._snapshot()
         doomed = self.inventory.doomed_nodes()
-        waiting.sort(key=lambda pair: (-pair[1].spec.priority, str(pair[1].metadata.get("creationTimestamp"))))
-        now = self.clock()
-        for obj, job in waiting:
-            capacity = self._choose_capacity(job, snapshot, doomed, now)
-            if capacity.choice == CapacityChoice.WAIT:
-                await self._write_status(obj, job, _queued(job, capacity.reason, capacity.message, now))
+        parsed: dict[str, tuple[dict[str, Any], TrainingJob]] = {}
+        requests: list[JobRequest] = []
+        capacity_of: dict[str, CapacityDecision] = {}
+        for obj in self.jobs.values():
+            job = _parse(obj)
+            if job is None:
                 continue
-            types = (CapacityType.SPOT,) if capacity.choice == CapacityChoice.SPOT else (CapacityType.ON_DEMAND,)
-            started = time.perf_counter()
-            outcome = place_gang(self._request(job, doomed, types), snapshot)
-            self.metrics.record_placement(time.perf_counter() - started, placed=not isinstance(outcome, Unplaceable))
-            if isinstance(outcome, Unplaceable):
-                if job.status.reason != outcome.reason:
-                    await self.kube.post_event(obj, "Normal", outcome.reason, outcome.message)
-                await self._write_status(obj, job, _queued(job, outcome.reason, outcome.message, now))
+            key = f"{job.metadata['namespace']}/{job.metadata['name']}"
+            phase = job.status.phase
+            if phase == Phase.QUEUED and not job.spec.suspend:
+                capacity = self._choose_capacity(job, snapshot, doomed, now)
+                if capacity.choice == CapacityChoice.WAIT:
+                    await self._write_status(obj, job, _queued(job, capacity.reason, capacity.message, now))
+                    continue
+                capacity_of[key] = capacity
+                spot = capacity.choice == CapacityChoice.SPOT
+                types = (CapacityType.SPOT,) if spot else (CapacityType.ON_DEMAND,)
+                requests.append(JobRequest.from_training_job(job, capacity_types=types, excluded_nodes=doomed))
+            elif phase in (Phase.PLACING, Phase.RUNNING) and job.status.placement and job.status.placement.nodes:
+                placement = PlacementDecision.of_nodes(job.status.placement.nodes, job.spec.gpus_per_replica, snapshot)
+                types = (placement.capacity_type,) if placement.capacity_type else (CapacityType.ON_DEMAND,)
+                requests.append(
+                    JobRequest.from_training_job(job, capacity_types=types, placement=placement, excluded_nodes=doomed)
+                )
+            else:
                 continue
-            snapshot.allocate(outcome.gpus_by_node())
-            namespace, name = job.metadata["namespace"], job.metadata["name"]
+            parsed[key] = (obj, job)
+        queues = [QueueQuota.from_queue(Queue.model_validate(q)) for q in self.queues.values()]
+        started = time.perf_counter()
+        result = schedule(snapshot, requests, queues, now)
+        elapsed = time.perf_counter() - started
+        for preemption in result.preempted:
+            obj, job = parsed[preemption.key]
+            await self._stop_gang(obj, job, now, preemption.reason, preemption.message)
+            self.metrics.record_preemption(job.spec.queue)
+            self.metrics.record_gang_restart("Preemption")
+        for resize in result.resized:
+            obj, job = parsed[resize.key]
+            await self._launch(obj, job, resize.placement, now, resize.reason, resize.message, None)
+            self.metrics.record_gang_restart("Resize")
+        for admission in result.admitted:
+            obj, job = parsed[admission.key]
+            self.metrics.record_placement(elapsed, placed=True)
             waited = (now - job.status.queued_time).total_seconds() if job.status.queued_time else 0.0
-            self.metrics.record_job_admitted(namespace, name, job.spec.queue, waited)
-            if capacity.pinned_on_demand and not _was_pinned(job):
+            self.metrics.record_job_admitted(job.metadata["namespace"], job.metadata["name"], job.spec.queue, waited)
+            decision = capacity_of.get(admission.key)
+            if decision is not None and decision.pinned_on_demand and not _was_pinned(job):
                 self.metrics.record_on_demand_fallback()
-            status = job.status.model_copy(deep=True)
-            status.phase = Phase.PLACING
-            status.reason, status.message = "Admitted", f"placed in {outcome.to_status().domain or 'the cluster'}"
-            status.placement = outcome.to_status()
-            status.gang_generation = (status.gang_generation or 0) + 1
-            status.replicas = outcome.replicas
-            status.gpus = outcome.total_gpus
-            status.selector = labels.job_selector("TrainingJob", job.metadata["name"])
-            status.checkpoint_interval_seconds = self._checkpoint_interval(job, outcome.nodes)
+            message = f"placed in {admission.placement.to_status().domain or 'the cluster'}"
+            if admission.preempting:
+                message += f" after preempting {', '.join(admission.preempting)}"
+            await self._launch(obj, job, admission.placement, now, "Admitted", message, decision)
+        for waiting in result.waiting:
+            obj, job = parsed[waiting.key]
+            self.metrics.record_placement(elapsed, placed=False)
+            if job.status.reason != waiting.reason:
+                await self.kube.post_event(obj, "Normal", waiting.reason, waiting.message)
+            await self._write_status(obj, job, _queued(job, waiting.reason, waiting.message, now))
+        await self._report_queues(result)
+
+    async def _launch(
+        self,
+        obj: dict[str, Any],
+        job: TrainingJob,
+        placement: PlacementDecision,
+        now: datetime,
+        reason: str,
+        message: str,
+        capacity: CapacityDecision | None,
+    ) -> None:
+        """Record a (new) placement as the gang's next generation; reconcile then creates its pods."""
+        namespace, name = job.metadata["namespace"], job.metadata["name"]
+        generation = job.metadata.get("generation")
+        running = [p for p in self.inventory.pods_of_job(namespace, name) if not p.terminating]
+        await asyncio.gather(*(self.kube.delete_pod(p.namespace, p.name) for p in running))
+        status = job.status.model_copy(deep=True)
+        status.phase, status.reason, status.message = Phase.PLACING, reason, message
+        status.observed_generation = generation
+        status.placement = placement.to_status()
+        status.gang_generation = (status.gang_generation or 0) + 1
+        status.replicas = placement.replicas
+        status.gpus = placement.total_gpus
+        status.selector = labels.job_selector("TrainingJob", name)
+        status.checkpoint_interval_seconds = self._checkpoint_interval(job, placement.nodes)
+        status.conditions = set_condition(
+            status.conditions,
+            "Admitted",
+            ConditionStatus.TRUE,
+            reason,
+            f"{placement.replicas} x {job.spec.gpus_per_replica} GPUs on {', '.join(placement.nodes)}",
+            now=now,
+            generation=generation,
+        )
+        if capacity is not None:
             status.conditions = set_condition(
                 status.conditions,
                 "Capacity",
@@ -322,22 +381,38 @@ class TrainingJobController:
                 capacity.reason,
                 capacity.message,
                 now=now,
-                generation=job.metadata.get("generation"),
+                generation=generation,
             )
-            status.conditions = set_condition(
-                status.conditions,
-                "Admitted",
-                ConditionStatus.TRUE,
-                "Placed",
-                f"{outcome.replicas} x {job.spec.gpus_per_replica} GPUs on {', '.join(outcome.nodes)}",
-                now=now,
-                generation=job.metadata.get("generation"),
+        await self._write_status(obj, job, status)
+        await self.kube.post_event(obj, "Normal", reason, message)
+        self.mark((namespace, name))
+
+    async def _stop_gang(self, obj: dict[str, Any], job: TrainingJob, now: datetime, reason: str, message: str) -> None:
+        """Preempted: the whole gang goes (checkpointing on SIGTERM) and the job waits again."""
+        namespace, name = job.metadata["namespace"], job.metadata["name"]
+        pods = [p for p in self.inventory.pods_of_job(namespace, name) if not p.terminating]
+        await asyncio.gather(*(self.kube.delete_pod(p.namespace, p.name, self._checkpoint_grace(job)) for p in pods))
+        await self.kube.post_event(obj, "Warning", reason, message)
+        status = _queued(job, reason, message, now)
+        status.gpus = 0
+        await self._write_status(obj, job, status)
+
+    async def _report_queues(self, result: ScheduleResult) -> None:
+        for name, usage in result.queues.items():
+            obj = self.queues.get(name)
+            if obj is None:
+                continue
+            queue = Queue.model_validate(obj)
+            self.metrics.record_queue(
+                name, nominal_gpus=queue.spec.nominal_gpus, used_gpus=usage.used_gpus, borrowed_gpus=usage.borrowed_gpus
             )
-            await self._write_status(obj, job, status)
-            await self.kube.post_event(
-                obj, "Normal", "Placed", f"gang placed in {status.placement.domain or 'the cluster'}"
-            )
-            self.mark((job.metadata["namespace"], job.metadata["name"]))
+            status = queue.status.model_copy(deep=True)
+            status.used_gpus, status.borrowed_gpus = usage.used_gpus, usage.borrowed_gpus
+            status.admitted_jobs, status.pending_jobs = usage.admitted_jobs, usage.pending_jobs
+            status.observed_generation = obj["metadata"].get("generation")
+            if status != queue.status:
+                await self.kube.patch_status("queues", None, name, status.to_wire())
+                self.queues[name] = {**obj, "status": status.to_wire()}
 
     def _choose_capacity(
         self, job: TrainingJob, snapshot: ClusterSnapshot, doomed: frozenset[str], now: datetime

@@ -307,7 +307,8 @@ class _Cycle:
         fewest = job.min_replicas if job.elastic and job.min_replicas else job.replicas
         allowance = self.ledger.allowance(job.queue, job.gpu_type, fewest * g)
         if allowance.refusal is not None:
-            self.waiting.append(Waiting(job.key, QUOTA_EXCEEDED, allowance.refusal))
+            if not self._preempt_within_quota(job, fewest):
+                self.waiting.append(Waiting(job.key, QUOTA_EXCEEDED, allowance.refusal))
             return
         most = job.replicas if allowance.max_gpus is None else min(job.replicas, allowance.max_gpus // g)
         gpu_types = self._gpu_types(job, allowance.blocked_gpu_types)
@@ -638,6 +639,35 @@ class _Cycle:
         placement = place_gang(request, self.snapshot)
         assert isinstance(placement, Placement), "the plan was checked on the same snapshot"
         self._admit(job, placement, tuple(a.running.job.key for a in plan.actions))
+
+    def _preempt_within_quota(self, job: JobRequest, replicas: int) -> bool:
+        """A job over its queue's quota takes it back from lower-priority gangs of the same queue.
+
+        Victims go lowest priority first, most recently started first (least work lost), and only
+        as many as both the quota and the placement need; nothing changes unless the job then fits.
+        """
+        victims = sorted(
+            (
+                r
+                for r in self.running.values()
+                if r.job.queue == job.queue and r.job.priority < job.priority and not r.admitted_now
+            ),
+            key=lambda r: (r.job.priority, -(r.job.started or r.job.created).timestamp(), r.job.key),
+        )
+        request = job.gang(replicas, self._gpu_types(job, frozenset()), job.excluded_nodes)
+        chosen: list[_Action] = []
+        for running in victims:
+            chosen.append(_Action(running))
+            refunded = [(a.running.job.queue, sum(a.gpus().values()), a.running.placement.gpu_type) for a in chosen]
+            for queue, gpus, gpu_type in refunded:
+                self.ledger.refund(queue, gpus, gpu_type)
+            allowed = self.ledger.allowance(job.queue, job.gpu_type, replicas * job.gpus_per_replica).refusal is None
+            for queue, gpus, gpu_type in refunded:
+                self.ledger.charge(queue, gpus, gpu_type)
+            if allowed and self._fits_after(request, chosen):
+                self._carry_out(job, request, _Plan((0, 0, 0, 0), tuple(chosen), DomainId(None, ())))
+                return True
+        return False
 
     @staticmethod
     def _victim_words(job: JobRequest, request: GangRequest) -> str:

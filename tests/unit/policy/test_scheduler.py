@@ -441,3 +441,21 @@ def test_a_job_request_from_a_training_job() -> None:
         capacity_types=ANY,
         expected_duration=HOUR,
     )
+
+
+def test_a_higher_priority_job_takes_its_queue_quota_back_from_a_lower_one() -> None:
+    from aisched.policy.cluster import ClusterSnapshot as _Snapshot
+    from aisched.policy.cluster import Node as _Node
+    from aisched.policy.placement import Placement as _Placement
+    from aisched.policy.queueing import QueueQuota as _Quota
+    from aisched.policy.scheduler import JobRequest as _Job
+    from aisched.policy.scheduler import schedule as _schedule
+
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    snapshot = _Snapshot([_Node("n1", 8, used_gpus=8), _Node("n2", 8)])
+    low = _Job("ns/low", "team", 0, now, 4, 2, placement=_Placement.of_nodes(("n1", "n1"), 4, snapshot), started=now)
+    high = _Job("ns/high", "team", 100, now, 4, 2)
+    result = _schedule(snapshot, [low, high], [_Quota("team", 8)], now)
+    assert [p.key for p in result.preempted] == ["ns/low"]
+    assert [a.key for a in result.admitted] == ["ns/high"]
+    assert "preempted by ns/high" in result.preempted[0].message

@@ -1,0 +1,424 @@
+#!/usr/bin/env bash
+# The local GPU cluster: a real control plane (etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler) run as local processes, with fake
+# GPU nodes and pod lifecycles simulated by kwok. No Docker needed.
+#
+#   hack/cluster.sh up [small|large|PATH.yaml]   start it (default small) and wait until it is ready
+#   hack/cluster.sh down                         stop what `up` started and remove its state
+#   hack/cluster.sh status                       tell what runs
+#
+# State (certificates, kubeconfigs, etcd data, logs, PIDs) lives in
+# $AISCHED_CLUSTER_DIR (default <repo>/.cluster). Ports can be moved so that a
+# second cluster (the test fixture's) runs beside a developer's:
+#   AISCHED_APISERVER_PORT (6443)  AISCHED_ETCD_CLIENT_PORT (2379)  AISCHED_ETCD_PEER_PORT (2380)
+#   AISCHED_CONTROLLER_MANAGER_PORT (10257)  AISCHED_SCHEDULER_PORT (10259)
+# AISCHED_CLUSTER_TIMEOUT (seconds, default 300) bounds each wait of `up`;
+# AISCHED_KWOK_LOG_LEVEL=INFO logs every stage kwok plays (default WARN: at
+# INFO it logs each node's Lease renewal).
+set -euo pipefail
+# shellcheck source=hack/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+CLUSTER_DIR="$(realpath -m "${AISCHED_CLUSTER_DIR:-${REPO_ROOT}/.cluster}")"
+STATE_FILE="${CLUSTER_DIR}/cluster.env"
+PYTHON="${REPO_ROOT}/.venv/bin/python"
+[[ -x "${PYTHON}" ]] || PYTHON=python3
+# In the order `up` starts them.
+COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok)
+SERVICE_CIDR=10.96.0.0/16
+SERVICE_FIRST_IP=10.96.0.1
+POD_CIDR=10.244.0.1/16
+# Client-side rate limit of kube-controller-manager and kube-scheduler. Their
+# defaults (20 and 50 requests/s) make a 1,000-node cluster take minutes to
+# lift the not-ready taints; clusters of that size raise them likewise.
+CLIENT_QPS=200
+# What a kubelet does by default: a 40 s Lease renewed every 10 s.
+NODE_LEASE_SECONDS=40
+
+usage() { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
+
+# -- processes ---------------------------------------------------------------
+
+pid_file() { echo "${CLUSTER_DIR}/pids/$1.pid"; }
+
+# running NAME: is the process `up` recorded for NAME alive, and still ours?
+# Every component's command line names the state dir, so a recycled PID is
+# never mistaken for one of ours.
+running() {
+  local file pid
+  file="$(pid_file "$1")"
+  [[ -f "${file}" ]] || return 1
+  pid="$(<"${file}")"
+  [[ -r "/proc/${pid}/cmdline" ]] && tr '\0' ' ' <"/proc/${pid}/cmdline" | grep -qF -- "${CLUSTER_DIR}/"
+}
+
+# start NAME ARGS...: run AISCHED_BIN_DIR/NAME in its own session (so a Ctrl-C
+# meant for the caller does not reach it), logging to logs/NAME.log.
+start() {
+  local name="$1"; shift
+  setsid "${AISCHED_BIN_DIR}/${name}" "$@" </dev/null >"${CLUSTER_DIR}/logs/${name}.log" 2>&1 &
+  echo "$!" >"$(pid_file "${name}")"
+  log "started ${name} (pid $!)"
+}
+
+# stop NAME...: SIGTERM them together, then wait for each (SIGKILL after 10 s).
+stop() {
+  local name pid i pids=()
+  for name in "$@"; do
+    running "${name}" || continue
+    pid="$(<"$(pid_file "${name}")")"
+    kill -TERM "${pid}" 2>/dev/null && pids+=("${name}:${pid}")
+  done
+  for name in "${pids[@]}"; do
+    pid="${name#*:}"
+    for ((i = 0; i < 100; i++)); do
+      kill -0 "${pid}" 2>/dev/null || break
+      sleep 0.1
+    done
+    if kill -KILL "${pid}" 2>/dev/null; then log "killed ${name%%:*} (pid ${pid}): it ignored SIGTERM for 10s"
+    else log "stopped ${name%%:*} (pid ${pid})"; fi
+  done
+}
+
+# Clients first, so that nothing logs errors about a vanished API server.
+stop_all() {
+  stop kwok kube-scheduler kube-controller-manager
+  stop kube-apiserver
+  stop etcd
+}
+
+# -- waiting -----------------------------------------------------------------
+
+# wait_for WHAT LOG CMD...: retry CMD until it succeeds; on timeout show the
+# end of the log of the component that should have made it true.
+wait_for() {
+  local what="$1" logname="$2" deadline=$((SECONDS + ${AISCHED_CLUSTER_TIMEOUT:-300})); shift 2
+  until "$@" >/dev/null 2>&1; do
+    if ((SECONDS > deadline)); then
+      tail -n 30 "${CLUSTER_DIR}/logs/${logname}.log" >&2 || true
+      die "timed out waiting for ${what} (log: ${CLUSTER_DIR}/logs/${logname}.log)"
+    fi
+    running "${logname}" || { tail -n 30 "${CLUSTER_DIR}/logs/${logname}.log" >&2; die "${logname} exited"; }
+    sleep 0.5
+  done
+}
+
+kubectl_admin() { "${AISCHED_BIN_DIR}/kubectl" --kubeconfig "${CLUSTER_DIR}/admin.kubeconfig" "$@"; }
+
+etcd_healthy() { curl -fsS "http://127.0.0.1:${ETCD_CLIENT_PORT}/health" | grep -q '"health":"true"'; }
+apiserver_ready() { kubectl_admin get --raw /readyz; }
+default_serviceaccount() { kubectl_admin -n default get serviceaccount default; }
+
+# nodes_ready N: N nodes are Ready and untainted (the node lifecycle controller
+# has lifted the not-ready taint that admission put on each new node).
+nodes_ready() {
+  local ready
+  ready="$(kubectl_admin get nodes -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}/{.spec.taints}{"\n"}{end}' | grep -c '^True/$')"
+  ((ready >= $1))
+}
+
+# -- certificates and kubeconfigs --------------------------------------------
+
+new_key() { openssl genpkey -algorithm EC -pkeyopt ec_paramgen_curve:P-256 -out "$1" 2>/dev/null; }
+
+# new_cert NAME SUBJECT EXTENSIONS [CA]: a key and a certificate signed by CA (default: the cluster CA).
+new_cert() {
+  local name="$1" subject="$2" extensions="$3" ca="${4:-ca}" pki="${CLUSTER_DIR}/pki"
+  new_key "${pki}/${name}.key"
+  openssl req -new -key "${pki}/${name}.key" -subj "${subject}" 2>/dev/null |
+    openssl x509 -req -CA "${pki}/${ca}.crt" -CAkey "${pki}/${ca}.key" -set_serial "0x$(openssl rand -hex 16)" \
+      -days 365 -extfile <(printf '%s\n' "${extensions}") -out "${pki}/${name}.crt" 2>/dev/null
+}
+
+client_cert() {
+  new_cert "$1" "$2" "keyUsage=critical,digitalSignature
+extendedKeyUsage=clientAuth"
+}
+
+make_pki() {
+  local pki="${CLUSTER_DIR}/pki"
+  mkdir -p "${pki}"
+  new_key "${pki}/ca.key"
+  openssl req -x509 -new -key "${pki}/ca.key" -subj "/CN=aisched-local-ca" -days 3650 \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+    -out "${pki}/ca.crt" 2>/dev/null
+  new_cert apiserver "/CN=kube-apiserver" "keyUsage=critical,digitalSignature
+extendedKeyUsage=serverAuth
+subjectAltName=DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:127.0.0.1,IP:${SERVICE_FIRST_IP}"
+  client_cert admin "/O=system:masters/CN=aisched-admin"
+  # The built-in RBAC roles of these two are bound to exactly these user names.
+  client_cert kube-controller-manager "/CN=system:kube-controller-manager"
+  client_cert kube-scheduler "/CN=system:kube-scheduler"
+  # kwok acts as the kubelet of every fake node at once, which the Node
+  # authorizer (one identity per node) cannot express.
+  client_cert kwok "/O=system:masters/CN=kwok"
+  # The front proxy: kube-apiserver's identity towards aggregated API servers
+  # (metrics adapters), which kube-controller-manager and kube-scheduler also
+  # expect to find in kube-system/extension-apiserver-authentication.
+  new_key "${pki}/front-proxy-ca.key"
+  openssl req -x509 -new -key "${pki}/front-proxy-ca.key" -subj "/CN=aisched-local-front-proxy-ca" -days 3650 \
+    -addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
+    -out "${pki}/front-proxy-ca.crt" 2>/dev/null
+  new_cert front-proxy-client "/CN=front-proxy-client" "keyUsage=critical,digitalSignature
+extendedKeyUsage=clientAuth" front-proxy-ca
+  # Service account tokens: kube-apiserver verifies, kube-controller-manager signs.
+  openssl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "${pki}/sa.key" 2>/dev/null
+  openssl pkey -in "${pki}/sa.key" -pubout -out "${pki}/sa.pub"
+}
+
+b64() { base64 -w0 "$1"; }
+
+# kubeconfig USER: CLUSTER_DIR/USER.kubeconfig with the certificates inlined, so
+# that the file works wherever it is copied.
+kubeconfig() {
+  local user="$1" pki="${CLUSTER_DIR}/pki"
+  cat >"${CLUSTER_DIR}/${user}.kubeconfig" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+  - name: aisched-local
+    cluster:
+      server: https://127.0.0.1:${APISERVER_PORT}
+      certificate-authority-data: $(b64 "${pki}/ca.crt")
+users:
+  - name: ${user}
+    user:
+      client-certificate-data: $(b64 "${pki}/${user}.crt")
+      client-key-data: $(b64 "${pki}/${user}.key")
+contexts:
+  - name: aisched-local
+    context: {cluster: aisched-local, user: ${user}}
+current-context: aisched-local
+EOF
+}
+
+# -- the components ----------------------------------------------------------
+
+start_etcd() {
+  start etcd --name aisched --data-dir "${CLUSTER_DIR}/etcd" \
+    --listen-client-urls "http://127.0.0.1:${ETCD_CLIENT_PORT}" \
+    --advertise-client-urls "http://127.0.0.1:${ETCD_CLIENT_PORT}" \
+    --listen-peer-urls "http://127.0.0.1:${ETCD_PEER_PORT}" \
+    --initial-advertise-peer-urls "http://127.0.0.1:${ETCD_PEER_PORT}" \
+    --initial-cluster "aisched=http://127.0.0.1:${ETCD_PEER_PORT}" \
+    --unsafe-no-fsync --log-level warn
+}
+
+start_apiserver() {
+  local pki="${CLUSTER_DIR}/pki"
+  # The `kubernetes` Service's endpoints are switched off
+  # (--endpoint-reconciler-type=none): Endpoints may not hold loopback
+  # addresses, and nothing runs in a pod here that could use them.
+  start kube-apiserver \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "${APISERVER_PORT}" \
+    --etcd-servers "http://127.0.0.1:${ETCD_CLIENT_PORT}" \
+    --tls-cert-file "${pki}/apiserver.crt" --tls-private-key-file "${pki}/apiserver.key" \
+    --client-ca-file "${pki}/ca.crt" \
+    --requestheader-client-ca-file "${pki}/front-proxy-ca.crt" --requestheader-allowed-names front-proxy-client \
+    --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
+    --requestheader-extra-headers-prefix X-Remote-Extra- \
+    --proxy-client-cert-file "${pki}/front-proxy-client.crt" --proxy-client-key-file "${pki}/front-proxy-client.key" \
+    --authorization-mode Node,RBAC \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file "${pki}/sa.pub" --service-account-signing-key-file "${pki}/sa.key" \
+    --service-cluster-ip-range "${SERVICE_CIDR}" \
+    --endpoint-reconciler-type none \
+    --allow-privileged --profiling=false
+}
+
+start_controller_manager() {
+  local pki="${CLUSTER_DIR}/pki" kc="${CLUSTER_DIR}/kube-controller-manager.kubeconfig"
+  start kube-controller-manager \
+    --kubeconfig "${kc}" --authentication-kubeconfig "${kc}" --authorization-kubeconfig "${kc}" \
+    --bind-address 127.0.0.1 --secure-port "${CONTROLLER_MANAGER_PORT}" \
+    --controllers '*' --use-service-account-credentials \
+    --service-account-private-key-file "${pki}/sa.key" --root-ca-file "${pki}/ca.crt" \
+    --cluster-signing-cert-file "${pki}/ca.crt" --cluster-signing-key-file "${pki}/ca.key" \
+    --service-cluster-ip-range "${SERVICE_CIDR}" --cluster-name aisched-local \
+    --leader-elect=false --profiling=false --cert-dir "${CLUSTER_DIR}/serving" \
+    --kube-api-qps "${CLIENT_QPS}" --kube-api-burst "$((2 * CLIENT_QPS))"
+}
+
+start_scheduler() {
+  local kc="${CLUSTER_DIR}/kube-scheduler.kubeconfig"
+  start kube-scheduler \
+    --kubeconfig "${kc}" --authentication-kubeconfig "${kc}" --authorization-kubeconfig "${kc}" \
+    --bind-address 127.0.0.1 --secure-port "${SCHEDULER_PORT}" \
+    --leader-elect=false --profiling=false --cert-dir "${CLUSTER_DIR}/serving" \
+    --kube-api-qps "${CLIENT_QPS}" --kube-api-burst "$((2 * CLIENT_QPS))"
+}
+
+start_kwok() {
+  start kwok --kubeconfig "${CLUSTER_DIR}/kwok.kubeconfig" \
+    --manage-all-nodes=false --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
+    --config "${HACK_DIR}/kwok/kwok.yaml" --config "${HACK_DIR}/kwok/stages.yaml" \
+    --cidr "${POD_CIDR}" --node-lease-duration-seconds "${NODE_LEASE_SECONDS}" \
+    --v "${AISCHED_KWOK_LOG_LEVEL:-WARN}"
+}
+
+# create_nodes DESCRIPTION COUNT: one creation takes a round trip of tens of
+# milliseconds, so a thousand nodes go in up to 8 parallel streams.
+create_nodes() {
+  local shards=$((($2 + 99) / 100)) i pids=() pid
+  ((shards <= 8)) || shards=8
+  for ((i = 0; i < shards; i++)); do
+    "${PYTHON}" "${HACK_DIR}/render_nodes.py" --shard "${i}/${shards}" "$1" |
+      kubectl_admin apply --server-side --field-manager aisched-cluster -f - >/dev/null &
+    pids+=("$!")
+  done
+  for pid in "${pids[@]}"; do wait "${pid}" || die "creating the nodes failed"; done
+}
+
+# -- commands ----------------------------------------------------------------
+
+description_file() {
+  case "$1" in
+    small | large) echo "${HACK_DIR}/clusters/$1.yaml" ;;
+    *) [[ -f "$1" ]] || die "no cluster description '$1' (a preset: small, large; or a YAML file)"
+       realpath "$1" ;;
+  esac
+}
+
+ensure_binaries() {
+  local c
+  for c in "${COMPONENTS[@]}" kubectl; do
+    [[ -x "${AISCHED_BIN_DIR}/${c}" ]] && continue
+    log "${c} is not in ${AISCHED_BIN_DIR}: building the binaries"
+    "${HACK_DIR}/build-k8s-binaries.sh" >/dev/null
+    return
+  done
+}
+
+port_free() { ! ss -Htln "sport = :$1" | grep -q .; }
+
+check_ports() {
+  local var
+  for var in APISERVER_PORT ETCD_CLIENT_PORT ETCD_PEER_PORT CONTROLLER_MANAGER_PORT SCHEDULER_PORT; do
+    port_free "${!var}" || die "port ${!var} is in use (another cluster?); choose another with AISCHED_${var}"
+  done
+}
+
+# Ports come from the environment for a new cluster and from the state file
+# for one that exists, so `status` and `down` find it whatever the caller's env.
+ports_from_env() {
+  APISERVER_PORT="${AISCHED_APISERVER_PORT:-6443}"
+  ETCD_CLIENT_PORT="${AISCHED_ETCD_CLIENT_PORT:-2379}"
+  ETCD_PEER_PORT="${AISCHED_ETCD_PEER_PORT:-2380}"
+  CONTROLLER_MANAGER_PORT="${AISCHED_CONTROLLER_MANAGER_PORT:-10257}"
+  SCHEDULER_PORT="${AISCHED_SCHEDULER_PORT:-10259}"
+}
+
+load_ports() {
+  ports_from_env
+  if [[ -f "${STATE_FILE}" ]]; then
+    # shellcheck source=/dev/null
+    source "${STATE_FILE}"
+  fi
+}
+
+print_usage_hint() {
+  echo "export KUBECONFIG=${CLUSTER_DIR}/admin.kubeconfig"
+  log "kubectl and helm are in ${AISCHED_BIN_DIR}; stop the cluster with: hack/cluster.sh down"
+}
+
+up_failed() {
+  stop_all
+  log "the cluster did not come up; logs are in ${CLUSTER_DIR}/logs ('hack/cluster.sh down' removes them)"
+}
+
+cmd_up() {
+  local description c alive=() nodes started=${SECONDS}
+  description="$(description_file "${1:-small}")"
+  if [[ -f "${STATE_FILE}" ]]; then
+    for c in "${COMPONENTS[@]}"; do running "${c}" && alive+=("${c}"); done
+    if ((${#alive[@]} == ${#COMPONENTS[@]})); then
+      log "already up ($(grep '^DESCRIPTION=' "${STATE_FILE}" | cut -d= -f2-))"
+      print_usage_hint
+      return
+    fi
+    ((${#alive[@]} == 0)) || die "partly running (${alive[*]}); run 'hack/cluster.sh down' first"
+    log "removing the state of a cluster that no longer runs"
+    rm -rf "${CLUSTER_DIR}"
+    ports_from_env
+  fi
+  nodes="$("${PYTHON}" "${HACK_DIR}/render_nodes.py" --count "${description}")"
+  ensure_binaries
+  check_ports
+  mkdir -p "${CLUSTER_DIR}/logs" "${CLUSTER_DIR}/pids"
+  cat >"${STATE_FILE}" <<EOF
+DESCRIPTION=${description}
+APISERVER_PORT=${APISERVER_PORT}
+ETCD_CLIENT_PORT=${ETCD_CLIENT_PORT}
+ETCD_PEER_PORT=${ETCD_PEER_PORT}
+CONTROLLER_MANAGER_PORT=${CONTROLLER_MANAGER_PORT}
+SCHEDULER_PORT=${SCHEDULER_PORT}
+EOF
+  trap up_failed EXIT
+  log "cluster state in ${CLUSTER_DIR}; ${nodes} nodes from ${description}"
+  make_pki
+  for c in admin kube-controller-manager kube-scheduler kwok; do kubeconfig "${c}"; done
+
+  start_etcd
+  wait_for "etcd" etcd etcd_healthy
+  start_apiserver
+  wait_for "kube-apiserver /readyz" kube-apiserver apiserver_ready
+  start_controller_manager
+  start_scheduler
+  start_kwok
+  log "creating ${nodes} fake GPU nodes"
+  create_nodes "${description}" "${nodes}"
+  log "created ${nodes} nodes; waiting for them to be Ready"
+  wait_for "${nodes} Ready nodes" kwok nodes_ready "${nodes}"
+  wait_for "the default ServiceAccount" kube-controller-manager default_serviceaccount
+  trap - EXIT
+  log "cluster up in $((SECONDS - started))s: ${nodes} GPU nodes"
+  print_usage_hint
+}
+
+cmd_down() {
+  if [[ ! -d "${CLUSTER_DIR}" ]]; then
+    log "no cluster in ${CLUSTER_DIR}"
+    return
+  fi
+  # Only ever delete a directory that `up` made.
+  [[ -f "${STATE_FILE}" || -d "${CLUSTER_DIR}/pids" ]] ||
+    die "${CLUSTER_DIR} does not look like a cluster state directory; not removing it"
+  stop_all
+  rm -rf "${CLUSTER_DIR}"
+  log "cluster down; removed ${CLUSTER_DIR}"
+}
+
+cmd_status() {
+  local c pid
+  if [[ ! -f "${STATE_FILE}" ]]; then
+    echo "no cluster in ${CLUSTER_DIR}"
+    return
+  fi
+  echo "cluster in ${CLUSTER_DIR} ($(grep '^DESCRIPTION=' "${STATE_FILE}" | cut -d= -f2-))"
+  for c in "${COMPONENTS[@]}"; do
+    pid="$(cat "$(pid_file "${c}")" 2>/dev/null || echo -)"
+    if running "${c}"; then printf '  %-24s running  pid %s\n' "${c}" "${pid}"
+    else printf '  %-24s stopped\n' "${c}"; fi
+  done
+  running kube-apiserver || return 0
+  echo "  api server               https://127.0.0.1:${APISERVER_PORT}"
+  kubectl_admin get nodes --no-headers \
+    -o custom-columns='READY:.status.conditions[?(@.type=="Ready")].status,GPU:.status.allocatable.nvidia\.com/gpu' |
+    awk '{n++; if ($1 == "True") r++; if ($2 != "<none>") g += $2}
+         END {printf "  nodes                    %d (%d Ready), %d GPUs\n", n, r, g}'
+  echo "export KUBECONFIG=${CLUSTER_DIR}/admin.kubeconfig"
+}
+
+main() {
+  local command="${1:-}"
+  [[ $# -gt 0 ]] && shift
+  load_ports
+  case "${command}" in
+    up) (($# <= 1)) || usage; cmd_up "$@" ;;
+    down) (($# == 0)) || usage; cmd_down ;;
+    status) (($# == 0)) || usage; cmd_status ;;
+    *) usage ;;
+  esac
+}
+
+main "$@"
