@@ -221,6 +221,8 @@ def test_higher_priority_preempts_a_whole_lower_priority_gang(
     apply(cluster, namespace, a_training_job("high").queue(queue).priority(100).replicas(2).gpus(4).obj())
     wait_phase(cluster, namespace, "high", "Running")
     low = wait_phase(cluster, namespace, "low", "Queued")["status"]
-    assert low["reason"] == "Preempted"
-    assert "high" in low["message"]
+    preempted = next(c for c in low["conditions"] if c["type"] == "Preempted")
+    assert preempted["reason"] == "Preempted"
+    assert "preempted by" in preempted["message"]
+    assert "/high" in preempted["message"]
     assert running_pods(cluster, namespace, "low") == []

@@ -395,6 +395,16 @@ class TrainingJobController:
         await self.kube.post_event(obj, "Warning", reason, message)
         status = _queued(job, reason, message, now)
         status.gpus = 0
+        # The queue reason changes as the job waits; this condition keeps who preempted it, and when.
+        status.conditions = set_condition(
+            status.conditions,
+            "Preempted",
+            ConditionStatus.TRUE,
+            reason,
+            message,
+            now=now,
+            generation=job.metadata.get("generation"),
+        )
         await self._write_status(obj, job, status)
 
     async def _report_queues(self, result: ScheduleResult) -> None:
