@@ -1,4 +1,8 @@
-"""kopf handlers: each records what it sees and pokes the reconcile loop. No decisions here."""
+"""kopf handlers: each records what it sees and pokes the reconcile loop. No decisions here.
+
+They are coroutines so that they run on the event loop with the reconcile loops: kopf runs
+plain functions in worker threads, where they would race the loops over the caches.
+"""
 
 from __future__ import annotations
 
@@ -7,38 +11,53 @@ from typing import Any
 import kopf
 
 from aisched.api import GROUP, VERSION
+from aisched.controller.serving import InferenceServiceController
 from aisched.controller.training import TrainingJobController
 from aisched.kube.inventory import Inventory
 
 
-def register(registry: kopf.OperatorRegistry, inventory: Inventory, jobs: TrainingJobController) -> None:
+def register(
+    registry: kopf.OperatorRegistry,
+    inventory: Inventory,
+    jobs: TrainingJobController,
+    serving: InferenceServiceController,
+) -> None:
     @kopf.on.event("", "v1", "nodes", registry=registry)
-    def node_event(event: kopf.RawEvent, name: str, **_: Any) -> None:
+    async def node_event(event: kopf.RawEvent, name: str, **_: Any) -> None:
         if event["type"] == "DELETED":
             inventory.delete_node(name)
         else:
             inventory.upsert_node(dict(event["object"]))
         jobs.nodes_changed()
+        serving.nodes_changed()
 
     @kopf.on.event("", "v1", "pods", registry=registry)
-    def pod_event(event: kopf.RawEvent, name: str, namespace: str | None, **_: Any) -> None:
+    async def pod_event(event: kopf.RawEvent, name: str, namespace: str | None, **_: Any) -> None:
         if event["type"] == "DELETED":
             record = inventory.pods.get((namespace or "", name))
             inventory.delete_pod(namespace or "", name)
         else:
             record = inventory.upsert_pod(dict(event["object"]))
         jobs.pod_changed(record)
+        serving.pod_changed(dict(event["object"]), deleted=event["type"] == "DELETED")
 
     @kopf.on.event(GROUP, VERSION, "trainingjobs", registry=registry)
-    def training_job_event(event: kopf.RawEvent, name: str, namespace: str | None, **_: Any) -> None:
+    async def training_job_event(event: kopf.RawEvent, name: str, namespace: str | None, **_: Any) -> None:
         if event["type"] == "DELETED":
             jobs.job_gone(namespace or "", name)
         else:
             jobs.job_seen(dict(event["object"]))
 
     @kopf.on.event(GROUP, VERSION, "queues", registry=registry)
-    def queue_event(event: kopf.RawEvent, name: str, **_: Any) -> None:
+    async def queue_event(event: kopf.RawEvent, name: str, **_: Any) -> None:
         if event["type"] == "DELETED":
             jobs.queue_gone(name)
         else:
             jobs.queue_seen(dict(event["object"]))
+
+    @kopf.on.event(GROUP, VERSION, "inferenceservices", registry=registry)
+    async def inference_service_event(event: kopf.RawEvent, name: str, namespace: str | None, **_: Any) -> None:
+        if event["type"] == "DELETED":
+            serving.service_gone(namespace or "", name)
+        else:
+            serving.service_seen(dict(event["object"]))

@@ -12,13 +12,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import kopf
+from prometheus_client import CollectorRegistry
 
 from aisched.controller.handlers import register
+from aisched.controller.serving import InferenceServiceController
 from aisched.controller.training import TrainingJobController
 from aisched.kube.client import KubeClient, load_api_client
 from aisched.kube.inventory import Inventory
 from aisched.kube.leader import LeaseElector
-from aisched.settings import Settings
+from aisched.metrics import Metrics, serve
+from aisched.settings import AutoscalerSettings, Settings
+from aisched.sources.prometheus import MetricNames, PrometheusSource
 
 log = logging.getLogger(__name__)
 HEARTBEAT_STALE_SECONDS = 60.0
@@ -72,17 +76,24 @@ async def _operate(settings: Settings, standalone: bool) -> int:
     heartbeat = _Heartbeat()
     asyncio.get_running_loop().create_task(heartbeat.tick_forever())
     _serve_health(settings.health_port, heartbeat)
+    metrics = Metrics(CollectorRegistry())
+    serve(metrics, settings.metrics_port)
+    metrics.record_leadership(False)
     api_client = load_api_client()
     kube = KubeClient(api_client)
     elector = None
     if settings.leader_election and not standalone:
         elector = LeaseElector(api_client, settings.leader_namespace, settings.leader_lease_name, socket.gethostname())
         await elector.acquire()
+    metrics.record_leadership(True)
 
     inventory = Inventory(settings)
-    jobs = TrainingJobController(settings, kube, inventory)
+    jobs = TrainingJobController(settings, kube, inventory, metrics=metrics)
+    serving = InferenceServiceController(
+        settings, kube, inventory, cluster_snapshot=jobs._snapshot, prometheus=_prometheus(settings.autoscaler)
+    )
     registry = kopf.OperatorRegistry()
-    register(registry, inventory, jobs)
+    register(registry, inventory, jobs, serving)
     background: list[asyncio.Task[None]] = []
 
     @kopf.on.login(registry=registry)
@@ -94,22 +105,29 @@ async def _operate(settings: Settings, standalone: bool) -> int:
     async def start(settings: kopf.OperatorSettings, **_: object) -> None:
         _configure_kopf(settings)
         inventory.replace_nodes(await kube.list_nodes())
-        inventory.replace_pods(await kube.list_pods())
+        pods = await kube.list_pods()
+        inventory.replace_pods(pods)
+        serving.replace_pods(pods)
         await kube.ensure_queue(operator_settings.default_queue, nominal_gpus=1_000_000)
         background.append(asyncio.create_task(jobs.run(), name="trainingjobs"))
+        background.append(asyncio.create_task(serving.run(), name="inferenceservices"))
         background.append(asyncio.create_task(_relist_forever(), name="relist"))
 
     @kopf.on.cleanup(registry=registry)
     async def stop(**_: object) -> None:
         for task in background:
             task.cancel()
+        if serving.prometheus is not None:
+            await serving.prometheus.aclose()
 
     async def _relist_forever() -> None:
         while True:
             await asyncio.sleep(operator_settings.relist_seconds)
             try:
                 inventory.replace_nodes(await kube.list_nodes())
-                inventory.replace_pods(await kube.list_pods())
+                pods = await kube.list_pods()
+                inventory.replace_pods(pods)
+                serving.replace_pods(pods)
                 jobs.nodes_changed()
             except Exception:
                 log.exception("relisting nodes and pods failed; the watches keep going")
@@ -137,6 +155,22 @@ async def _operate(settings: Settings, standalone: bool) -> int:
         return 1  # restart as a standby rather than act without the lease
     renew_task.cancel()
     return 0
+
+
+def _prometheus(settings: AutoscalerSettings) -> PrometheusSource | None:
+    if settings.prometheus_url is None:
+        return None
+    names = MetricNames(
+        request_counter=settings.request_counter,
+        concurrency_gauge=settings.concurrency_gauge,
+        gpu_utilization=settings.gpu_utilization,
+        rate_window=settings.rate_window,
+        namespace_label=settings.namespace_label,
+        pod_label=settings.pod_label,
+        gpu_namespace_label=settings.gpu_namespace_label,
+        gpu_pod_label=settings.gpu_pod_label,
+    )
+    return PrometheusSource(settings.prometheus_url, timeout_seconds=settings.query_timeout_seconds, names=names)
 
 
 def run_operator(settings: Settings, *, standalone: bool = False) -> int:

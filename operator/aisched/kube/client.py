@@ -119,6 +119,54 @@ class KubeClient:
             if error.status != 404:
                 raise
 
+    async def scale_custom(self, plural: str, namespace: str, name: str, replicas: int) -> None:
+        """Set spec.replicas through the scale subresource, the path `kubectl scale` and HPA take."""
+        body = {"spec": {"replicas": replicas}}
+        try:
+            await asyncio.to_thread(
+                self.custom.patch_namespaced_custom_object_scale,
+                GROUP,
+                VERSION,
+                namespace,
+                plural,
+                name,
+                body,
+                _content_type="application/merge-patch+json",
+            )
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+    async def annotate_custom(self, plural: str, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        body = {"metadata": {"annotations": annotations}}
+        try:
+            await asyncio.to_thread(
+                self.custom.patch_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                namespace,
+                plural,
+                name,
+                body,
+                _content_type="application/merge-patch+json",
+            )
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+    async def apply_service(self, obj: dict[str, Any]) -> None:
+        """Server-side apply: creates the Service or brings the fields we own up to date."""
+        metadata = obj["metadata"]
+        await asyncio.to_thread(
+            self.core.patch_namespaced_service,
+            metadata["name"],
+            metadata["namespace"],
+            obj,
+            field_manager="aisched",
+            force=True,
+            _content_type="application/apply-patch+yaml",
+        )
+
     async def ensure_queue(self, name: str, nominal_gpus: int) -> None:
         body = {
             "apiVersion": f"{GROUP}/{VERSION}",
