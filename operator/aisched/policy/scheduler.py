@@ -654,17 +654,20 @@ class _Cycle:
             ),
             key=lambda r: (r.job.priority, -(r.job.started or r.job.created).timestamp(), r.job.key),
         )
-        request = job.gang(replicas, self._gpu_types(job, frozenset()), job.excluded_nodes)
         chosen: list[_Action] = []
         for running in victims:
             chosen.append(_Action(running))
             refunded = [(a.running.job.queue, sum(a.gpus().values()), a.running.placement.gpu_type) for a in chosen]
             for queue, gpus, gpu_type in refunded:
                 self.ledger.refund(queue, gpus, gpu_type)
-            allowed = self.ledger.allowance(job.queue, job.gpu_type, replicas * job.gpus_per_replica).refusal is None
+            allowance = self.ledger.allowance(job.queue, job.gpu_type, replicas * job.gpus_per_replica)
             for queue, gpus, gpu_type in refunded:
                 self.ledger.charge(queue, gpus, gpu_type)
-            if allowed and self._fits_after(request, chosen):
+            if allowance.refusal is not None:
+                continue
+            # Per-GPU-type caps still bind: only products with room for the whole gang may take it.
+            request = job.gang(replicas, self._gpu_types(job, allowance.blocked_gpu_types), job.excluded_nodes)
+            if self._fits_after(request, chosen):
                 self._carry_out(job, request, _Plan((0, 0, 0, 0), tuple(chosen), DomainId(None, ())))
                 return True
         return False
