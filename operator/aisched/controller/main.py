@@ -90,7 +90,12 @@ async def _operate(settings: Settings, standalone: bool) -> int:
     inventory = Inventory(settings)
     jobs = TrainingJobController(settings, kube, inventory, metrics=metrics)
     serving = InferenceServiceController(
-        settings, kube, inventory, cluster_snapshot=jobs._snapshot, prometheus=_prometheus(settings.autoscaler)
+        settings,
+        kube,
+        inventory,
+        cluster_snapshot=jobs._snapshot,
+        prometheus=_prometheus(settings.autoscaler),
+        metrics=metrics,
     )
     registry = kopf.OperatorRegistry()
     register(registry, inventory, jobs, serving)

@@ -69,7 +69,7 @@ UNSCHEDULABLE_GRACE = timedelta(seconds=30)
 SPOT_GRACE_MARGIN_SECONDS = 10
 """Of a spot notice, what a replica's pod teardown may not use, so it ends before the node does."""
 MIN_SLEEP_SECONDS = 0.05
-NO_PROMETHEUS = "no Prometheus is configured (AISCHED_AUTOSCALER_PROMETHEUS_URL)"
+NO_PROMETHEUS = "no Prometheus is configured (AISCHED_AUTOSCALER__PROMETHEUS_URL)"
 
 
 def utc_now() -> datetime:

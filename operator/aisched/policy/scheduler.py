@@ -336,7 +336,7 @@ class _Cycle:
         request = job.gang(most, gpu_types, job.excluded_nodes | reserved)
         outcome = self._place_most(request, fewest)
         if isinstance(outcome, Placement):
-            self._admit(job, outcome)
+            self._admit(job, self._within_type_quota(job, request, outcome, fewest))
             return
         if not outcome.transient:
             self.waiting.append(Waiting(job.key, outcome.reason, outcome.message))
@@ -356,6 +356,23 @@ class _Cycle:
             verdict = (outcome.reason, outcome.message)
         self.blocked[shape] = verdict
         self.waiting.append(Waiting(job.key, *verdict))
+
+    def _within_type_quota(self, job: JobRequest, request: GangRequest, placement: Placement, fewest: int) -> Placement:
+        """Trim a gang that may take any product to what its queue's cap on the chosen product allows.
+
+        Products without room for `fewest` replicas were excluded before placing, so the trimmed
+        gang still has at least `fewest` replicas.
+        """
+        product = placement.gpu_type
+        cap = self.ledger.quotas[job.queue].gpu_type_quotas.get(product) if product else None
+        if cap is None or product is None:
+            return placement
+        room = cap - self.ledger.used_by_type[job.queue][product]
+        if placement.total_gpus <= room:
+            return placement
+        replicas = max(fewest, room // job.gpus_per_replica)
+        trimmed = self._place_most(replace(request, replicas=replicas, gpu_types=frozenset({product})), fewest)
+        return trimmed if isinstance(trimmed, Placement) else placement
 
     def _gpu_types(self, job: JobRequest, blocked: frozenset[str]) -> frozenset[str] | None:
         if job.gpu_type is not None:
