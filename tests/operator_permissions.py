@@ -37,6 +37,8 @@ OPERATOR_PERMISSIONS: tuple[Permission, ...] = (
     ),
     *(_p("aisched.io", f"{r}/status", "get patch update", "phase, conditions, placement") for r in OWN_RESOURCES),
     _p("aisched.io", "queues", "create", "the default Queue"),
+    _p("aisched.io", "trainingjobs", "delete", "ttlSecondsAfterFinished deletes finished jobs"),
+    _p("aisched.io", "inferenceservices/scale", "get patch", "the autoscaler sets replicas as kubectl scale does"),
     _p("", "pods", "get list watch create delete patch", "workers; the inventory counts every pod's GPUs"),
     _p("", "services", "get list watch create delete patch", "headless Services of gangs, Services of models"),
     _p("", "nodes", "get list watch", "GPU capacity, topology, spot labels, interruption taints"),

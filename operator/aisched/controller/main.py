@@ -93,7 +93,7 @@ async def _operate(settings: Settings, standalone: bool) -> int:
         settings,
         kube,
         inventory,
-        cluster_snapshot=jobs._snapshot,
+        cluster_snapshot=jobs.cluster_snapshot,
         prometheus=_prometheus(settings.autoscaler),
         metrics=metrics,
     )

@@ -428,7 +428,7 @@ class InferenceServiceController:
         ]
 
     def _snapshot(self) -> ClusterSnapshot:
-        """The cluster for this pass: nodes that must be left count as interrupted, our unbound pods as used."""
+        """The cluster for this pass: nodes that must be left count as interrupted, pods we just made as used."""
         base = self.cluster_snapshot()
         doomed = self.inventory.doomed_nodes()
         snapshot = ClusterSnapshot(replace(n, interrupted=n.interrupted or n.name in doomed) for n in base.nodes())
@@ -436,7 +436,9 @@ class InferenceServiceController:
         for by_name in self.pods.values():
             for pod in by_name.values():
                 node = pod.pinned_node
-                if pod.node is None and not pod.finished and node is not None and node in snapshot:
+                # The inventory counts pinned pods once the watch has seen them; before that, we do.
+                known = (pod.namespace, pod.name) in self.inventory.pods
+                if pod.node is None and not pod.finished and node is not None and node in snapshot and not known:
                     unbound[node] = unbound.get(node, 0) + pod.gpus
         snapshot.allocate(unbound)
         return snapshot

@@ -233,7 +233,7 @@ class TrainingJobController:
             self.metrics.record_job_pods(namespace, name, "TrainingJob", pods)
         self.metrics.record_jobs(census)
         self.metrics.record_running_gangs(gangs_by_level)
-        self.metrics.record_gpu_pools(_gpu_pools(self._snapshot(), min(pending_sizes, default=None)))
+        self.metrics.record_gpu_pools(_gpu_pools(self.cluster_snapshot(), min(pending_sizes, default=None)))
 
     def _checkpoint_grace(self, job: TrainingJob) -> int:
         # Workers get the whole notice window minus a margin for the pod to be torn down.
@@ -278,7 +278,7 @@ class TrainingJobController:
     async def schedule(self) -> None:
         """One scheduling cycle: admit, keep waiting, preempt and resize, as the scheduler decides."""
         now = self.clock()
-        snapshot = self._snapshot()
+        snapshot = self.cluster_snapshot()
         doomed = self.inventory.doomed_nodes()
         parsed: dict[str, tuple[dict[str, Any], TrainingJob]] = {}
         requests: list[JobRequest] = []
@@ -474,20 +474,22 @@ class TrainingJobController:
             excluded_nodes=doomed,
         )
 
-    def _snapshot(self) -> ClusterSnapshot:
-        """Every pod's GPUs, plus GPUs of placed gangs whose pods are not bound yet."""
+    def cluster_snapshot(self) -> ClusterSnapshot:
+        """The cluster as placement sees it, shared with the InferenceService controller."""
         reserved: dict[str, int] = {}
         for (namespace, name), obj in self.jobs.items():
             job = _parse(obj)
             if job is None or job.status.phase not in HOLDS_GPUS or job.status.placement is None:
                 continue
-            bound = {
+            # Pods that exist hold their GPUs in the inventory (pinned by node selector even
+            # while gated); ranks whose pods are not created yet hold them through the placement.
+            created = {
                 p.labels.get(labels.RANK)
                 for p in self.inventory.pods_of_job(namespace, name)
-                if p.holds_gpus and p.labels.get(labels.GANG_GENERATION) == str(job.status.gang_generation)
+                if p.labels.get(labels.GANG_GENERATION) == str(job.status.gang_generation)
             }
             for rank, node in enumerate(job.status.placement.nodes):
-                if str(rank) not in bound:
+                if str(rank) not in created:
                     reserved[node] = reserved.get(node, 0) + job.spec.gpus_per_replica
         return self.inventory.snapshot(reserved)
 

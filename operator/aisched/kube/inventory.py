@@ -35,9 +35,16 @@ class PodRecord:
     unschedulable_since: datetime | None = None
     unschedulable_message: str | None = None
 
+    pinned_node: str | None = None  # nodeSelector kubernetes.io/hostname: where it will bind
+
+    @property
+    def gpu_node(self) -> str | None:
+        """The node whose GPUs this pod holds, or is about to: bound, or pinned and waiting to bind."""
+        return self.node or self.pinned_node
+
     @property
     def holds_gpus(self) -> bool:
-        return self.node is not None and self.phase not in ("Succeeded", "Failed")
+        return self.gpu_node is not None and self.phase not in ("Succeeded", "Failed")
 
     @property
     def job_key(self) -> tuple[str, str] | None:
@@ -115,7 +122,7 @@ class Inventory:
         return frozenset(n.name for n in self.nodes.values() if n.interrupted) | frozenset(self._not_ready)
 
     def snapshot(self, reserved: dict[str, int] | None = None) -> ClusterSnapshot:
-        """The cluster for placement: every pod's GPUs, plus GPUs promised to gangs not yet bound."""
+        """The cluster for placement: GPUs of every pod bound or pinned to a node, plus `reserved` ones."""
         reserved = reserved or {}
         return ClusterSnapshot(
             replace(node, used_gpus=self.used_gpus(name) + reserved.get(name, 0)) for name, node in self.nodes.items()
@@ -159,6 +166,7 @@ class Inventory:
             disruption_target=conditions.get("DisruptionTarget", {}).get("status") == "True",
             exit_code=exit_code,
             termination_message=message,
+            pinned_node=(spec.get("nodeSelector") or {}).get("kubernetes.io/hostname"),
             unschedulable_since=_timestamp(scheduled.get("lastTransitionTime")) if unschedulable else None,
             unschedulable_message=scheduled.get("message") if unschedulable else None,
         )
@@ -168,8 +176,8 @@ class Inventory:
         self._forget_pod((record.namespace, record.name))
         key = (record.namespace, record.name)
         self.pods[key] = record
-        if record.node:
-            self._pods_by_node[record.node].add(key)
+        if record.gpu_node:
+            self._pods_by_node[record.gpu_node].add(key)
         if record.job_key:
             self._pods_by_job[record.job_key].add(key)
         return record
@@ -186,8 +194,8 @@ class Inventory:
         old = self.pods.pop(key, None)
         if old is None:
             return
-        if old.node:
-            self._pods_by_node[old.node].discard(key)
+        if old.gpu_node:
+            self._pods_by_node[old.gpu_node].discard(key)
         if old.job_key:
             self._pods_by_job[old.job_key].discard(key)
 

@@ -42,6 +42,12 @@
   valueFrom:
     fieldRef:
       fieldPath: metadata.namespace
+{{- with .Values.autoscaler.prometheusUrl }}
+- name: AISCHED_AUTOSCALER__PROMETHEUS_URL
+  value: {{ . | quote }}
+{{- end }}
+- name: AISCHED_AUTOSCALER__INTERVAL_SECONDS
+  value: {{ .Values.autoscaler.intervalSeconds | quote }}
 - name: AISCHED_CARBON__PROVIDER
   value: {{ .Values.carbon.provider | quote }}
 - name: AISCHED_CARBON__REGION
