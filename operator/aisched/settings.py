@@ -120,6 +120,16 @@ class CarbonSettings(BaseSettings):
         description="Power per GPU by product name, when DCGM energy counters are not available.",
     )
     default_gpu_power_watts: float = Field(default=400.0, gt=0, le=5000, description="Power of a GPU not listed.")
+    forecast_error: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="Typical forecast error as a fraction of mean intensity; the planner discounts forecast "
+        "lows by it (0 trusts the forecast fully).",
+    )
+    min_saving_fraction: float = Field(
+        default=0.0, ge=0, le=1, description="Defer only when the forecast promises at least this saving."
+    )
 
     def power_per_gpu(self, product: str | None) -> float:
         """Watts drawn by one GPU of this product (the default for unknown ones)."""
