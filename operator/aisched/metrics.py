@@ -361,6 +361,27 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self._initialise_bounded_series()
+
+    def _initialise_bounded_series(self) -> None:
+        """Export every counter whose label values are all known up front at zero, so rates and
+        increases are 0 rather than absent before the first event (and alerts can tell the two apart)."""
+        for capacity in CAPACITY_TYPES:
+            self.lost_work.labels(capacity)
+            self.lost_gpu_time.labels(capacity)
+            for signal in INTERRUPTION_SIGNALS:
+                self.interruptions.labels(capacity, signal)
+        for kind in RECONCILED_KINDS:
+            self.reconcile_errors.labels(kind)
+        for result in PLACEMENT_RESULTS:
+            self.placement_duration.labels(result)
+        for reason in CHECKPOINT_REASONS:
+            self.checkpoints.labels(reason)
+        for reason in RESTART_REASONS:
+            self.gang_restarts.labels(reason)
+        for direction in AUTOSCALER_DIRECTIONS:
+            for reason in AUTOSCALER_REASONS:
+                self.autoscaler_decisions.labels(direction, reason)
 
     # -- workloads ---------------------------------------------------------
 
@@ -370,6 +391,8 @@ class Metrics:
         for queue in {queue for queue, _ in counts}:
             for phase in PHASES:
                 self.jobs.labels(queue, phase).set(0)
+            for phase in FINISHED_PHASES:
+                self.jobs_completed.labels(queue, phase)  # zero until the queue's first finish
         for (queue, phase), count in counts.items():
             self.jobs.labels(queue, _check("phase", phase, PHASES)).set(count)
 

@@ -159,8 +159,10 @@ def sample_prometheus(
     server.stop()
 
 
-@pytest.fixture
-def operator_prometheus(request: pytest.FixtureRequest, prometheus_binary: str, tmp_path: Path) -> Iterator[Prometheus]:
+@pytest.fixture(scope="module")
+def operator_prometheus(
+    request: pytest.FixtureRequest, prometheus_binary: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Prometheus]:
     """Prometheus over the operator the conftest runs, with the example jobs applied."""
     try:
         operator = request.getfixturevalue("operator")
@@ -172,15 +174,28 @@ def operator_prometheus(request: pytest.FixtureRequest, prometheus_binary: str, 
         pytest.skip("the operator does not serve aisched's metrics yet")
     namespace = "aisched-prometheus-test"
     cluster.kubectl("create", "namespace", namespace)
+    # Scraping starts before the examples arrive, so their admissions land inside the rate windows.
+    server = Prometheus(prometheus_binary, tmp_path_factory.mktemp("prometheus"), Targets(aisched=[target]))
     try:
-        for example in sorted(EXAMPLES.glob("*.yaml")):
+        # Two waves: the first makes the histograms' series exist in Prometheus, so the second
+        # wave's admissions show as increases (a series first seen at N has no rate yet).
+        first, *rest = sorted(EXAMPLES.glob("trainingjob-*.yaml"))
+        # queues.yaml stays out: Queues are cluster-wide and would change quotas for later tests.
+        cluster.kubectl("apply", "-n", namespace, "-f", str(first))
+        wait_for(lambda: server.query("aisched_queue_wait_seconds_count"), 60, "the first admission to be scraped")
+        for example in [*rest, *sorted(EXAMPLES.glob("inferenceservice*.yaml"))]:
             cluster.kubectl("apply", "-n", namespace, "-f", str(example))
         # Once every job has a phase, the operator's gauges describe admitted and running work.
         wait_for(lambda: _all_have_a_phase(cluster, namespace), 60, "the examples to be reconciled")
-        server = _started(prometheus_binary, tmp_path, Targets(aisched=[target]), dcgm=False)
+        wait_for(
+            lambda: server.query("sum(rate(aisched_placement_duration_seconds_count[1m])) > 0"),
+            60,
+            "the admissions to show in a scraped rate",
+        )
+        wait_for(lambda: all(rule.get("lastEvaluation", "0001").startswith("20") for rule in server.rules()), 30)
         yield server
-        server.stop()
     finally:
+        server.stop()
         cluster.kubectl("delete", "namespace", namespace, "--wait=false")
 
 
