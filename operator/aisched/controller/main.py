@@ -11,6 +11,7 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import httpx
 import kopf
 from prometheus_client import CollectorRegistry
 
@@ -22,6 +23,7 @@ from aisched.kube.inventory import Inventory
 from aisched.kube.leader import LeaseElector
 from aisched.metrics import Metrics, serve
 from aisched.settings import AutoscalerSettings, Settings
+from aisched.sources.carbon import build_carbon_source
 from aisched.sources.prometheus import MetricNames, PrometheusSource
 
 log = logging.getLogger(__name__)
@@ -88,7 +90,10 @@ async def _operate(settings: Settings, standalone: bool) -> int:
     metrics.record_leadership(True)
 
     inventory = Inventory(settings)
-    jobs = TrainingJobController(settings, kube, inventory, metrics=metrics)
+    carbon_client = httpx.AsyncClient()
+    jobs = TrainingJobController(
+        settings, kube, inventory, metrics=metrics, carbon=build_carbon_source(settings.carbon, carbon_client)
+    )
     serving = InferenceServiceController(
         settings,
         kube,
@@ -120,6 +125,7 @@ async def _operate(settings: Settings, standalone: bool) -> int:
 
     @kopf.on.cleanup(registry=registry)
     async def stop(**_: object) -> None:
+        await carbon_client.aclose()
         for task in background:
             task.cancel()
         if serving.prometheus is not None:

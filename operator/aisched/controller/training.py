@@ -15,7 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -23,13 +23,14 @@ from pydantic import ValidationError
 
 from aisched.api import CapacityType, ConditionStatus, Queue, SpotPolicy, TrainingJob, TrainingJobPhase
 from aisched.api.common import set_condition
-from aisched.api.training_job import CheckpointRecord, TrainingJobStatus
+from aisched.api.training_job import CheckpointRecord, Deferral, TrainingJobStatus
 from aisched.kube import labels
 from aisched.kube.builders import GangLaunch, WorkerSlot, build_headless_service, build_worker_pod
 from aisched.kube.client import KubeClient
 from aisched.kube.inventory import Inventory, PodRecord
 from aisched.kube.pools import PoolTracker
 from aisched.metrics import GpuPoolUsage, Metrics
+from aisched.policy.carbon import plan_start
 from aisched.policy.cluster import ClusterSnapshot, Toleration
 from aisched.policy.interruptions import InterruptionPrior
 from aisched.policy.lifecycle import HOLDS_GPUS, Observation, Step, Verb, Worker, WorkerPhase, next_step
@@ -39,6 +40,7 @@ from aisched.policy.queueing import QueueQuota
 from aisched.policy.scheduler import JobRequest, ScheduleResult, schedule
 from aisched.policy.spot import CapacityChoice, CapacityDecision, choose_capacity, optimal_checkpoint_interval
 from aisched.settings import Settings
+from aisched.sources.carbon import CachedCarbonSource, CarbonSourceError
 from aisched.workload.contract import parse_checkpoint_report
 
 log = logging.getLogger(__name__)
@@ -46,6 +48,15 @@ Phase = TrainingJobPhase
 JobKey = tuple[str, str]
 PLURAL = "trainingjobs"
 DEADLINE_NEEDS_ON_DEMAND = "DeadlineNeedsOnDemand"
+# Settings' provider names -> the source label values of aisched_carbon_source_errors_total.
+CARBON_SOURCE_NAMES = {
+    "electricitymaps": "ElectricityMaps",
+    "watttime": "WattTime",
+    "nationalgrid": "NationalGrid",
+    "prometheus": "Prometheus",
+    "file": "File",
+    "none": "File",
+}
 
 
 def utc_now() -> datetime:
@@ -58,6 +69,7 @@ class TrainingJobController:
     kube: KubeClient
     inventory: Inventory
     metrics: Metrics = field(default_factory=lambda: Metrics(CollectorRegistry(), process_metrics=False))
+    carbon: CachedCarbonSource | None = None
     clock: Callable[[], datetime] = utc_now
     pools: PoolTracker = field(init=False)
     jobs: dict[JobKey, dict[str, Any]] = field(default_factory=dict)
@@ -289,7 +301,9 @@ class TrainingJobController:
                 continue
             key = f"{job.metadata['namespace']}/{job.metadata['name']}"
             phase = job.status.phase
-            if phase == Phase.QUEUED and not job.spec.suspend:
+            if phase in (Phase.QUEUED, Phase.DEFERRED) and not job.spec.suspend:
+                if await self._defer(obj, job, now):
+                    continue
                 capacity = self._choose_capacity(job, snapshot, doomed, now)
                 if capacity.choice == CapacityChoice.WAIT:
                     await self._write_status(obj, job, _queued(job, capacity.reason, capacity.message, now))
@@ -339,6 +353,65 @@ class TrainingJobController:
                 await self.kube.post_event(obj, "Normal", waiting.reason, waiting.message)
             await self._write_status(obj, job, _queued(job, waiting.reason, waiting.message, now))
         await self._report_queues(result)
+
+    async def _defer(self, obj: dict[str, Any], job: TrainingJob, now: datetime) -> bool:
+        """Hold a deferrable job in Deferred until its planned start; True while it waits.
+
+        Re-planned on every cycle, so a newer forecast moves the start. With no forecast the
+        plan is "now", and every plan starts no later than the latest start meeting the deadline.
+        """
+        spec = job.spec
+        annotations = job.metadata.get("annotations") or {}
+        if not spec.carbon.deferrable or job.status.start_time is not None:
+            return False
+        if annotations.get(labels.START_NOW, "").lower() == "true":
+            if job.status.phase == Phase.DEFERRED:
+                await self.kube.post_event(obj, "Normal", "StartNow", f"{labels.START_NOW} set: starting now")
+            return False
+        region = spec.carbon.region or self.settings.carbon.region
+        forecast = None
+        if self.carbon is not None:
+            horizon = timedelta(seconds=self.settings.carbon.forecast_horizon_seconds)
+            try:
+                forecast = await self.carbon.forecast(region, now, now + horizon)
+            except CarbonSourceError as error:
+                log.warning("no carbon forecast for %s: %s; deferrable jobs start in time", region, error)
+                self.metrics.record_carbon_source_error(CARBON_SOURCE_NAMES[self.settings.carbon.provider])
+        created = job.metadata.get("creationTimestamp")
+        plan = plan_start(
+            forecast,
+            now,
+            timedelta(seconds=spec.expected_duration_seconds or 0),
+            power_w=self.settings.carbon.power_per_gpu(spec.gpu_type) * spec.total_gpus,
+            deadline=spec.deadline,
+            max_delay=timedelta(seconds=spec.carbon.max_delay_seconds) if spec.carbon.max_delay_seconds else None,
+            submitted_at=datetime.fromisoformat(created) if isinstance(created, str) else now,
+            threshold_grams_per_kwh=spec.carbon.threshold_grams_per_kwh if spec.carbon.mode == "Threshold" else None,
+            min_saving_fraction=self.settings.carbon.min_saving_fraction,
+            forecast_error=self.settings.carbon.forecast_error,
+        )
+        if not plan.is_deferred(now):
+            if job.status.phase == Phase.DEFERRED:
+                await self._write_status(obj, job, _queued(job, str(plan.reason), plan.message, now))
+            return False
+        status = _queued(job, str(plan.reason), plan.message, now)
+        status.phase = Phase.DEFERRED
+        status.deferral = Deferral(
+            until=plan.start,
+            reason=plan.message,
+            forecast_grams_per_kwh=plan.intensity_at_start,
+            expected_saving_percent=plan.saving_percent,
+            expected_saving_grams=plan.saving_grams,
+        )
+        if job.status.phase != Phase.DEFERRED:
+            self.metrics.record_deferral(str(spec.carbon.mode))
+            await self.kube.post_event(
+                obj, "Normal", "Deferred", f"start deferred to {plan.start:%Y-%m-%d %H:%M} UTC: {plan.message}"
+            )
+        await self._write_status(obj, job, status)
+        key = (job.metadata["namespace"], job.metadata["name"])
+        asyncio.get_running_loop().call_later(max(1.0, (plan.start - now).total_seconds()), self.mark, key)
+        return True
 
     async def _launch(
         self,
