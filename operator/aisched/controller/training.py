@@ -48,6 +48,7 @@ Phase = TrainingJobPhase
 JobKey = tuple[str, str]
 PLURAL = "trainingjobs"
 DEADLINE_NEEDS_ON_DEMAND = "DeadlineNeedsOnDemand"
+EMISSIONS_PERIOD = timedelta(minutes=1)  # how often running gangs' emissions are added up
 # Settings' provider names -> the source label values of aisched_carbon_source_errors_total.
 CARBON_SOURCE_NAMES = {
     "electricitymaps": "ElectricityMaps",
@@ -70,6 +71,7 @@ class TrainingJobController:
     inventory: Inventory
     metrics: Metrics = field(default_factory=lambda: Metrics(CollectorRegistry(), process_metrics=False))
     carbon: CachedCarbonSource | None = None
+    _emissions_marks: dict[JobKey, datetime] = field(default_factory=dict)
     clock: Callable[[], datetime] = utc_now
     pools: PoolTracker = field(init=False)
     jobs: dict[JobKey, dict[str, Any]] = field(default_factory=dict)
@@ -146,6 +148,10 @@ class TrainingJobController:
             await self.schedule()
         except Exception:
             log.exception("scheduling cycle failed; will retry")
+        try:
+            await self._account_emissions(self.clock())
+        except Exception:
+            log.exception("estimating emissions failed; will retry")
         self._report()
 
     async def reconcile(self, key: JobKey) -> None:
@@ -354,6 +360,38 @@ class TrainingJobController:
             await self._write_status(obj, job, _queued(job, waiting.reason, waiting.message, now))
         await self._report_queues(result)
 
+    async def _account_emissions(self, now: datetime) -> None:
+        """Add each running gang's emissions since the last minute: GPU power x grid intensity seen."""
+        if self.carbon is None:
+            return
+        intensities: dict[str, float | None] = {}
+        for key, obj in list(self.jobs.items()):
+            job = _parse(obj)
+            if job is None or job.status.phase != Phase.RUNNING or job.status.start_time is None:
+                self._emissions_marks.pop(key, None)
+                continue
+            since = self._emissions_marks.setdefault(key, max(job.status.start_time, now - EMISSIONS_PERIOD))
+            if now - since < EMISSIONS_PERIOD:
+                continue
+            region = job.spec.carbon.region or self.settings.carbon.region
+            if region not in intensities:
+                try:
+                    intensities[region] = (await self.carbon.current(region)).grams_per_kwh
+                    self.metrics.record_grid_intensity(region, intensities[region] or 0.0)
+                except CarbonSourceError as error:
+                    log.warning("no carbon intensity for %s: %s", region, error)
+                    intensities[region] = None
+            intensity = intensities[region]
+            if intensity is None:
+                continue
+            watts = self.settings.carbon.power_per_gpu(job.spec.gpu_type) * (job.status.gpus or 0)
+            grams = watts * (now - since).total_seconds() / 3.6e6 * intensity
+            self._emissions_marks[key] = now
+            self.metrics.record_carbon("TrainingJob", emitted_grams=grams)
+            status = job.status.model_copy(deep=True)
+            status.estimated_emissions_grams = round((status.estimated_emissions_grams or 0.0) + grams, 1)
+            await self._write_status(obj, job, status)
+
     async def _defer(self, obj: dict[str, Any], job: TrainingJob, now: datetime) -> bool:
         """Hold a deferrable job in Deferred until its planned start; True while it waits.
 
@@ -392,6 +430,8 @@ class TrainingJobController:
         )
         if not plan.is_deferred(now):
             if job.status.phase == Phase.DEFERRED:
+                saved = job.status.deferral.expected_saving_grams if job.status.deferral else None
+                self.metrics.record_carbon("TrainingJob", emitted_grams=0.0, avoided_grams=max(0.0, saved or 0.0))
                 await self._write_status(obj, job, _queued(job, str(plan.reason), plan.message, now))
             return False
         status = _queued(job, str(plan.reason), plan.message, now)
