@@ -6,8 +6,9 @@ one AWS zone (1) or not (0). Jobs of several lengths and deadlines start at even
 spaced points of each trace, and every policy runs the same jobs:
 
 - aisched: aisched.policy.spot.choose_capacity (policy Prefer), with the checkpoint
-  interval of optimal_checkpoint_interval for the pool's interruption rate as
-  estimated (aisched.policy.interruptions) from the trace before each (re)start.
+  interval of spot_checkpoint_interval: Young/Daly for the pool's interruption rate
+  as estimated (aisched.policy.interruptions) from the trace before each (re)start,
+  thinned by the notice saves the job has seen land, and capped by its slack.
 - on_demand: always on-demand; the baseline every cost is divided by.
 - greedy_spot: spot whenever there is some, otherwise wait, and on-demand for good
   once the deadline leaves no more room to wait.
@@ -49,7 +50,7 @@ from aisched.policy.spot import (
     CapacityChoice,
     CapacityDecision,
     choose_capacity,
-    optimal_checkpoint_interval,
+    spot_checkpoint_interval,
 )
 from aisched.settings import Settings
 
@@ -146,7 +147,7 @@ class Policy(Protocol):
 
     def decide(self, view: JobView) -> Where | None: ...
 
-    def checkpoint_interval_s(self, trace: SpotTrace, index: int) -> float: ...
+    def checkpoint_interval_s(self, trace: SpotTrace, index: int, so_far: JobResult) -> float: ...
 
 
 @dataclass
@@ -155,6 +156,7 @@ class JobResult:
     finished_at_s: float = math.inf
     lost_work_s: float = 0.0
     interruptions: int = 0
+    saved_on_notice: int = 0
     restarts: int = 0
     spot_time_s: float = 0.0
     on_demand_time_s: float = 0.0
@@ -227,6 +229,7 @@ def _preempt(run: _Run, result: JobResult, params: Params) -> None:
     result.interruptions += 1
     fits_in_notice = params.notice_checkpoint and params.checkpoint_cost_s <= params.notice_s
     if fits_in_notice:
+        result.saved_on_notice += 1
         run.save()
     else:
         result.lost_work_s += run.unsaved_s
@@ -253,7 +256,7 @@ def _move(
     result.restarts += 1
     run.overhead_left_s = params.restart_overhead_s
     # On-demand is not preempted, so nothing is gained by checkpointing there.
-    run.interval_s = policy.checkpoint_interval_s(trace, index) if where is Where.SPOT else math.inf
+    run.interval_s = policy.checkpoint_interval_s(trace, index, result) if where is Where.SPOT else math.inf
     if where is Where.SPOT:
         result.intervals_s.append(run.interval_s)
 
@@ -289,7 +292,7 @@ class OnDemand:
     def decide(self, view: JobView) -> Where | None:
         return Where.ON_DEMAND
 
-    def checkpoint_interval_s(self, trace: SpotTrace, index: int) -> float:
+    def checkpoint_interval_s(self, trace: SpotTrace, index: int, so_far: JobResult) -> float:
         return math.inf
 
 
@@ -315,7 +318,7 @@ class GreedySpot:
             return Where.ON_DEMAND
         return Where.SPOT if view.spot_available else None
 
-    def checkpoint_interval_s(self, trace: SpotTrace, index: int) -> float:
+    def checkpoint_interval_s(self, trace: SpotTrace, index: int, so_far: JobResult) -> float:
         return self.interval_s
 
 
@@ -349,7 +352,7 @@ class UniformProgress:
             target += 2 * view.restart_overhead_s
         return Where.ON_DEMAND if done < target else None
 
-    def checkpoint_interval_s(self, trace: SpotTrace, index: int) -> float:
+    def checkpoint_interval_s(self, trace: SpotTrace, index: int, so_far: JobResult) -> float:
         return self.interval_s
 
 
@@ -358,12 +361,15 @@ class Aisched:
 
     name = "aisched"
 
-    def __init__(self, checkpoint_cost_s: float, prior: InterruptionPrior) -> None:
+    def __init__(self, checkpoint_cost_s: float, notice_s: float, prior: InterruptionPrior) -> None:
         self.checkpoint_cost_s = checkpoint_cost_s
+        self.notice_s = notice_s
         self.prior = prior
         self.previous: CapacityDecision | None = None
+        self.slack_s: float | None = None
 
     def decide(self, view: JobView) -> Where | None:
+        self.slack_s = _safe_slack_s(view)
         self.previous = choose_capacity(
             SpotPolicy.PREFER,
             now=EPOCH + timedelta(seconds=view.elapsed_s),
@@ -378,9 +384,15 @@ class Aisched:
         )
         return _WHERE[self.previous.choice]
 
-    def checkpoint_interval_s(self, trace: SpotTrace, index: int) -> float:
-        rate = interruption_rate(trace.history_before(index), self.prior)
-        return optimal_checkpoint_interval(self.checkpoint_cost_s, rate)
+    def checkpoint_interval_s(self, trace: SpotTrace, index: int, so_far: JobResult) -> float:
+        return spot_checkpoint_interval(
+            self.checkpoint_cost_s,
+            interruption_rate(trace.history_before(index), self.prior),
+            notice_s=self.notice_s,
+            interruptions=so_far.interruptions,
+            saved_on_notice=so_far.saved_on_notice,
+            slack_s=self.slack_s,
+        )
 
 
 _WHERE = {CapacityChoice.SPOT: Where.SPOT, CapacityChoice.ON_DEMAND: Where.ON_DEMAND, CapacityChoice.WAIT: None}
@@ -424,7 +436,7 @@ def policies(params: Params) -> list[Policy]:
         OnDemand(),
         GreedySpot(params.baseline_interval_s),
         UniformProgress(params.baseline_interval_s),
-        Aisched(params.checkpoint_cost_s, params.prior),
+        Aisched(params.checkpoint_cost_s, params.notice_s, params.prior),
     ]
 
 

@@ -69,6 +69,67 @@ def optimal_checkpoint_interval(
     return min(max_s, max(min_s, daly_interval(checkpoint_cost_s, 1.0 / interruption_rate_per_s)))
 
 
+# Until a job's own interruptions say otherwise, its save on SIGTERM is assumed
+# to miss one notice in four (a Beta(1, 3) prior): a node can die without a
+# notice, or storage can be slow that day. Each notice the job's checkpoint
+# lands in (or misses) moves the estimate, so the periodic interval stretches
+# as the SIGTERM save proves itself and shrinks back when it does not.
+NOTICE_MISS_PRIOR = 1.0
+NOTICE_PRIOR_WEIGHT = 4.0
+
+# Share of a job's deadline slack one failed notice save may cost. Unsaved work
+# counts against the slack (choose_capacity), so an interval as long as the
+# slack would send the job to on-demand as soon as it had trained that long;
+# half of it keeps the job on spot. hack/bench/spot.py measured 0.25-0.75 alike.
+SLACK_AT_RISK = 0.5
+
+
+def losing_interruption_share(
+    *, checkpoint_cost_s: float, notice_s: float, interruptions: int, saved_on_notice: int
+) -> float:
+    """Share of interruptions expected to throw away the work since the last periodic checkpoint.
+
+    A checkpoint written in the notice window saves everything, so only the
+    interruptions whose notice save fails make periodic checkpoints pay. A
+    checkpoint that takes longer than the notice never fits: every interruption
+    loses work.
+    """
+    if not 0 <= saved_on_notice <= interruptions:
+        raise ValueError(f"need 0 <= saved_on_notice <= interruptions, got {saved_on_notice} and {interruptions}")
+    if checkpoint_cost_s > notice_s:
+        return 1.0
+    misses = interruptions - saved_on_notice
+    return (NOTICE_MISS_PRIOR + misses) / (NOTICE_PRIOR_WEIGHT + interruptions)
+
+
+def spot_checkpoint_interval(
+    checkpoint_cost_s: float,
+    interruption_rate_per_s: float,
+    *,
+    notice_s: float,
+    interruptions: int = 0,
+    saved_on_notice: int = 0,
+    slack_s: float | None = None,
+) -> float:
+    """The periodic checkpoint interval of a job (re)starting on capacity interrupted at this rate.
+
+    The Young/Daly optimum for the interruptions that would lose work (those
+    whose notice save is expected to fail), no longer than SLACK_AT_RISK of the
+    deadline slack `slack_s` (None: no deadline), so a failed save cannot eat the
+    slack the job needs to stay on spot.
+    """
+    share = losing_interruption_share(
+        checkpoint_cost_s=checkpoint_cost_s,
+        notice_s=notice_s,
+        interruptions=interruptions,
+        saved_on_notice=saved_on_notice,
+    )
+    longest = MAX_CHECKPOINT_INTERVAL_S
+    if slack_s is not None:
+        longest = min(longest, max(MIN_CHECKPOINT_INTERVAL_S, SLACK_AT_RISK * slack_s))
+    return optimal_checkpoint_interval(checkpoint_cost_s, interruption_rate_per_s * share, max_s=longest)
+
+
 def lost_work_seconds(
     last_checkpoint_time: datetime | None,
     interruption_time: datetime,

@@ -12,9 +12,12 @@ from hypothesis import strategies as st
 from aisched.policy.spot import (
     MAX_CHECKPOINT_INTERVAL_S,
     MIN_CHECKPOINT_INTERVAL_S,
+    SLACK_AT_RISK,
     daly_interval,
+    losing_interruption_share,
     lost_work_seconds,
     optimal_checkpoint_interval,
+    spot_checkpoint_interval,
     young_interval,
 )
 
@@ -102,3 +105,57 @@ def test_no_lost_work_when_the_interruption_comes_right_after_a_checkpoint() -> 
 def test_lost_work_needs_some_reference_time() -> None:
     with pytest.raises(ValueError, match="start time"):
         lost_work_seconds(None, T0)
+
+
+# -- periodic checkpoints on spot, when the SIGTERM save may land in the notice ----------------
+
+counts = st.integers(min_value=0, max_value=50)
+
+
+@given(counts, counts)
+def test_every_notice_save_that_lands_thins_the_losing_share_and_every_miss_thickens_it(
+    interruptions: int, saved: int
+) -> None:
+    saved = min(saved, interruptions)
+    share = losing_interruption_share(
+        checkpoint_cost_s=60, notice_s=120, interruptions=interruptions, saved_on_notice=saved
+    )
+    assert 0 < share <= 1
+    after_a_save = losing_interruption_share(
+        checkpoint_cost_s=60, notice_s=120, interruptions=interruptions + 1, saved_on_notice=saved + 1
+    )
+    after_a_miss = losing_interruption_share(
+        checkpoint_cost_s=60, notice_s=120, interruptions=interruptions + 1, saved_on_notice=saved
+    )
+    assert after_a_save < share < after_a_miss
+
+
+def test_a_checkpoint_longer_than_the_notice_never_fits_so_every_interruption_loses_work() -> None:
+    assert losing_interruption_share(checkpoint_cost_s=200, notice_s=120, interruptions=9, saved_on_notice=0) == 1.0
+    assert spot_checkpoint_interval(200.0, 1 / (6 * HOUR), notice_s=120) == optimal_checkpoint_interval(
+        200.0, 1 / (6 * HOUR)
+    )
+
+
+def test_more_saves_than_interruptions_is_refused() -> None:
+    with pytest.raises(ValueError, match="saved_on_notice"):
+        losing_interruption_share(checkpoint_cost_s=60, notice_s=120, interruptions=1, saved_on_notice=2)
+
+
+def test_a_job_whose_notice_saves_land_checkpoints_less_often() -> None:
+    rate = 1 / (6 * HOUR)
+    untried = spot_checkpoint_interval(120.0, rate, notice_s=120)
+    proven = spot_checkpoint_interval(120.0, rate, notice_s=120, interruptions=6, saved_on_notice=6)
+    failing = spot_checkpoint_interval(120.0, rate, notice_s=120, interruptions=6, saved_on_notice=0)
+    assert failing < untried < proven
+    assert failing == pytest.approx(optimal_checkpoint_interval(120.0, rate * 7 / 10))
+
+
+@given(costs, mtbis, st.floats(min_value=0, max_value=7 * 86400.0), counts)
+def test_the_interval_never_risks_more_than_its_share_of_the_slack(
+    cost: float, mtbi: float, slack: float, saved: int
+) -> None:
+    interval = spot_checkpoint_interval(
+        cost, 1 / mtbi, notice_s=120, interruptions=saved, saved_on_notice=saved, slack_s=slack
+    )
+    assert MIN_CHECKPOINT_INTERVAL_S <= interval <= max(MIN_CHECKPOINT_INTERVAL_S, SLACK_AT_RISK * slack)
