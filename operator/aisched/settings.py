@@ -130,6 +130,25 @@ class CarbonSettings(BaseSettings):
     min_saving_fraction: float = Field(
         default=0.0, ge=0, le=1, description="Defer only when the forecast promises at least this saving."
     )
+    min_chunk_seconds: int = Field(
+        default=1800,
+        ge=1,
+        le=86400,
+        description="Shortest chunk an interruptible job is split into; each chunk after the first costs "
+        "a checkpoint and a restart (restartOverheadSeconds).",
+    )
+
+    dcgm_prometheus_url: str | None = Field(
+        default=None,
+        description="Prometheus that scrapes NVIDIA's DCGM exporter (with its pod mapping on). Set, a running "
+        "job's emissions come from the energy its GPUs used (dcgmEnergyCounter); where the counter has no "
+        "series for the job's pods, from gpuPowerWatts.",
+    )
+    dcgm_energy_counter: str = Field(
+        default="DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        description="DCGM exporter's per-GPU energy counter, in millijoules; its pod and namespace labels "
+        "are the autoscaler's gpuPodLabel and gpuNamespaceLabel.",
+    )
 
     def power_per_gpu(self, product: str | None) -> float:
         """Watts drawn by one GPU of this product (the default for unknown ones)."""

@@ -9,6 +9,7 @@ behave as hack/kwok/stages.yaml says; tests steer them with annotations
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import socket
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+import yaml
 from kubernetes import client
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -53,6 +55,7 @@ PORT_VARIABLES = (
 )
 
 T = TypeVar("T")
+TIMEOUT = 60  # seconds a test waits for the operator to act: many resync periods, well under a hang
 # kubectl(*args, timeout=60, input=None) -> CompletedProcess: the cached kubectl, at the test cluster.
 Kubectl = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -243,3 +246,57 @@ def interrupt_node(api: client.ApiClient, node: str, provider: Provider = "aws",
     taint_for_interruption(api, node, provider)
     time.sleep(notice_seconds)
     remove_node(api, node)
+
+
+def get_object(cluster: LocalCluster, kind: str, name: str, namespace: str) -> dict[str, Any]:
+    result = cluster.kubectl("get", kind, name, "-n", namespace, "-o", "json")
+    if result.returncode != 0:
+        return {}
+    obj: dict[str, Any] = json.loads(result.stdout)
+    return obj
+
+
+def list_objects(cluster: LocalCluster, kind: str, namespace: str, selector: str = "") -> list[dict[str, Any]]:
+    args = ["get", kind, "-n", namespace, "-o", "json"]
+    if selector:
+        args += ["-l", selector]
+    result = cluster.kubectl(*args)
+    items: list[dict[str, Any]] = json.loads(result.stdout)["items"] if result.returncode == 0 else []
+    return items
+
+
+# -- TrainingJobs, as the tests of several modules look at them -----------------------------
+
+
+def apply(cluster: LocalCluster, namespace: str, obj: dict[str, Any]) -> None:
+    result = cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(obj))
+    assert result.returncode == 0, result.stderr
+
+
+def job(cluster: LocalCluster, namespace: str, name: str) -> dict[str, Any]:
+    return get_object(cluster, "trainingjob", name, namespace)
+
+
+def phase_of(cluster: LocalCluster, namespace: str, name: str) -> str | None:
+    phase: str | None = job(cluster, namespace, name).get("status", {}).get("phase")
+    return phase
+
+
+def workers(cluster: LocalCluster, namespace: str, name: str) -> list[dict[str, Any]]:
+    return list_objects(cluster, "pods", namespace, f"aisched.io/job-name={name}")
+
+
+def wait_phase(
+    cluster: LocalCluster, namespace: str, name: str, phase: str, timeout: float = TIMEOUT
+) -> dict[str, Any]:
+    wait_for(lambda: phase_of(cluster, namespace, name) == phase, timeout, f"{name} to be {phase}")
+    return job(cluster, namespace, name)
+
+
+def running_pods(cluster: LocalCluster, namespace: str, name: str) -> list[dict[str, Any]]:
+    return [p for p in workers(cluster, namespace, name) if p["status"].get("phase") == "Running"]
+
+
+def node_labels(cluster: LocalCluster, node: str) -> dict[str, str]:
+    labels: dict[str, str] = get_object(cluster, "node", node, "")["metadata"]["labels"]
+    return labels

@@ -6,7 +6,6 @@ moment and start it again.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -14,7 +13,6 @@ import sys
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from tests.integration.cluster import LocalCluster, free_ports, wait_for
 
@@ -29,6 +27,8 @@ class OperatorProcess:
     health_port: int = 0
     process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
     extra_env: dict[str, str] = field(default_factory=dict)
+    standalone: bool = True
+    """False: the replica takes part in leader election and acts only while it holds the Lease."""
 
     def start(self) -> None:
         if not self.metrics_port:
@@ -43,7 +43,7 @@ class OperatorProcess:
         }
         with self.log_path.open("ab") as log:  # the child keeps its own descriptor
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "aisched.cli", "run", "--standalone"],
+                [sys.executable, "-m", "aisched.cli", "run", *(["--standalone"] if self.standalone else [])],
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -76,20 +76,3 @@ class OperatorProcess:
 
     def log_tail(self, lines: int = 60) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-
-
-def get_object(cluster: LocalCluster, kind: str, name: str, namespace: str) -> dict[str, Any]:
-    result = cluster.kubectl("get", kind, name, "-n", namespace, "-o", "json")
-    if result.returncode != 0:
-        return {}
-    obj: dict[str, Any] = json.loads(result.stdout)
-    return obj
-
-
-def list_objects(cluster: LocalCluster, kind: str, namespace: str, selector: str = "") -> list[dict[str, Any]]:
-    args = ["get", kind, "-n", namespace, "-o", "json"]
-    if selector:
-        args += ["-l", selector]
-    result = cluster.kubectl(*args)
-    items: list[dict[str, Any]] = json.loads(result.stdout)["items"] if result.returncode == 0 else []
-    return items

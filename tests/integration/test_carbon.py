@@ -2,25 +2,43 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 import yaml
+from kubernetes import client
 
 from tests.builders import a_training_job
-from tests.integration.cluster import LocalCluster, wait_for
-from tests.integration.operator import OperatorProcess, get_object
+from tests.integration.cluster import (
+    FAKE_EXIT_CODE,
+    FAKE_TERMINATION_MESSAGE,
+    LocalCluster,
+    get_object,
+    make_pod_exit,
+    running_pods,
+    wait_for,
+    workers,
+)
+from tests.integration.operator import OperatorProcess
 
 CLEAN_AFTER = timedelta(minutes=3)  # when the forecast turns clean, after the minute of the operator's restart
+# Interruptible jobs here run in chunks of seconds, not the half hours of a real grid.
+MIN_CHUNK_SECONDS = 10
+RESTART_OVERHEAD_SECONDS = 2
+
+
+class CarbonSetup(NamedTuple):
+    operator: OperatorProcess
+    clean: datetime  # when region GB turns clean
+    forecasts: Path  # the directory of {region}.csv files the operator reads
 
 
 @pytest.fixture(scope="module")
-def carbon_operator(
-    operator: OperatorProcess, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[OperatorProcess, datetime]]:
+def carbon_operator(operator: OperatorProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CarbonSetup]:
     """The session operator restarted with a file forecast for region GB: 400 g/kWh, then 40 from `clean`."""
     directory = tmp_path_factory.mktemp("carbon")
     now = datetime.now(UTC).replace(second=0, microsecond=0)
@@ -37,11 +55,13 @@ def carbon_operator(
             "AISCHED_CARBON__PROVIDER": "file",
             "AISCHED_CARBON__FILE_PATH": str(directory / "{region}.csv"),
             "AISCHED_CARBON__REGION": "GB",
+            "AISCHED_CARBON__MIN_CHUNK_SECONDS": str(MIN_CHUNK_SECONDS),
+            "AISCHED_RESTART_OVERHEAD_SECONDS": str(RESTART_OVERHEAD_SECONDS),
         }
     )
     operator.start()
     try:
-        yield operator, clean
+        yield CarbonSetup(operator, clean, directory)
     finally:
         operator.stop()
         operator.extra_env.clear()
@@ -69,9 +89,9 @@ def _status(cluster: LocalCluster, namespace: str, name: str) -> dict[str, Any]:
 
 
 def test_start_now_annotation_starts_a_deferred_job(
-    cluster: LocalCluster, namespace: str, carbon_operator: tuple[OperatorProcess, datetime]
+    cluster: LocalCluster, namespace: str, carbon_operator: CarbonSetup
 ) -> None:
-    _, clean = carbon_operator
+    clean = carbon_operator.clean
     if clean - datetime.now(UTC) < timedelta(seconds=20):
         pytest.skip("the clean minute has come already: nothing left to force")
     _apply(cluster, namespace, _deferrable("impatient"))
@@ -81,7 +101,7 @@ def test_start_now_annotation_starts_a_deferred_job(
 
 
 def test_a_job_starts_in_time_when_the_forecast_source_is_down(
-    cluster: LocalCluster, namespace: str, carbon_operator: tuple[OperatorProcess, datetime]
+    cluster: LocalCluster, namespace: str, carbon_operator: CarbonSetup
 ) -> None:
     # No forecast file for this region: the source fails, and the job must not wait past its latest start.
     _apply(cluster, namespace, _deferrable("unforecast", region="NOWHERE"))
@@ -91,9 +111,9 @@ def test_a_job_starts_in_time_when_the_forecast_source_is_down(
 
 
 def test_a_deferrable_job_waits_for_the_clean_hour_then_runs(
-    cluster: LocalCluster, namespace: str, carbon_operator: tuple[OperatorProcess, datetime]
+    cluster: LocalCluster, namespace: str, carbon_operator: CarbonSetup
 ) -> None:
-    _, clean = carbon_operator
+    clean = carbon_operator.clean
     _apply(cluster, namespace, _deferrable("patient"))
     status = wait_for(
         lambda: (s := _status(cluster, namespace, "patient")).get("phase") == "Deferred" and s, 60, "deferral"
@@ -116,3 +136,93 @@ def test_a_deferrable_job_waits_for_the_clean_hour_then_runs(
         lambda: _status(cluster, namespace, "patient").get("estimatedEmissionsGrams"), 100, "an emissions estimate"
     )
     assert 0 < grams < 1.0  # one 400 W GPU for about a minute at 40 g/kWh: about 0.27 g
+
+
+def test_an_interruptible_job_pauses_between_clean_windows_and_resumes_from_its_checkpoint(
+    cluster: LocalCluster, namespace: str, api_client: client.ApiClient, carbon_operator: CarbonSetup
+) -> None:
+    # A 10 s forecast grid, clean in two windows 50 s apart: 70 s of work runs 50 s in the first
+    # and the rest (plus the restart overhead) at the start of the second.
+    now = datetime.now(UTC).replace(microsecond=0)
+    t0 = now - timedelta(seconds=now.second % 10)
+    first, second = (
+        (t0 + timedelta(seconds=30), t0 + timedelta(seconds=80)),
+        (t0 + timedelta(seconds=130), t0 + timedelta(seconds=180)),
+    )
+    clean = [first, second]
+    rows = ["time,intensity"]
+    for tick in range(-6, 360):
+        moment = t0 + timedelta(seconds=10 * tick)
+        rows.append(f"{moment.isoformat()},{40 if any(a <= moment < b for a, b in clean) else 400}")
+    (carbon_operator.forecasts / "CHUNKS.csv").write_text("\n".join(rows) + "\n")
+    deadline = t0 + timedelta(seconds=360)
+    obj = (
+        a_training_job("chunky")
+        .set("expectedDurationSeconds", 70)
+        .set("deadline", deadline.isoformat())
+        .set("checkpoint", {"path": "/ckpt", "costSeconds": 5})
+        .set("carbon", {"deferrable": True, "interruptible": True, "region": "CHUNKS"})
+        .obj()
+    )
+    _apply(cluster, namespace, obj)
+    status = _wait_status(
+        cluster, namespace, lambda s: s.get("phase") == "Deferred", 60, "deferral to the first window"
+    )
+    assert datetime.fromisoformat(status["deferral"]["until"]) == first[0]
+    # First chunk: the gang runs until the window closes; its workers will save on SIGTERM.
+    status = _wait_status(cluster, namespace, lambda s: s.get("phase") == "Running", 90, "the first chunk")
+    assert datetime.fromisoformat(status["chunkEnd"]) == first[1]
+    report = json.dumps({"step": 500, "path": "/ckpt/step-500", "time": datetime.now(UTC).isoformat()})
+    core = client.CoreV1Api(api_client)
+    for pod in running_pods(cluster, namespace, "chunky"):
+        annotations = {FAKE_TERMINATION_MESSAGE: report, FAKE_EXIT_CODE: "75"}
+        core.patch_namespaced_pod(pod["metadata"]["name"], namespace, {"metadata": {"annotations": annotations}})
+    # The chunk ends: checkpoint, pods gone, Deferred until the second window.
+    status = _wait_status(
+        cluster,
+        namespace,
+        lambda s: (
+            s.get("phase") == "Deferred" and s.get("lastCheckpoint") and not workers(cluster, namespace, "chunky")
+        ),
+        90,
+        "the pause between chunks",
+    )
+    assert datetime.fromisoformat(status["deferral"]["until"]) == second[0]
+    assert status["deferral"]["reason"].startswith("paused between chunks")
+    assert status["reason"] == "PausedBetweenChunks"
+    assert status["lastCheckpoint"]["step"] == 500
+    # Work is counted from the gang's start to its stop, which comes at the chunk end or a moment after.
+    assert 30 <= status["chunkWorkDoneSeconds"] <= 50 + 15
+    assert "chunkEnd" not in status
+    assert not status.get("lostWorkSeconds") and not status.get("interruptions")  # a planned stop loses nothing
+    # Second chunk: the gang comes back with the resume point and runs to completion.
+    status = _wait_status(
+        cluster, namespace, lambda s: s.get("phase") == "Running" and s.get("gangGeneration", 0) >= 2, 120, "the resume"
+    )
+    running = next(c for c in status["conditions"] if c["type"] == "Running")
+    assert datetime.fromisoformat(running["lastTransitionTime"]) >= second[0] - timedelta(seconds=1)
+    assert "chunkEnd" not in status  # the last chunk
+    pods = running_pods(cluster, namespace, "chunky")
+    env = {e["name"]: e.get("value") for e in pods[0]["spec"]["containers"][0]["env"]}
+    assert (env["AISCHED_RESUME_STEP"], env["AISCHED_RESUME_PATH"]) == ("500", "/ckpt/step-500")
+    for pod in pods:
+        make_pod_exit(api_client, pod["metadata"]["name"], namespace, "Succeeded")
+    status = _wait_status(cluster, namespace, lambda s: s.get("phase") == "Succeeded", 60, "completion")
+    assert datetime.fromisoformat(status["completionTime"]) <= deadline
+    reasons = {e["reason"] for e in _events(cluster, namespace, "chunky")}
+    assert {"Deferred", "ChunkEnded", "GangRunning", "Completed"} <= reasons
+
+
+def _wait_status(
+    cluster: LocalCluster, namespace: str, ready: Callable[[dict[str, Any]], Any], timeout: float, what: str
+) -> dict[str, Any]:
+    status: dict[str, Any] = wait_for(lambda: ready(s := _status(cluster, namespace, "chunky")) and s, timeout, what)
+    return status
+
+
+def _events(cluster: LocalCluster, namespace: str, name: str) -> list[dict[str, Any]]:
+    result = cluster.kubectl(
+        "get", "events", "-n", namespace, "--field-selector", f"involvedObject.name={name}", "-o", "json"
+    )
+    items: list[dict[str, Any]] = json.loads(result.stdout)["items"]
+    return items

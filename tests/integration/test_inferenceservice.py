@@ -29,8 +29,16 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from tests.builders import InferenceServiceBuilder, an_inference_service
-from tests.integration.cluster import LocalCluster, free_ports, taint_for_interruption, wait_for
-from tests.integration.operator import OperatorProcess, get_object, list_objects
+from tests.integration.cluster import (
+    LocalCluster,
+    apply,
+    free_ports,
+    get_object,
+    list_objects,
+    taint_for_interruption,
+    wait_for,
+)
+from tests.integration.operator import OperatorProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("autoscaling_operator")]
 TIMEOUT = 45
@@ -168,11 +176,6 @@ def autoscaling_operator(operator: OperatorProcess, prometheus: str) -> Iterator
 
 
 # -- helpers ---------------------------------------------------------------------
-
-
-def apply(cluster: LocalCluster, namespace: str, obj: dict[str, Any]) -> None:
-    result = cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(obj))
-    assert result.returncode == 0, result.stderr
 
 
 def aisvc(cluster: LocalCluster, namespace: str, name: str) -> dict[str, Any]:

@@ -5,52 +5,29 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
-import yaml
 from kubernetes import client
 
 from tests.builders import a_queue, a_training_job
-from tests.integration.cluster import LocalCluster, make_pod_exit, taint_for_interruption, wait_for
-from tests.integration.operator import OperatorProcess, get_object, list_objects
+from tests.integration.cluster import (
+    TIMEOUT,
+    LocalCluster,
+    apply,
+    get_object,
+    job,
+    make_pod_exit,
+    node_labels,
+    phase_of,
+    running_pods,
+    taint_for_interruption,
+    wait_for,
+    wait_phase,
+    workers,
+)
+from tests.integration.operator import OperatorProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator")]
-TIMEOUT = 60
-
-
-def apply(cluster: LocalCluster, namespace: str, obj: dict[str, Any]) -> None:
-    result = cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(obj))
-    assert result.returncode == 0, result.stderr
-
-
-def job(cluster: LocalCluster, namespace: str, name: str) -> dict[str, Any]:
-    return get_object(cluster, "trainingjob", name, namespace)
-
-
-def phase_of(cluster: LocalCluster, namespace: str, name: str) -> str | None:
-    phase: str | None = job(cluster, namespace, name).get("status", {}).get("phase")
-    return phase
-
-
-def workers(cluster: LocalCluster, namespace: str, name: str) -> list[dict[str, Any]]:
-    return list_objects(cluster, "pods", namespace, f"aisched.io/job-name={name}")
-
-
-def wait_phase(
-    cluster: LocalCluster, namespace: str, name: str, phase: str, timeout: float = TIMEOUT
-) -> dict[str, Any]:
-    wait_for(lambda: phase_of(cluster, namespace, name) == phase, timeout, f"{name} to be {phase}")
-    return job(cluster, namespace, name)
-
-
-def running_pods(cluster: LocalCluster, namespace: str, name: str) -> list[dict[str, Any]]:
-    return [p for p in workers(cluster, namespace, name) if p["status"].get("phase") == "Running"]
-
-
-def node_labels(cluster: LocalCluster, node: str) -> dict[str, str]:
-    labels: dict[str, str] = get_object(cluster, "node", node, "")["metadata"]["labels"]
-    return labels
 
 
 def test_a_gang_runs_on_the_nodes_it_was_placed_on(cluster: LocalCluster, namespace: str) -> None:

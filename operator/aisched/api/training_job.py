@@ -297,9 +297,24 @@ class TrainingJobStatus(ApiModel):
     restarts: int | None = None
     interruptions: int | None = None
     lost_work_seconds: float | None = None
+    saved_on_notice: int | None = Field(
+        default=None,
+        description="Interruptions whose notice the workers' checkpoint landed in; the more, the less often "
+        "the operator has them checkpoint on their own.",
+    )
     last_checkpoint: CheckpointRecord | None = None
     checkpoint_interval_seconds: int | None = None
     deferral: Deferral | None = None
+    chunk_end: datetime | None = Field(
+        default=None,
+        description="Interruptible carbon-aware jobs: when the chunk running now ends; the gang then "
+        "checkpoints and waits, Deferred, for its next chunk.",
+    )
+    chunk_work_done_seconds: float | None = Field(
+        default=None,
+        description="Interruptible carbon-aware jobs: work done in the chunks that ended, taken off "
+        "expectedDurationSeconds when the rest is planned.",
+    )
     estimated_emissions_grams: float | None = Field(
         default=None, description="CO2-equivalent emitted so far, from GPU power and grid intensity."
     )

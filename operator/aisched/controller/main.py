@@ -8,6 +8,7 @@ import logging
 import socket
 import threading
 import time
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -24,6 +25,7 @@ from aisched.kube.leader import LeaseElector
 from aisched.metrics import Metrics, serve
 from aisched.settings import AutoscalerSettings, Settings
 from aisched.sources.carbon import build_carbon_source
+from aisched.sources.energy import GpuEnergySource
 from aisched.sources.prometheus import MetricNames, PrometheusSource
 
 log = logging.getLogger(__name__)
@@ -61,6 +63,16 @@ def _serve_health(port: int, heartbeat: _Heartbeat) -> ThreadingHTTPServer:
     return server
 
 
+def replica_identity() -> str:
+    """This process's name in the leader Lease.
+
+    The host name alone (the pod's name in a cluster) is shared by replicas on host networking or
+    on one machine, and each would take the other's lease for its own; the random suffix, as
+    client-go's components add, keeps every process distinct.
+    """
+    return f"{socket.gethostname()}_{uuid.uuid4()}"
+
+
 def _configure_kopf(settings: kopf.OperatorSettings) -> None:
     # kopf's own bookkeeping lives under our group, not kopf.zalando.org.
     settings.persistence.finalizer = "aisched.io/finalizer"
@@ -85,14 +97,19 @@ async def _operate(settings: Settings, standalone: bool) -> int:
     kube = KubeClient(api_client)
     elector = None
     if settings.leader_election and not standalone:
-        elector = LeaseElector(api_client, settings.leader_namespace, settings.leader_lease_name, socket.gethostname())
+        elector = LeaseElector(api_client, settings.leader_namespace, settings.leader_lease_name, replica_identity())
         await elector.acquire()
     metrics.record_leadership(True)
 
     inventory = Inventory(settings)
     carbon_client = httpx.AsyncClient()
     jobs = TrainingJobController(
-        settings, kube, inventory, metrics=metrics, carbon=build_carbon_source(settings.carbon, carbon_client)
+        settings,
+        kube,
+        inventory,
+        metrics=metrics,
+        carbon=build_carbon_source(settings.carbon, carbon_client),
+        energy=_gpu_energy(settings),
     )
     serving = InferenceServiceController(
         settings,
@@ -166,6 +183,18 @@ async def _operate(settings: Settings, standalone: bool) -> int:
         return 1  # restart as a standby rather than act without the lease
     renew_task.cancel()
     return 0
+
+
+def _gpu_energy(settings: Settings) -> GpuEnergySource | None:
+    carbon = settings.carbon
+    if carbon.dcgm_prometheus_url is None:
+        return None
+    return GpuEnergySource(
+        PrometheusSource(carbon.dcgm_prometheus_url, timeout_seconds=carbon.timeout_seconds),
+        counter=carbon.dcgm_energy_counter,
+        namespace_label=settings.autoscaler.gpu_namespace_label,
+        pod_label=settings.autoscaler.gpu_pod_label,
+    )
 
 
 def _prometheus(settings: AutoscalerSettings) -> PrometheusSource | None:

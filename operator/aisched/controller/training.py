@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -30,7 +30,16 @@ from aisched.kube.client import KubeClient
 from aisched.kube.inventory import Inventory, PodRecord
 from aisched.kube.pools import PoolTracker
 from aisched.metrics import GpuPoolUsage, Metrics
-from aisched.policy.carbon import plan_start
+from aisched.policy.carbon import CarbonPlan, plan_start
+from aisched.policy.chunks import (
+    CHUNK_ENDED,
+    PAUSED_BETWEEN_CHUNKS,
+    at_chunk_end,
+    current_chunk_end,
+    pause_grace_seconds,
+    work_in_chunk,
+    work_left,
+)
 from aisched.policy.cluster import ClusterSnapshot, Toleration
 from aisched.policy.interruptions import InterruptionPrior
 from aisched.policy.lifecycle import HOLDS_GPUS, Observation, Step, Verb, Worker, WorkerPhase, next_step
@@ -38,9 +47,17 @@ from aisched.policy.placement import GangRequest, place_gang
 from aisched.policy.placement import Placement as PlacementDecision
 from aisched.policy.queueing import QueueQuota
 from aisched.policy.scheduler import JobRequest, ScheduleResult, schedule
-from aisched.policy.spot import CapacityChoice, CapacityDecision, choose_capacity, optimal_checkpoint_interval
+from aisched.policy.spot import (
+    CapacityChoice,
+    CapacityDecision,
+    choose_capacity,
+    lost_work_seconds,
+    spot_checkpoint_interval,
+)
 from aisched.settings import Settings
 from aisched.sources.carbon import CachedCarbonSource, CarbonSourceError
+from aisched.sources.energy import GpuEnergySource
+from aisched.sources.prometheus import PrometheusError
 from aisched.workload.contract import parse_checkpoint_report
 
 log = logging.getLogger(__name__)
@@ -48,6 +65,8 @@ Phase = TrainingJobPhase
 JobKey = tuple[str, str]
 PLURAL = "trainingjobs"
 DEADLINE_NEEDS_ON_DEMAND = "DeadlineNeedsOnDemand"
+# Jobs reconciled at once; a little under the API client's threads, leaving some to the serving loop.
+CONCURRENT_RECONCILES = 24
 EMISSIONS_PERIOD = timedelta(minutes=1)  # how often running gangs' emissions are added up
 # Settings' provider names -> the source label values of aisched_carbon_source_errors_total.
 CARBON_SOURCE_NAMES = {
@@ -71,12 +90,15 @@ class TrainingJobController:
     inventory: Inventory
     metrics: Metrics = field(default_factory=lambda: Metrics(CollectorRegistry(), process_metrics=False))
     carbon: CachedCarbonSource | None = None
+    energy: GpuEnergySource | None = None  # DCGM's energy counters, where Prometheus has them
     _emissions_marks: dict[JobKey, datetime] = field(default_factory=dict)
     clock: Callable[[], datetime] = utc_now
     pools: PoolTracker = field(init=False)
     jobs: dict[JobKey, dict[str, Any]] = field(default_factory=dict)
     queues: dict[str, dict[str, Any]] = field(default_factory=dict)
     _dirty: set[JobKey] = field(default_factory=set)
+    # Workers deleted right after they stopped: their checkpoint reports outlive the pods.
+    _departed: dict[JobKey, dict[str, PodRecord]] = field(default_factory=dict)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
@@ -95,6 +117,7 @@ class TrainingJobController:
 
     def job_gone(self, namespace: str, name: str) -> None:
         self.jobs.pop((namespace, name), None)
+        self._departed.pop((namespace, name), None)
         self.metrics.forget_job(namespace, name)
         self._wake.set()  # its GPUs are free for whoever waits
 
@@ -107,6 +130,8 @@ class TrainingJobController:
 
     def pod_changed(self, record: PodRecord | None) -> None:
         if record is not None and record.job_key and record.labels.get(labels.JOB_KIND) == "TrainingJob":
+            if record.termination_message and (record.namespace, record.name) not in self.inventory.pods:
+                self._departed.setdefault(record.job_key, {})[record.name] = record
             self.mark(record.job_key)
         else:
             self._wake.set()  # someone else's pod came or went: GPUs changed
@@ -134,16 +159,9 @@ class TrainingJobController:
     async def reconcile_once(self) -> None:
         self.pools.tick(self.clock(), self.inventory.nodes)
         dirty, self._dirty = self._dirty, set()
-        for key in sorted(dirty):
-            started = time.perf_counter()
-            try:
-                await self.reconcile(key)
-            except Exception:
-                log.exception("reconciling TrainingJob %s/%s failed; will retry", *key)
-                self._dirty.add(key)
-                self.metrics.record_reconcile("TrainingJob", time.perf_counter() - started, failed=True)
-            else:
-                self.metrics.record_reconcile("TrainingJob", time.perf_counter() - started)
+        # Jobs are independent: their API round trips overlap, so hundreds of jobs
+        # submitted at once do not wait for each other's writes.
+        await _at_most(CONCURRENT_RECONCILES, [self._reconcile_counted(key) for key in sorted(dirty)])
         try:
             await self.schedule()
         except Exception:
@@ -152,7 +170,22 @@ class TrainingJobController:
             await self._account_emissions(self.clock())
         except Exception:
             log.exception("estimating emissions failed; will retry")
+        try:
+            await self._end_chunks(self.clock())
+        except Exception:
+            log.exception("ending carbon chunks failed; will retry")
         self._report()
+
+    async def _reconcile_counted(self, key: JobKey) -> None:
+        started = time.perf_counter()
+        try:
+            await self.reconcile(key)
+        except Exception:
+            log.exception("reconciling TrainingJob %s/%s failed; will retry", *key)
+            self._dirty.add(key)
+            self.metrics.record_reconcile("TrainingJob", time.perf_counter() - started, failed=True)
+        else:
+            self.metrics.record_reconcile("TrainingJob", time.perf_counter() - started)
 
     async def reconcile(self, key: JobKey) -> None:
         obj = self.jobs.get(key)
@@ -179,7 +212,8 @@ class TrainingJobController:
             stale_pods=stale,
             doomed_nodes=self.inventory.doomed_nodes() | frozenset(gone) | frozenset(disrupted),
         )
-        status = _record_checkpoints(status, current)
+        # Departed first: a rank's live pod, when there is one, is its newer word.
+        status = _record_checkpoints(status, self.departed_workers(key, generation) + current)
         step = next_step(job.spec, status, seen)
         await self._carry_out(obj, job, status, step, pods, now)
 
@@ -213,11 +247,11 @@ class TrainingJobController:
 
     def _count_step(self, job: TrainingJob, before: TrainingJobStatus, after: TrainingJobStatus, step: Step) -> None:
         if after.last_checkpoint != job.status.last_checkpoint and after.last_checkpoint is not None:
-            self.metrics.record_checkpoint("Interruption" if before.phase == Phase.CHECKPOINTING else "Periodic")
+            self.metrics.record_checkpoint(_checkpoint_reason(before))
         capacity = str(before.placement.capacity_type) if before.placement and before.placement.capacity_type else None
-        if step.count_interruption:
+        if _interrupted_gang_stopped(before, step):
             lost = (after.lost_work_seconds or 0.0) - (before.lost_work_seconds or 0.0)
-            signal = "NodeLost" if step.reason == "WorkerLost" else "NodeTaint"
+            signal = "NodeLost" if before.reason == "WorkerLost" else "NodeTaint"
             self.metrics.record_interruption(capacity or "OnDemand", signal, lost_seconds=lost, gpus=before.gpus or 0)
             self.metrics.record_gang_restart("Interruption")
         if step.count_restart:
@@ -253,6 +287,13 @@ class TrainingJobController:
         self.metrics.record_running_gangs(gangs_by_level)
         self.metrics.record_gpu_pools(_gpu_pools(self.cluster_snapshot(), min(pending_sizes, default=None)))
 
+    def departed_workers(self, key: JobKey, generation: int) -> list[PodRecord]:
+        """Workers of gang GENERATION already deleted that left a termination message; older ones are dropped."""
+        departed = self._departed.get(key, {})
+        for name in [n for n, p in departed.items() if p.labels.get(labels.GANG_GENERATION) != str(generation)]:
+            del departed[name]
+        return list(departed.values())
+
     def _checkpoint_grace(self, job: TrainingJob) -> int:
         # Workers get the whole notice window minus a margin for the pod to be torn down.
         margin = 10
@@ -277,9 +318,17 @@ class TrainingJobController:
             resume_path=last.path if last else None,
             termination_grace_seconds=(self._checkpoint_grace(job) if placement.capacity_type == "Spot" else None),
         )
-        await self.kube.create(build_headless_service(job))
         to_create = [build_worker_pod(job, launch, slot) for slot in launch.slots]
-        await asyncio.gather(*(self.kube.create(pod) for pod in to_create if pod["metadata"]["name"] not in existing))
+        await asyncio.gather(
+            self.kube.create(build_headless_service(job)),
+            *(self.kube.create(pod) for pod in to_create if pod["metadata"]["name"] not in existing),
+        )
+        # Every pod of the gang exists now (a failed create raised above): hand them to
+        # kube-scheduler together, without a round trip through the watch first.
+        namespace = job.metadata["namespace"]
+        await asyncio.gather(
+            *(self.kube.release_scheduling_gates(namespace, pod["metadata"]["name"]) for pod in to_create)
+        )
 
     async def _write_status(self, obj: dict[str, Any], job: TrainingJob, status: TrainingJobStatus) -> None:
         if status == job.status:
@@ -340,6 +389,7 @@ class TrainingJobController:
             obj, job = parsed[resize.key]
             await self._launch(obj, job, resize.placement, now, resize.reason, resize.message, None)
             self.metrics.record_gang_restart("Resize")
+        launches: list[Coroutine[Any, Any, None]] = []
         for admission in result.admitted:
             obj, job = parsed[admission.key]
             self.metrics.record_placement(elapsed, placed=True)
@@ -351,7 +401,9 @@ class TrainingJobController:
             message = f"placed in {admission.placement.to_status().domain or 'the cluster'}"
             if admission.preempting:
                 message += f" after preempting {', '.join(admission.preempting)}"
-            await self._launch(obj, job, admission.placement, now, "Admitted", message, decision)
+            launches.append(self._launch(obj, job, admission.placement, now, "Admitted", message, decision))
+        # Admitted gangs never share nodes, so their launches overlap like reconciles do.
+        await _at_most(CONCURRENT_RECONCILES, launches)
         for waiting in result.waiting:
             obj, job = parsed[waiting.key]
             self.metrics.record_placement(elapsed, placed=False)
@@ -384,28 +436,92 @@ class TrainingJobController:
             intensity = intensities[region]
             if intensity is None:
                 continue
-            watts = self.settings.carbon.power_per_gpu(job.spec.gpu_type) * (job.status.gpus or 0)
-            grams = watts * (now - since).total_seconds() / 3.6e6 * intensity
+            joules = await self._measured_energy(job, since, now)
+            if joules is None:
+                watts = self.settings.carbon.power_per_gpu(job.spec.gpu_type) * (job.status.gpus or 0)
+                joules = watts * (now - since).total_seconds()
+            grams = joules / 3.6e6 * intensity
             self._emissions_marks[key] = now
             self.metrics.record_carbon("TrainingJob", emitted_grams=grams)
             status = job.status.model_copy(deep=True)
             status.estimated_emissions_grams = round((status.estimated_emissions_grams or 0.0) + grams, 1)
             await self._write_status(obj, job, status)
 
+    async def _measured_energy(self, job: TrainingJob, start: datetime, end: datetime) -> float | None:
+        """Joules the job's GPUs used over [start, end) as DCGM measured them; None without a measurement."""
+        if self.energy is None:
+            return None
+        namespace, name = job.metadata["namespace"], job.metadata["name"]
+        pods = [p.name for p in self.inventory.pods_of_job(namespace, name)]
+        try:
+            return await self.energy.joules(namespace, pods, start, end)
+        except PrometheusError as error:
+            log.warning("no DCGM energy for %s/%s: %s; estimating from GPU power", namespace, name, error)
+            return None
+
     async def _defer(self, obj: dict[str, Any], job: TrainingJob, now: datetime) -> bool:
         """Hold a deferrable job in Deferred until its planned start; True while it waits.
 
         Re-planned on every cycle, so a newer forecast moves the start. With no forecast the
         plan is "now", and every plan starts no later than the latest start meeting the deadline.
+        A job paused between carbon chunks is planned the same way for the work it has left.
         """
-        spec = job.spec
-        annotations = job.metadata.get("annotations") or {}
-        if not spec.carbon.deferrable or job.status.start_time is not None:
+        spec, status = job.spec, job.status
+        paused = status.chunk_work_done_seconds is not None
+        if not spec.carbon.deferrable or (status.start_time is not None and not paused):
             return False
-        if annotations.get(labels.START_NOW, "").lower() == "true":
-            if job.status.phase == Phase.DEFERRED:
+        if _start_now_requested(job):
+            if status.phase == Phase.DEFERRED:
                 await self.kube.post_event(obj, "Normal", "StartNow", f"{labels.START_NOW} set: starting now")
             return False
+        work = work_left(timedelta(seconds=spec.expected_duration_seconds or 0), status.chunk_work_done_seconds)
+        if work is None:
+            return False
+        plan = await self._carbon_plan(job, now, work, paused=paused)
+        if not plan.is_deferred(now):
+            await self._start_chunk(obj, job, plan, now, first=not paused)
+            return False
+        updated = _queued(job, str(plan.reason), plan.message, now)
+        updated.phase = Phase.DEFERRED
+        updated.deferral = _deferral(plan, at_chunk_end(plan, now).message if paused else plan.message)
+        if paused:
+            updated.reason, updated.message = PAUSED_BETWEEN_CHUNKS, updated.deferral.reason
+        if status.phase != Phase.DEFERRED:
+            self.metrics.record_deferral(str(spec.carbon.mode))
+            await self.kube.post_event(
+                obj, "Normal", "Deferred", f"start deferred to {plan.start:%Y-%m-%d %H:%M} UTC: {plan.message}"
+            )
+        await self._write_status(obj, job, updated)
+        self._wake_at(job, plan.start, now)
+        return True
+
+    async def _start_chunk(
+        self, obj: dict[str, Any], job: TrainingJob, plan: CarbonPlan, now: datetime, *, first: bool
+    ) -> None:
+        """A planned start (or resume) has come: queue the job, with the end of the chunk it runs in."""
+        status = job.status
+        chunk_end = current_chunk_end(plan, now) if job.spec.carbon.interruptible else None
+        if status.phase == Phase.DEFERRED:
+            if first:  # the saving a chunked job expects is counted once, at its first start
+                saved = status.deferral.expected_saving_grams if status.deferral else None
+                self.metrics.record_carbon("TrainingJob", emitted_grams=0.0, avoided_grams=max(0.0, saved or 0.0))
+            updated = _queued(job, str(plan.reason), plan.message, now)
+        elif chunk_end != status.chunk_end:
+            updated = status.model_copy(deep=True)  # keep the scheduler's reason for the wait
+        else:
+            return
+        updated.chunk_end = chunk_end
+        await self._write_status(obj, job, updated)
+        if chunk_end is None:
+            await self._drop_chunk_end(job)
+        else:
+            self._wake_at(job, chunk_end, now)
+
+    async def _carbon_plan(
+        self, job: TrainingJob, now: datetime, work: timedelta, *, running: bool = False, paused: bool = False
+    ) -> CarbonPlan:
+        """Plan the work left against the current forecast (none when the source fails: start in time)."""
+        spec = job.spec
         region = spec.carbon.region or self.settings.carbon.region
         forecast = None
         if self.carbon is not None:
@@ -416,42 +532,80 @@ class TrainingJobController:
                 log.warning("no carbon forecast for %s: %s; deferrable jobs start in time", region, error)
                 self.metrics.record_carbon_source_error(CARBON_SOURCE_NAMES[self.settings.carbon.provider])
         created = job.metadata.get("creationTimestamp")
-        plan = plan_start(
+        return plan_start(
             forecast,
             now,
-            timedelta(seconds=spec.expected_duration_seconds or 0),
+            work,
             power_w=self.settings.carbon.power_per_gpu(spec.gpu_type) * spec.total_gpus,
             deadline=spec.deadline,
             max_delay=timedelta(seconds=spec.carbon.max_delay_seconds) if spec.carbon.max_delay_seconds else None,
             submitted_at=datetime.fromisoformat(created) if isinstance(created, str) else now,
+            interruptible=spec.carbon.interruptible,
             threshold_grams_per_kwh=spec.carbon.threshold_grams_per_kwh if spec.carbon.mode == "Threshold" else None,
+            min_chunk=timedelta(seconds=self.settings.carbon.min_chunk_seconds),
+            chunk_overhead=timedelta(seconds=self.settings.restart_overhead_seconds),
             min_saving_fraction=self.settings.carbon.min_saving_fraction,
             forecast_error=self.settings.carbon.forecast_error,
+            running=running,
+            paused=paused,
         )
-        if not plan.is_deferred(now):
-            if job.status.phase == Phase.DEFERRED:
-                saved = job.status.deferral.expected_saving_grams if job.status.deferral else None
-                self.metrics.record_carbon("TrainingJob", emitted_grams=0.0, avoided_grams=max(0.0, saved or 0.0))
-                await self._write_status(obj, job, _queued(job, str(plan.reason), plan.message, now))
-            return False
-        status = _queued(job, str(plan.reason), plan.message, now)
-        status.phase = Phase.DEFERRED
-        status.deferral = Deferral(
-            until=plan.start,
-            reason=plan.message,
-            forecast_grams_per_kwh=plan.intensity_at_start,
-            expected_saving_percent=plan.saving_percent,
-            expected_saving_grams=plan.saving_grams,
+
+    async def _end_chunks(self, now: datetime) -> None:
+        """Running gangs whose carbon chunk is over: re-plan, then carry on or pause for the next chunk."""
+        for obj in list(self.jobs.values()):
+            job = _parse(obj)
+            if job is None or job.status.phase != Phase.RUNNING or job.status.chunk_end is None:
+                continue
+            if not (job.spec.carbon.deferrable and job.spec.carbon.interruptible) or _start_now_requested(job):
+                await self._set_chunk_end(obj, job, None)
+            elif now >= job.status.chunk_end:
+                await self._end_chunk(obj, job, now)
+
+    async def _end_chunk(self, obj: dict[str, Any], job: TrainingJob, now: datetime) -> None:
+        status = job.status.model_copy(deep=True)
+        running = next((c for c in status.conditions if c.type == "Running" and c.status == "True"), None)
+        done = (status.chunk_work_done_seconds or 0.0) + work_in_chunk(
+            (running.last_transition_time if running else None) or now,
+            now,
+            resumed=status.chunk_work_done_seconds is not None,
+            restore=timedelta(seconds=self.settings.restart_overhead_seconds),
         )
-        if job.status.phase != Phase.DEFERRED:
-            self.metrics.record_deferral(str(spec.carbon.mode))
-            await self.kube.post_event(
-                obj, "Normal", "Deferred", f"start deferred to {plan.start:%Y-%m-%d %H:%M} UTC: {plan.message}"
-            )
+        work = work_left(timedelta(seconds=job.spec.expected_duration_seconds or 0), done)
+        plan = await self._carbon_plan(job, now, work, running=True) if work is not None else None
+        decision = at_chunk_end(plan, now)
+        if plan is None or not decision.pause:
+            await self._set_chunk_end(obj, job, decision.until)
+            if decision.until is not None:
+                self._wake_at(job, decision.until, now)
+            return
+        # The planned checkpoint: the gang saves on SIGTERM, reports it, and waits Deferred.
+        status.chunk_end, status.chunk_work_done_seconds = None, round(done, 1)
+        status.deferral = _deferral(plan, decision.message)
+        checkpoint = job.spec.checkpoint
+        grace = pause_grace_seconds(checkpoint.cost_seconds if checkpoint else None)
+        pods = self.inventory.pods_of_job(job.metadata["namespace"], job.metadata["name"])
+        await asyncio.gather(*(self.kube.delete_pod(p.namespace, p.name, grace) for p in pods if not p.terminating))
+        events = (("Normal", CHUNK_ENDED, f"checkpointing the gang; {decision.message}"),)
+        step = Step(Verb.NOTHING, Phase.CHECKPOINTING, CHUNK_ENDED, decision.message, events=events)
+        await self._carry_out(obj, job, status, step, pods, now)
+        await self._drop_chunk_end(job)
+
+    async def _set_chunk_end(self, obj: dict[str, Any], job: TrainingJob, end: datetime | None) -> None:
+        status = job.status.model_copy(deep=True)
+        status.chunk_end = end
         await self._write_status(obj, job, status)
+        if end is None:
+            await self._drop_chunk_end(job)
+
+    async def _drop_chunk_end(self, job: TrainingJob) -> None:
+        """Status writes are merge patches, which drop a field only when told so with a null."""
+        if job.status.chunk_end is not None:
+            namespace, name = job.metadata["namespace"], job.metadata["name"]
+            await self.kube.patch_status(PLURAL, namespace, name, {"chunkEnd": None})
+
+    def _wake_at(self, job: TrainingJob, when: datetime, now: datetime) -> None:
         key = (job.metadata["namespace"], job.metadata["name"])
-        asyncio.get_running_loop().call_later(max(1.0, (plan.start - now).total_seconds()), self.mark, key)
-        return True
+        asyncio.get_running_loop().call_later(max(1.0, (when - now).total_seconds()), self.mark, key)
 
     async def _launch(
         self,
@@ -476,7 +630,7 @@ class TrainingJobController:
         status.replicas = placement.replicas
         status.gpus = placement.total_gpus
         status.selector = labels.job_selector("TrainingJob", name)
-        status.checkpoint_interval_seconds = self._checkpoint_interval(job, placement.nodes)
+        status.checkpoint_interval_seconds = self._checkpoint_interval(job, placement.nodes, now)
         status.conditions = set_condition(
             status.conditions,
             "Admitted",
@@ -496,9 +650,9 @@ class TrainingJobController:
                 now=now,
                 generation=generation,
             )
-        await self._write_status(obj, job, status)
-        await self.kube.post_event(obj, "Normal", reason, message)
-        self.mark((namespace, name))
+        await asyncio.gather(self._write_status(obj, job, status), self.kube.post_event(obj, "Normal", reason, message))
+        # Create the gang now rather than on the next pass: that pass waits for every other job.
+        await self._reconcile_counted((namespace, name))
 
     async def _stop_gang(self, obj: dict[str, Any], job: TrainingJob, now: datetime, reason: str, message: str) -> None:
         """Preempted: the whole gang goes (checkpointing on SIGTERM) and the job waits again."""
@@ -561,7 +715,7 @@ class TrainingJobController:
             previous=pinned,
         )
 
-    def _checkpoint_interval(self, job: TrainingJob, nodes: tuple[str, ...]) -> int | None:
+    def _checkpoint_interval(self, job: TrainingJob, nodes: tuple[str, ...], now: datetime) -> int | None:
         checkpoint = job.spec.checkpoint
         if checkpoint is None:
             return None
@@ -569,7 +723,23 @@ class TrainingJobController:
             return checkpoint.interval_seconds
         # A gang stops when any of its nodes goes: the rates of its nodes add up.
         rate = sum(self.pools.rate_per_second(self.inventory.nodes[n]) for n in nodes if n in self.inventory.nodes)
-        return round(optimal_checkpoint_interval(checkpoint.cost_seconds, rate))
+        slack = None
+        if job.spec.deadline is not None:
+            slack = (
+                (job.spec.deadline - now).total_seconds()
+                - float(job.spec.expected_duration_seconds or 0)
+                - self.settings.restart_overhead_seconds
+                - self.settings.resync_seconds
+            )
+        interval = spot_checkpoint_interval(
+            checkpoint.cost_seconds,
+            rate,
+            notice_s=self.settings.spot_notice_seconds,
+            interruptions=job.status.interruptions or 0,
+            saved_on_notice=min(job.status.saved_on_notice or 0, job.status.interruptions or 0),
+            slack_s=slack,
+        )
+        return round(interval)
 
     def _request(
         self, job: TrainingJob, doomed: frozenset[str], capacity_types: tuple[CapacityType, ...]
@@ -605,6 +775,37 @@ class TrainingJobController:
                 if str(rank) not in created:
                     reserved[node] = reserved.get(node, 0) + job.spec.gpus_per_replica
         return self.inventory.snapshot(reserved)
+
+
+def _start_now_requested(job: TrainingJob) -> bool:
+    return str((job.metadata.get("annotations") or {}).get(labels.START_NOW, "")).lower() == "true"
+
+
+def _deferral(plan: CarbonPlan, reason: str) -> Deferral:
+    return Deferral(
+        until=plan.start,
+        reason=reason,
+        forecast_grams_per_kwh=plan.intensity_at_start,
+        expected_saving_percent=plan.saving_percent,
+        expected_saving_grams=plan.saving_grams,
+    )
+
+
+def _checkpoint_reason(before: TrainingJobStatus) -> str:
+    if before.phase != Phase.CHECKPOINTING:
+        return "Periodic"
+    return "Deferral" if before.reason == CHUNK_ENDED else "Interruption"
+
+
+async def _at_most(limit: int, calls: list[Coroutine[Any, Any, None]]) -> None:
+    """Await CALLS concurrently, at most LIMIT at a time."""
+    slots = asyncio.Semaphore(limit)
+
+    async def bounded(call: Coroutine[Any, Any, None]) -> None:
+        async with slots:
+            await call
+
+    await asyncio.gather(*(bounded(call) for call in calls))
 
 
 def _was_pinned(job: TrainingJob) -> bool:
@@ -659,9 +860,10 @@ def _worker(pod: PodRecord) -> Worker:
 
 def _record_checkpoints(status: TrainingJobStatus, pods: list[PodRecord]) -> TrainingJobStatus:
     """The newest checkpoint every worker of the gang reported (the gang resumes where all saved)."""
-    reports = [parse_checkpoint_report(p.termination_message) for p in pods if p.termination_message]
-    steps = [r for r in reports if r is not None]
-    if not steps:
+    # Until every rank has reported, the ranks still saving may end at an older step.
+    by_rank = {p.labels.get(labels.RANK): parse_checkpoint_report(p.termination_message) for p in pods}
+    steps = [r for r in by_rank.values() if r is not None]
+    if not steps or len(steps) < (status.replicas or 1):
         return status
     oldest = min(steps, key=lambda r: r.step)  # a rank that saved less decides the resume point
     last = status.last_checkpoint
@@ -670,6 +872,33 @@ def _record_checkpoints(status: TrainingJobStatus, pods: list[PodRecord]) -> Tra
     updated = status.model_copy(deep=True)
     updated.last_checkpoint = CheckpointRecord(step=oldest.step, path=oldest.path, time=oldest.time)
     return updated
+
+
+def _interrupted_gang_stopped(before: TrainingJobStatus, step: Step) -> bool:
+    """Every worker of an interrupted gang is gone: the checkpoints they saved on the notice are in."""
+    return before.phase == Phase.CHECKPOINTING and step.phase == Phase.QUEUED
+
+
+def _saved_on_notice(status: TrainingJobStatus) -> bool:
+    """Did the stopped gang's workers checkpoint after the notice (Running's transition to False)?"""
+    stopped = next((c.last_transition_time for c in status.conditions if c.type == "Running"), None)
+    checkpoint = status.last_checkpoint
+    return stopped is not None and checkpoint is not None and checkpoint.time >= stopped
+
+
+def interruption_lost_work(status: TrainingJobStatus) -> float:
+    """Seconds of training the interruption of the stopped gang undid, from the conditions it left.
+
+    The gang ran from its admission (Admitted's transition) to the notice
+    (Running's transition to False); what it did after the checkpoint it
+    resumes from is lost. A gang stopped before it ran loses only its placement time.
+    """
+    transitions = {c.type: c.last_transition_time for c in status.conditions}
+    admitted, stopped = transitions.get("Admitted"), transitions.get("Running")
+    if admitted is None or stopped is None:
+        return 0.0
+    checkpoint = status.last_checkpoint.time if status.last_checkpoint else None
+    return lost_work_seconds(checkpoint, stopped, admitted)
 
 
 def _queued(job: TrainingJob, reason: str, message: str, now: datetime) -> TrainingJobStatus:
@@ -702,9 +931,10 @@ def _apply_step(job: TrainingJob, status: TrainingJobStatus, step: Step, now: da
         updated.restarts = (updated.restarts or 0) + 1
     if step.count_interruption:
         updated.interruptions = (updated.interruptions or 0) + 1
-        since = updated.last_checkpoint.time if updated.last_checkpoint else updated.start_time
-        if since is not None:
-            updated.lost_work_seconds = (updated.lost_work_seconds or 0.0) + max(0.0, (now - since).total_seconds())
+    if _interrupted_gang_stopped(status, step):
+        updated.lost_work_seconds = (updated.lost_work_seconds or 0.0) + interruption_lost_work(status)
+        if _saved_on_notice(status):
+            updated.saved_on_notice = (updated.saved_on_notice or 0) + 1
     if step.started:
         updated.start_time = now
     if step.finished:

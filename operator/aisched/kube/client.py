@@ -1,17 +1,22 @@
 """Thin async wrapper over the official client: the writes the operator makes.
 
-The `kubernetes` client is synchronous; every call runs in a worker thread so
-the kopf event loop never blocks. NotFound on delete and AlreadyExists on create
+The `kubernetes` client is synchronous; every call runs in one of the client's
+own threads (as many as its connection pool) so the kopf event loop never
+blocks and hundreds of jobs' writes overlap; asyncio's default pool has only
+cpu_count + 4 threads. NotFound on delete and AlreadyExists on create
 are success: every write is idempotent, so a restarted operator can repeat it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -19,6 +24,8 @@ from kubernetes.client.exceptions import ApiException
 from aisched.api import GROUP, VERSION
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+API_THREADS = 32  # concurrent API calls; also the size of the connection pool
 
 
 def load_api_client() -> client.ApiClient:
@@ -28,7 +35,7 @@ def load_api_client() -> client.ApiClient:
     except config.ConfigException:
         config.load_kube_config()
     configuration = client.Configuration.get_default_copy()
-    configuration.connection_pool_maxsize = 32  # gangs create many pods at once
+    configuration.connection_pool_maxsize = API_THREADS  # gangs create many pods at once
     return client.ApiClient(configuration)
 
 
@@ -37,6 +44,12 @@ class KubeClient:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
+        self._threads = ThreadPoolExecutor(API_THREADS, thread_name_prefix="kube-api")
+
+    async def _call(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(
+            self._threads, functools.partial(method, *args, **kwargs)
+        )
 
     # -- reads (relists that repair the watch-fed caches) -------------------
 
@@ -47,7 +60,7 @@ class KubeClient:
         return await self._items(self.core.list_pod_for_all_namespaces)
 
     async def _items(self, method: Any) -> list[dict[str, Any]]:
-        response = await asyncio.to_thread(method, _preload_content=False)
+        response = await self._call(method, _preload_content=False)
         items: list[dict[str, Any]] = json.loads(response.data)["items"]
         return items
 
@@ -57,9 +70,9 @@ class KubeClient:
         namespace = obj["metadata"]["namespace"]
         try:
             if obj["kind"] == "Pod":
-                await asyncio.to_thread(self.core.create_namespaced_pod, namespace, obj)
+                await self._call(self.core.create_namespaced_pod, namespace, obj)
             else:
-                await asyncio.to_thread(self.core.create_namespaced_service, namespace, obj)
+                await self._call(self.core.create_namespaced_service, namespace, obj)
         except ApiException as error:
             if error.status != 409:  # AlreadyExists: an earlier attempt got there
                 raise
@@ -67,7 +80,7 @@ class KubeClient:
     async def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
         body = client.V1DeleteOptions(grace_period_seconds=grace_seconds)
         try:
-            await asyncio.to_thread(self.core.delete_namespaced_pod, name, namespace, body=body)
+            await self._call(self.core.delete_namespaced_pod, name, namespace, body=body)
         except ApiException as error:
             if error.status != 404:
                 raise
@@ -76,7 +89,7 @@ class KubeClient:
         # Removing every gate hands the pod to kube-scheduler.
         patch = [{"op": "replace", "path": "/spec/schedulingGates", "value": []}]
         try:
-            await asyncio.to_thread(
+            await self._call(
                 self.core.patch_namespaced_pod, name, namespace, patch, _content_type="application/json-patch+json"
             )
         except ApiException as error:
@@ -87,11 +100,9 @@ class KubeClient:
         body = {"status": status}
         try:
             if namespace is None:
-                await asyncio.to_thread(
-                    self.custom.patch_cluster_custom_object_status, GROUP, VERSION, plural, name, body
-                )
+                await self._call(self.custom.patch_cluster_custom_object_status, GROUP, VERSION, plural, name, body)
             else:
-                await asyncio.to_thread(
+                await self._call(
                     self.custom.patch_namespaced_custom_object_status,
                     GROUP,
                     VERSION,
@@ -106,7 +117,7 @@ class KubeClient:
 
     async def delete_custom(self, plural: str, namespace: str, name: str) -> None:
         try:
-            await asyncio.to_thread(
+            await self._call(
                 self.custom.delete_namespaced_custom_object,
                 GROUP,
                 VERSION,
@@ -123,7 +134,7 @@ class KubeClient:
         """Set spec.replicas through the scale subresource, the path `kubectl scale` and HPA take."""
         body = {"spec": {"replicas": replicas}}
         try:
-            await asyncio.to_thread(
+            await self._call(
                 self.custom.patch_namespaced_custom_object_scale,
                 GROUP,
                 VERSION,
@@ -140,7 +151,7 @@ class KubeClient:
     async def annotate_custom(self, plural: str, namespace: str, name: str, annotations: dict[str, str]) -> None:
         body = {"metadata": {"annotations": annotations}}
         try:
-            await asyncio.to_thread(
+            await self._call(
                 self.custom.patch_namespaced_custom_object,
                 GROUP,
                 VERSION,
@@ -157,7 +168,7 @@ class KubeClient:
     async def apply_service(self, obj: dict[str, Any]) -> None:
         """Server-side apply: creates the Service or brings the fields we own up to date."""
         metadata = obj["metadata"]
-        await asyncio.to_thread(
+        await self._call(
             self.core.patch_namespaced_service,
             metadata["name"],
             metadata["namespace"],
@@ -175,7 +186,7 @@ class KubeClient:
             "spec": {"nominalGPUs": nominal_gpus},
         }
         try:
-            await asyncio.to_thread(self.custom.create_cluster_custom_object, GROUP, VERSION, "queues", body)
+            await self._call(self.custom.create_cluster_custom_object, GROUP, VERSION, "queues", body)
         except ApiException as error:
             if error.status != 409:
                 raise
@@ -208,6 +219,6 @@ class KubeClient:
             "count": 1,
         }
         try:
-            await asyncio.to_thread(self.core.create_namespaced_event, namespace, event)
+            await self._call(self.core.create_namespaced_event, namespace, event)
         except ApiException as error:
             log.warning("could not post event %s on %s: %s", reason, metadata["name"], error.reason)

@@ -14,6 +14,7 @@ from enum import StrEnum
 
 from aisched.api.training_job import TrainingJobPhase as Phase
 from aisched.api.training_job import TrainingJobSpec, TrainingJobStatus
+from aisched.policy.chunks import CHUNK_ENDED, PAUSED_BETWEEN_CHUNKS
 from aisched.workload.contract import CHECKPOINTED_EXIT_CODE
 
 
@@ -91,7 +92,7 @@ def next_step(spec: TrainingJobSpec, status: TrainingJobStatus, seen: Observatio
     if deadline_step := _active_deadline(spec, status, seen):
         return deadline_step
     if phase in (Phase.CHECKPOINTING, Phase.RESTARTING):
-        return _wind_down(phase, seen)
+        return _wind_down(phase, status, seen)
     if phase in (Phase.PLACING, Phase.RUNNING):
         return _placed(spec, status, phase, seen)
     return Step(Verb.NOTHING)
@@ -136,12 +137,22 @@ def _active_deadline(spec: TrainingJobSpec, status: TrainingJobStatus, seen: Obs
     )
 
 
-def _wind_down(phase: Phase, seen: Observation) -> Step:
-    """The gang is being taken down for a restart; requeue once every pod is gone."""
+def _wind_down(phase: Phase, status: TrainingJobStatus, seen: Observation) -> Step:
+    """The gang is being taken down for a restart; requeue once every pod is gone.
+
+    A gang stopped at the end of a carbon chunk waits for its next chunk instead.
+    """
     if seen.workers:
         if all(w.terminating for w in seen.workers):
             return Step(Verb.NOTHING)
         return Step(Verb.DELETE_WORKERS)
+    if phase == Phase.CHECKPOINTING and status.reason == CHUNK_ENDED:
+        return Step(
+            Verb.NOTHING,
+            Phase.DEFERRED,
+            PAUSED_BETWEEN_CHUNKS,
+            status.deferral.reason if status.deferral else "paused between chunks",
+        )
     interrupted = phase == Phase.CHECKPOINTING
     return Step(
         Verb.NOTHING,

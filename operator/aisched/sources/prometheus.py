@@ -62,15 +62,16 @@ def builtin_query(metric: MetricSpec, namespace: str, pods: Sequence[str], names
         return metric.query
     if metric.type == MetricType.GPU_UTILIZATION:
         # Average each pod's GPUs first, so the sum is "percent per replica" times replicas.
-        selector = _selector(names.gpu_utilization, names.gpu_namespace_label, names.gpu_pod_label, namespace, pods)
+        selector = pods_selector(names.gpu_utilization, names.gpu_namespace_label, names.gpu_pod_label, namespace, pods)
         return f"sum(avg by ({names.gpu_pod_label}) ({selector}))"
     if metric.type == MetricType.CONCURRENCY:
-        return f"sum({_selector(names.concurrency_gauge, names.namespace_label, names.pod_label, namespace, pods)})"
-    selector = _selector(names.request_counter, names.namespace_label, names.pod_label, namespace, pods)
+        return f"sum({pods_selector(names.concurrency_gauge, names.namespace_label, names.pod_label, namespace, pods)})"
+    selector = pods_selector(names.request_counter, names.namespace_label, names.pod_label, namespace, pods)
     return f"sum(rate({selector}[{names.rate_window}]))"
 
 
-def _selector(series: str, namespace_label: str, pod_label: str, namespace: str, pods: Sequence[str]) -> str:
+def pods_selector(series: str, namespace_label: str, pod_label: str, namespace: str, pods: Sequence[str]) -> str:
+    """One series of the named pods of a namespace, every part quoted as a PromQL string."""
     pod_regex = "|".join(re.escape(pod) for pod in sorted(pods))
     matchers = [f"{namespace_label}={_string(namespace)}", f"{pod_label}=~{_string(pod_regex)}"]
     # One matcher form for every part, whatever characters the configured series name holds.

@@ -50,8 +50,16 @@ class ScriptedServer:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 parts = urlsplit(self.path)
-                query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-                reply = server._take(Request(parts.path, query, {k.lower(): v for k, v in self.headers.items()}))
+                self._answer(parts.path, parts.query)
+
+            def do_POST(self) -> None:
+                # A form body (Prometheus's instant queries go by POST) is recorded as the query.
+                form = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
+                self._answer(urlsplit(self.path).path, form)
+
+            def _answer(self, path: str, raw_query: str) -> None:
+                query = {k: v[-1] for k, v in parse_qs(raw_query).items()}
+                reply = server._take(Request(path, query, {k.lower(): v for k, v in self.headers.items()}))
                 if reply.delay_s:
                     server.release.wait(reply.delay_s)
                 body, content_type = reply.encoded()

@@ -64,6 +64,12 @@
 - name: AISCHED_CARBON__PROMETHEUS_QUERY
   value: {{ . | quote }}
 {{- end }}
+- name: AISCHED_CARBON__MIN_CHUNK_SECONDS
+  value: {{ .Values.carbon.minChunkSeconds | quote }}
+{{- with .Values.carbon.dcgmPrometheusUrl }}
+- name: AISCHED_CARBON__DCGM_PROMETHEUS_URL
+  value: {{ . | quote }}
+{{- end }}
 {{- with .Values.carbon.gpuPowerWatts }}
 - name: AISCHED_CARBON__GPU_POWER_WATTS
   value: {{ . | toJson | quote }}

@@ -1,0 +1,69 @@
+"""hack/bench/e2e_scale.py: the job mix, the figures of one arm, and the baseline's plain pods."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections import Counter
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[3] / "hack" / "bench" / "e2e_scale.py"
+
+
+def load_bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("e2e_scale_bench", BENCH)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = load_bench()
+
+
+def test_the_mix_has_the_count_asked_in_the_weights_proportions() -> None:
+    mix = bench.parse_mix("1x1=50,2x8=30,4x8=20")
+    shapes = bench.job_mix(7, mix, seed=3)
+
+    # 3.5, 2.1, 1.4 jobs: the largest remainders (0.5, then 0.4) get the two jobs left over.
+    assert Counter(s.label for s in shapes) == {"1x1": 4, "2x8": 2, "4x8": 1}
+
+
+def test_the_mix_is_shuffled_by_its_seed_and_only_by_it() -> None:
+    mix = bench.parse_mix(bench.DEFAULT_MIX)
+
+    assert bench.job_mix(400, mix, seed=1) == bench.job_mix(400, mix, seed=1)
+    assert bench.job_mix(400, mix, seed=1) != bench.job_mix(400, mix, seed=2)
+    assert sorted(bench.job_mix(400, mix, seed=1)) == sorted(bench.job_mix(400, mix, seed=2))
+
+
+@pytest.mark.parametrize("text", ["1x1=0", "1x1=0,2x8=0", "1x1=-1,2x8=3"])
+def test_a_mix_without_positive_weights_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="positive weights"):
+        bench.parse_mix(text)
+
+
+def test_the_rate_counts_from_the_first_submission_to_the_last_bind() -> None:
+    # Four pods submitted at 10 s and 11 s, bound 1, 2, 3 and 5 s after.
+    figures = bench.arm_figures([(10.0, 11.0), (10.0, 12.0), (11.0, 14.0), (11.0, 16.0)])
+
+    assert figures.span_s == 6.0
+    assert figures.pods_per_s == pytest.approx(4 / 6)
+    assert figures.bind_p50_s == pytest.approx(2.5)
+    assert 4.9 < figures.bind_p99_s <= 5.0
+
+
+def test_baseline_pods_are_the_workers_without_gate_pin_or_owner() -> None:
+    job = bench.training_job("llm", bench.GangShape(replicas=4, gpus_per_replica=8))
+    pods = bench.plain_pods(job)
+
+    assert [p["metadata"]["name"] for p in pods] == [f"llm-g0-w{rank}" for rank in range(4)]
+    for pod in pods:
+        assert "schedulingGates" not in pod["spec"]
+        assert "nodeSelector" not in pod["spec"]
+        assert "ownerReferences" not in pod["metadata"]
+        assert pod["spec"]["containers"][0]["resources"]["requests"] == {"nvidia.com/gpu": 8}
