@@ -249,6 +249,9 @@ def decide_replicas(
     state = _with_recommendation(state, at, recommendation)
     stabilized = _stabilize(behavior, state, current_replicas, at)
     replicas, limit_reason = _rate_limit(behavior, state, current_replicas, stabilized, at)
+    if total > 0:
+        # A recommendation of zero still in the window must not keep a service asleep while load arrives.
+        replicas = max(replicas, behavior.min_replicas)
 
     if limit_reason is not None:
         reason, message = limit_reason, f"{rec_message}; rate limit allows {replicas} now"
