@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
@@ -47,6 +48,7 @@ from typing import Any, TypeVar
 
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
+from prometheus_client.parser import text_string_to_metric_families
 
 from aisched.api import GROUP, VERSION, TrainingJob
 from aisched.kube import labels
@@ -262,7 +264,8 @@ def plain_pods(job: dict[str, Any]) -> list[dict[str, Any]]:
     pods = []
     for slot in launch.slots:
         pod = build_worker_pod(model, launch, slot)
-        del pod["spec"]["schedulingGates"], pod["spec"]["nodeSelector"], pod["metadata"]["ownerReferences"]
+        pod["spec"].pop("schedulingGates", None)  # a lone worker has none
+        del pod["spec"]["nodeSelector"], pod["metadata"]["ownerReferences"]
         pods.append(pod)
     return pods
 
@@ -305,6 +308,7 @@ def arm_report(
         "bind_p50_s": round(figures.bind_p50_s, 3),
         "bind_p99_s": round(figures.bind_p99_s, 3),
         "span_s": round(figures.span_s, 2),
+        "submit_s": round(max(sent.values()) - min(sent.values()), 2),  # the clients' part of the span
         "gangs_whole": len(whole),
         "in_smallest_domain": sum(topology.in_smallest_domain(shapes[j], nodes[j]) for j in whole),
         "multi_pod_gangs": len(multi),
@@ -313,6 +317,66 @@ def arm_report(
         "watch_resumed": watched.resumed,
         "watch_relisted": watched.relisted,
     }
+
+
+WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE", "APPLY"})
+
+
+@dataclass(frozen=True)
+class Costs:
+    """What an arm cost the machine: CPU seconds per process, and the API server's write
+    requests and the seconds it spent serving them, per 'VERB resource/subresource'."""
+
+    cpu_s: dict[str, float]
+    writes: dict[str, float]
+    write_seconds: dict[str, float]
+
+    def since(self, before: Costs) -> dict[str, Any]:
+        def delta(now: dict[str, float], then: dict[str, float], digits: int) -> dict[str, float]:
+            changes = {k: round(v - then.get(k, 0.0), digits) for k, v in now.items()}
+            return dict(sorted(((k, v) for k, v in changes.items() if v > 0), key=lambda kv: -kv[1]))
+
+        return {
+            "cpu_s": delta(self.cpu_s, before.cpu_s, 1),
+            "api_writes": delta(self.writes, before.writes, 0),
+            "api_write_s": delta(self.write_seconds, before.write_seconds, 2),
+        }
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of PID so far (0 once it has gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def api_write_totals(api: client.ApiClient) -> tuple[dict[str, float], dict[str, float]]:
+    """From the API server's /metrics: requests and seconds spent, per write verb and resource."""
+    response = api.call_api(
+        "/metrics", "GET", auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True
+    )
+    wanted = {"apiserver_request_total": "count", "apiserver_request_duration_seconds_sum": "seconds"}
+    totals: dict[str, dict[str, float]] = {"count": {}, "seconds": {}}
+    for family in text_string_to_metric_families(response.data.decode()):
+        for sample in family.samples:
+            kind = wanted.get(sample.name)
+            if kind is None or sample.labels.get("verb") not in WRITE_VERBS:
+                continue
+            what = "/".join(filter(None, (sample.labels.get("resource"), sample.labels.get("subresource"))))
+            key = f"{sample.labels['verb']} {what}"
+            totals[kind][key] = totals[kind].get(key, 0.0) + sample.value
+    return totals["count"], totals["seconds"]
+
+
+def costs(api: client.ApiClient, cluster: LocalCluster, operator_pid: int | None) -> Costs:
+    pids = {p.stem: int(p.read_text()) for p in (cluster.state_dir / "pids").glob("*.pid")}
+    if operator_pid is not None:
+        pids["aisched"] = operator_pid
+    cpu = {name: process_cpu_seconds(pid) for name, pid in pids.items()}
+    cpu["this benchmark"] = time.process_time()
+    return Costs(cpu, *api_write_totals(api))
 
 
 @contextmanager
@@ -403,7 +467,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             def create_job(job: dict[str, Any]) -> object:
                 return custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "trainingjobs", job)
 
+            operator_pid = operator.process.pid if operator.process else None
+            before = costs(api, cluster, operator_pid)
             sent, watched = measure(core, create_job, jobs, pods, args.concurrency, args.timeout)
+            aisched_costs = costs(api, cluster, operator_pid).since(before)
         except BaseException:
             print(f"operator log (tail):\n{operator.log_tail()}", file=sys.stderr)
             raise
@@ -414,6 +481,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         drain(custom, core, args.timeout)
         plain = [pod for job in jobs for pod in plain_pods(job)]
         print(f"arm 2: the same {len(plain)} pods through kube-scheduler alone...", flush=True)
+        before = costs(api, cluster, None)
         sent, watched = measure(
             core,
             lambda pod: core.create_namespaced_pod(NAMESPACE, pod),
@@ -422,7 +490,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             args.concurrency,
             args.timeout,
         )
-        baseline = arm_report(shapes, sent, watched, topology)
+        baseline = {**arm_report(shapes, sent, watched, topology), **costs(api, cluster, None).since(before)}
+        aisched.update(aisched_costs)
     return {
         "nodes": len(topology.empty.node_names()),
         "jobs": len(jobs),

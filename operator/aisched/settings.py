@@ -262,6 +262,14 @@ class Settings(BaseSettings):
         "loading the checkpoint. Deadline planning keeps this much in reserve.",
     )
     resync_seconds: float = Field(default=15.0, gt=0, le=3600, description="Period of the reconcile timer per job.")
+    events_per_second: float = Field(
+        default=10.0,
+        gt=0,
+        le=1000,
+        description="Rate at which Events are sent once a burst is spent; they queue meanwhile, so a burst of "
+        "submissions never waits for its own Events.",
+    )
+    event_burst: int = Field(default=50, ge=1, le=10_000, description="Events sent at once before the rate applies.")
 
     @field_validator("namespaces")
     @classmethod

@@ -256,11 +256,11 @@ class InferenceServiceController:
             and now - p.unschedulable_since > UNSCHEDULABLE_GRACE
         ]
         if ended:
-            await self.kube.post_event(
+            self.kube.post_event(
                 obj, "Warning", "ReplicaEnded", f"replica(s) {', '.join(p.name for p in ended)} ended; replacing them"
             )
         if stuck:
-            await self.kube.post_event(
+            self.kube.post_event(
                 obj,
                 "Warning",
                 "ReplicaUnschedulable",
@@ -326,9 +326,9 @@ class InferenceServiceController:
             status.last_scaling = ScalingDecision(
                 time=now, from_replicas=current, to_replicas=decision.replicas, reason=f"{decision.reason}: {message}"
             )
-            await self.kube.post_event(obj, "Normal", decision.reason, message)
+            self.kube.post_event(obj, "Normal", decision.reason, message)
         elif decision.reason == ReasonCode.METRIC_UNAVAILABLE and (previous is None or previous.status != "False"):
-            await self.kube.post_event(obj, "Warning", decision.reason, message)
+            self.kube.post_event(obj, "Warning", decision.reason, message)
         self._autoscaler_states[key] = decision.state
         await self.kube.annotate_custom(PLURAL, namespace, name, {AUTOSCALER_STATE: decision.state.to_json()})
         status.desired_replicas = decision.replicas
@@ -362,7 +362,7 @@ class InferenceServiceController:
         by_name = {p.name: p for p in pods}
         await self._delete([by_name[name] for name in (*plan.retire, *step.retire_old) if name in by_name])
         if plan.retire or step.retire_old:
-            await self.kube.post_event(
+            self.kube.post_event(
                 obj, "Normal", "ReplicasRetired", f"retired {', '.join((*plan.retire, *step.retire_old))}"
             )
         if plan.unplaced:
@@ -415,7 +415,7 @@ class InferenceServiceController:
             f"{name} on {s.node} ({s.capacity_type})" + (f" replacing {s.replaces}" if s.replaces else "")
             for name, s in zip(names, starts, strict=True)
         )
-        await self.kube.post_event(obj, "Normal", "ReplicasStarted", f"started {described}")
+        self.kube.post_event(obj, "Normal", "ReplicasStarted", f"started {described}")
 
     async def _delete(self, pods: Sequence[ServingPod]) -> None:
         await asyncio.gather(*(self.kube.delete_pod(p.namespace, p.name) for p in pods))
@@ -483,9 +483,9 @@ class InferenceServiceController:
         if now is None or (was is not None and was.reason == now.reason):
             return
         if now.reason in (PlanReason.INSUFFICIENT_CAPACITY, PlanReason.ON_DEMAND_FLOOR_UNMET):
-            await self.kube.post_event(obj, "Warning", now.reason, now.message)
+            self.kube.post_event(obj, "Warning", now.reason, now.message)
         elif now.reason == PlanReason.REPLACING_INTERRUPTED:
-            await self.kube.post_event(obj, "Normal", now.reason, now.message)
+            self.kube.post_event(obj, "Normal", now.reason, now.message)
 
 
 _MANUAL = "spec.replicas is set by hand, kubectl scale or another autoscaler"

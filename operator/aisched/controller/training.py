@@ -68,6 +68,9 @@ DEADLINE_NEEDS_ON_DEMAND = "DeadlineNeedsOnDemand"
 # Jobs reconciled at once; a little under the API client's threads, leaving some to the serving loop.
 CONCURRENT_RECONCILES = 24
 EMISSIONS_PERIOD = timedelta(minutes=1)  # how often running gangs' emissions are added up
+# How often the per-job and cluster gauges are refreshed: a pass over every job, well
+# under Prometheus' scrape interval, and not once per cycle when hundreds of jobs arrive.
+REPORT_PERIOD = timedelta(seconds=5)
 # Settings' provider names -> the source label values of aisched_carbon_source_errors_total.
 CARBON_SOURCE_NAMES = {
     "electricitymaps": "ElectricityMaps",
@@ -100,6 +103,9 @@ class TrainingJobController:
     # Workers deleted right after they stopped: their checkpoint reports outlive the pods.
     _departed: dict[JobKey, dict[str, PodRecord]] = field(default_factory=dict)
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    # Each cycle reads every job several times; an object is parsed once, until the next watch event replaces it.
+    _parsed: dict[JobKey, tuple[dict[str, Any], TrainingJob | None]] = field(default_factory=dict)
+    _reported_at: datetime | None = None
 
     def __post_init__(self) -> None:
         self.pools = PoolTracker(
@@ -117,6 +123,7 @@ class TrainingJobController:
 
     def job_gone(self, namespace: str, name: str) -> None:
         self.jobs.pop((namespace, name), None)
+        self._parsed.pop((namespace, name), None)
         self._departed.pop((namespace, name), None)
         self.metrics.forget_job(namespace, name)
         self._wake.set()  # its GPUs are free for whoever waits
@@ -174,7 +181,10 @@ class TrainingJobController:
             await self._end_chunks(self.clock())
         except Exception:
             log.exception("ending carbon chunks failed; will retry")
-        self._report()
+        now = self.clock()
+        if self._reported_at is None or now - self._reported_at >= REPORT_PERIOD or not self._dirty:
+            self._report()
+            self._reported_at = now
 
     async def _reconcile_counted(self, key: JobKey) -> None:
         started = time.perf_counter()
@@ -191,14 +201,11 @@ class TrainingJobController:
         obj = self.jobs.get(key)
         if obj is None:
             return
-        job = _parse(obj)
+        job = self._read(obj)
         if job is None:
             return
         now = self.clock()
         status = job.status
-        if status.phase is None:
-            await self._write_status(obj, job, _queued(job, "Submitted", "waiting for placement", now))
-            return
         generation = status.gang_generation or 0
         pods = self.inventory.pods_of_job(*key)
         current = [p for p in pods if p.labels.get(labels.GANG_GENERATION) == str(generation)]
@@ -238,7 +245,7 @@ class TrainingJobController:
             await self.kube.delete_custom(PLURAL, namespace, name)
             return
         for event_type, reason, message in step.events:
-            await self.kube.post_event(obj, event_type, reason, message)
+            self.kube.post_event(obj, event_type, reason, message)
         updated = _apply_step(job, status, step, now)
         self._count_step(job, status, updated, step)
         await self._write_status(obj, job, updated)
@@ -265,10 +272,10 @@ class TrainingJobController:
         gangs_by_level: dict[str, int] = {}
         pending_sizes: list[int] = []
         for (namespace, name), obj in self.jobs.items():
-            job = _parse(obj)
-            if job is None or job.status.phase is None:
+            job = self._read(obj)
+            if job is None:
                 continue
-            phase = str(job.status.phase)
+            phase = str(job.status.phase or Phase.QUEUED)  # new jobs wait like queued ones
             census[(job.spec.queue, phase)] = census.get((job.spec.queue, phase), 0) + 1
             if phase == Phase.QUEUED:
                 pending_sizes.append(job.spec.gpus_per_replica)
@@ -286,6 +293,16 @@ class TrainingJobController:
         self.metrics.record_jobs(census)
         self.metrics.record_running_gangs(gangs_by_level)
         self.metrics.record_gpu_pools(_gpu_pools(self.cluster_snapshot(), min(pending_sizes, default=None)))
+
+    def _read(self, obj: dict[str, Any]) -> TrainingJob | None:
+        """OBJ as a model; the models are shared, so callers copy before they change one."""
+        key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+        cached = self._parsed.get(key)
+        if cached is not None and cached[0] is obj:
+            return cached[1]
+        job = _parse(obj)
+        self._parsed[key] = (obj, job)
+        return job
 
     def departed_workers(self, key: JobKey, generation: int) -> list[PodRecord]:
         """Workers of gang GENERATION already deleted that left a termination message; older ones are dropped."""
@@ -319,15 +336,20 @@ class TrainingJobController:
             termination_grace_seconds=(self._checkpoint_grace(job) if placement.capacity_type == "Spot" else None),
         )
         to_create = [build_worker_pod(job, launch, slot) for slot in launch.slots]
+        # Only a gang needs the Service to rendezvous; a lone worker is its own master.
+        service = [self.kube.create(build_headless_service(job))] if launch.world_size > 1 else []
         await asyncio.gather(
-            self.kube.create(build_headless_service(job)),
-            *(self.kube.create(pod) for pod in to_create if pod["metadata"]["name"] not in existing),
+            *service, *(self.kube.create(pod) for pod in to_create if pod["metadata"]["name"] not in existing)
         )
         # Every pod of the gang exists now (a failed create raised above): hand them to
         # kube-scheduler together, without a round trip through the watch first.
         namespace = job.metadata["namespace"]
         await asyncio.gather(
-            *(self.kube.release_scheduling_gates(namespace, pod["metadata"]["name"]) for pod in to_create)
+            *(
+                self.kube.release_scheduling_gates(namespace, pod["metadata"]["name"])
+                for pod in to_create
+                if pod["spec"].get("schedulingGates")
+            )
         )
 
     async def _write_status(self, obj: dict[str, Any], job: TrainingJob, status: TrainingJobStatus) -> None:
@@ -351,12 +373,13 @@ class TrainingJobController:
         requests: list[JobRequest] = []
         capacity_of: dict[str, CapacityDecision] = {}
         for obj in self.jobs.values():
-            job = _parse(obj)
+            job = self._read(obj)
             if job is None:
                 continue
             key = f"{job.metadata['namespace']}/{job.metadata['name']}"
             phase = job.status.phase
-            if phase in (Phase.QUEUED, Phase.DEFERRED) and not job.spec.suspend:
+            # A new job (no phase yet) is first written Queued only if this cycle cannot place it.
+            if phase in (None, Phase.QUEUED, Phase.DEFERRED) and not job.spec.suspend:
                 if await self._defer(obj, job, now):
                     continue
                 capacity = self._choose_capacity(job, snapshot, doomed, now)
@@ -408,7 +431,7 @@ class TrainingJobController:
             obj, job = parsed[waiting.key]
             self.metrics.record_placement(elapsed, placed=False)
             if job.status.reason != waiting.reason:
-                await self.kube.post_event(obj, "Normal", waiting.reason, waiting.message)
+                self.kube.post_event(obj, "Normal", waiting.reason, waiting.message)
             await self._write_status(obj, job, _queued(job, waiting.reason, waiting.message, now))
         await self._report_queues(result)
 
@@ -418,7 +441,7 @@ class TrainingJobController:
             return
         intensities: dict[str, float | None] = {}
         for key, obj in list(self.jobs.items()):
-            job = _parse(obj)
+            job = self._read(obj)
             if job is None or job.status.phase != Phase.RUNNING or job.status.start_time is None:
                 self._emissions_marks.pop(key, None)
                 continue
@@ -472,7 +495,7 @@ class TrainingJobController:
             return False
         if _start_now_requested(job):
             if status.phase == Phase.DEFERRED:
-                await self.kube.post_event(obj, "Normal", "StartNow", f"{labels.START_NOW} set: starting now")
+                self.kube.post_event(obj, "Normal", "StartNow", f"{labels.START_NOW} set: starting now")
             return False
         work = work_left(timedelta(seconds=spec.expected_duration_seconds or 0), status.chunk_work_done_seconds)
         if work is None:
@@ -488,7 +511,7 @@ class TrainingJobController:
             updated.reason, updated.message = PAUSED_BETWEEN_CHUNKS, updated.deferral.reason
         if status.phase != Phase.DEFERRED:
             self.metrics.record_deferral(str(spec.carbon.mode))
-            await self.kube.post_event(
+            self.kube.post_event(
                 obj, "Normal", "Deferred", f"start deferred to {plan.start:%Y-%m-%d %H:%M} UTC: {plan.message}"
             )
         await self._write_status(obj, job, updated)
@@ -553,7 +576,7 @@ class TrainingJobController:
     async def _end_chunks(self, now: datetime) -> None:
         """Running gangs whose carbon chunk is over: re-plan, then carry on or pause for the next chunk."""
         for obj in list(self.jobs.values()):
-            job = _parse(obj)
+            job = self._read(obj)
             if job is None or job.status.phase != Phase.RUNNING or job.status.chunk_end is None:
                 continue
             if not (job.spec.carbon.deferrable and job.spec.carbon.interruptible) or _start_now_requested(job):
@@ -625,6 +648,7 @@ class TrainingJobController:
         status = job.status.model_copy(deep=True)
         status.phase, status.reason, status.message = Phase.PLACING, reason, message
         status.observed_generation = generation
+        status.queued_time = status.queued_time or now
         status.placement = placement.to_status()
         status.gang_generation = (status.gang_generation or 0) + 1
         status.replicas = placement.replicas
@@ -650,7 +674,8 @@ class TrainingJobController:
                 now=now,
                 generation=generation,
             )
-        await asyncio.gather(self._write_status(obj, job, status), self.kube.post_event(obj, "Normal", reason, message))
+        self.kube.post_event(obj, "Normal", reason, message)
+        await self._write_status(obj, job, status)
         # Create the gang now rather than on the next pass: that pass waits for every other job.
         await self._reconcile_counted((namespace, name))
 
@@ -659,7 +684,7 @@ class TrainingJobController:
         namespace, name = job.metadata["namespace"], job.metadata["name"]
         pods = [p for p in self.inventory.pods_of_job(namespace, name) if not p.terminating]
         await asyncio.gather(*(self.kube.delete_pod(p.namespace, p.name, self._checkpoint_grace(job)) for p in pods))
-        await self.kube.post_event(obj, "Warning", reason, message)
+        self.kube.post_event(obj, "Warning", reason, message)
         status = _queued(job, reason, message, now)
         status.gpus = 0
         # The queue reason changes as the job waits; this condition keeps who preempted it, and when.
@@ -761,7 +786,7 @@ class TrainingJobController:
         """The cluster as placement sees it, shared with the InferenceService controller."""
         reserved: dict[str, int] = {}
         for (namespace, name), obj in self.jobs.items():
-            job = _parse(obj)
+            job = self._read(obj)
             if job is None or job.status.phase not in HOLDS_GPUS or job.status.placement is None:
                 continue
             # Pods that exist hold their GPUs in the inventory (pinned by node selector even

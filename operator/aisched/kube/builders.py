@@ -96,7 +96,8 @@ def build_headless_service(job: TrainingJob) -> dict[str, Any]:
 def _env(job: TrainingJob, launch: GangLaunch, rank: int) -> list[dict[str, str]]:
     name = str(job.metadata["name"])
     env = {
-        "MASTER_ADDR": f"{worker_hostname(name, 0)}.{name}",
+        # A lone worker rendezvous with itself; a gang through its headless Service.
+        "MASTER_ADDR": f"{worker_hostname(name, 0)}.{name}" if launch.world_size > 1 else "localhost",
         "MASTER_PORT": str(MASTER_PORT),
         "WORLD_SIZE": str(launch.world_size),
         "RANK": str(rank),
@@ -147,9 +148,11 @@ def build_worker_pod(job: TrainingJob, launch: GangLaunch, slot: WorkerSlot) -> 
     _request_gpus(spec["containers"], launch.gpu_resource, job.spec.gpus_per_replica)
     spec["restartPolicy"] = "Never"  # the operator restarts the whole gang, never one worker
     spec["hostname"] = worker_hostname(name, slot.rank)
-    spec["subdomain"] = name
+    if launch.world_size > 1:
+        spec["subdomain"] = name  # the headless Service: workers reach each other by host name
     spec["nodeSelector"] = {**spec.get("nodeSelector", {}), "kubernetes.io/hostname": slot.node}
-    spec["schedulingGates"] = [{"name": labels.GANG_GATE}]
+    if launch.world_size > 1:  # held until every pod of the gang exists; a lone worker has none to wait for
+        spec["schedulingGates"] = [{"name": labels.GANG_GATE}]
     if launch.tolerations:
         spec["tolerations"] = [*spec.get("tolerations", []), *launch.tolerations]
     if launch.termination_grace_seconds is not None:

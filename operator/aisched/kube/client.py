@@ -15,13 +15,13 @@ import json
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from aisched.api import GROUP, VERSION
+from aisched.kube.events import EventRecorder
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -40,16 +40,27 @@ def load_api_client() -> client.ApiClient:
 
 
 class KubeClient:
-    def __init__(self, api_client: client.ApiClient) -> None:
+    def __init__(self, api_client: client.ApiClient, *, events_per_second: float = 10.0, event_burst: int = 50) -> None:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self._threads = ThreadPoolExecutor(API_THREADS, thread_name_prefix="kube-api")
+        self.events = EventRecorder(self._create_event, per_second=events_per_second, burst=event_burst)
 
     async def _call(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(
             self._threads, functools.partial(method, *args, **kwargs)
         )
+
+    async def _send(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+        """A write whose answer nobody reads: the client's model deserialization of it would
+        cost more CPU than the request itself. Errors still raise ApiException."""
+
+        def send() -> None:
+            response = method(*args, _preload_content=False, **kwargs)
+            _ = response.data  # read, so the connection goes back to the pool
+
+        await asyncio.get_running_loop().run_in_executor(self._threads, send)
 
     # -- reads (relists that repair the watch-fed caches) -------------------
 
@@ -70,9 +81,9 @@ class KubeClient:
         namespace = obj["metadata"]["namespace"]
         try:
             if obj["kind"] == "Pod":
-                await self._call(self.core.create_namespaced_pod, namespace, obj)
+                await self._send(self.core.create_namespaced_pod, namespace, obj)
             else:
-                await self._call(self.core.create_namespaced_service, namespace, obj)
+                await self._send(self.core.create_namespaced_service, namespace, obj)
         except ApiException as error:
             if error.status != 409:  # AlreadyExists: an earlier attempt got there
                 raise
@@ -80,7 +91,7 @@ class KubeClient:
     async def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
         body = client.V1DeleteOptions(grace_period_seconds=grace_seconds)
         try:
-            await self._call(self.core.delete_namespaced_pod, name, namespace, body=body)
+            await self._send(self.core.delete_namespaced_pod, name, namespace, body=body)
         except ApiException as error:
             if error.status != 404:
                 raise
@@ -89,7 +100,7 @@ class KubeClient:
         # Removing every gate hands the pod to kube-scheduler.
         patch = [{"op": "replace", "path": "/spec/schedulingGates", "value": []}]
         try:
-            await self._call(
+            await self._send(
                 self.core.patch_namespaced_pod, name, namespace, patch, _content_type="application/json-patch+json"
             )
         except ApiException as error:
@@ -100,9 +111,9 @@ class KubeClient:
         body = {"status": status}
         try:
             if namespace is None:
-                await self._call(self.custom.patch_cluster_custom_object_status, GROUP, VERSION, plural, name, body)
+                await self._send(self.custom.patch_cluster_custom_object_status, GROUP, VERSION, plural, name, body)
             else:
-                await self._call(
+                await self._send(
                     self.custom.patch_namespaced_custom_object_status,
                     GROUP,
                     VERSION,
@@ -117,7 +128,7 @@ class KubeClient:
 
     async def delete_custom(self, plural: str, namespace: str, name: str) -> None:
         try:
-            await self._call(
+            await self._send(
                 self.custom.delete_namespaced_custom_object,
                 GROUP,
                 VERSION,
@@ -134,7 +145,7 @@ class KubeClient:
         """Set spec.replicas through the scale subresource, the path `kubectl scale` and HPA take."""
         body = {"spec": {"replicas": replicas}}
         try:
-            await self._call(
+            await self._send(
                 self.custom.patch_namespaced_custom_object_scale,
                 GROUP,
                 VERSION,
@@ -151,7 +162,7 @@ class KubeClient:
     async def annotate_custom(self, plural: str, namespace: str, name: str, annotations: dict[str, str]) -> None:
         body = {"metadata": {"annotations": annotations}}
         try:
-            await self._call(
+            await self._send(
                 self.custom.patch_namespaced_custom_object,
                 GROUP,
                 VERSION,
@@ -168,7 +179,7 @@ class KubeClient:
     async def apply_service(self, obj: dict[str, Any]) -> None:
         """Server-side apply: creates the Service or brings the fields we own up to date."""
         metadata = obj["metadata"]
-        await self._call(
+        await self._send(
             self.core.patch_namespaced_service,
             metadata["name"],
             metadata["namespace"],
@@ -186,39 +197,22 @@ class KubeClient:
             "spec": {"nominalGPUs": nominal_gpus},
         }
         try:
-            await self._call(self.custom.create_cluster_custom_object, GROUP, VERSION, "queues", body)
+            await self._send(self.custom.create_cluster_custom_object, GROUP, VERSION, "queues", body)
         except ApiException as error:
             if error.status != 409:
                 raise
 
-    async def post_event(self, obj: dict[str, Any], event_type: str, reason: str, message: str) -> None:
-        """An Event on `obj`, so `kubectl describe` tells its story. Best effort: never fails a reconcile."""
-        metadata = obj["metadata"]
-        namespace = metadata.get("namespace") or "default"
-        now = datetime.now(UTC)
-        event: dict[str, Any] = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{metadata['name']}.", "namespace": namespace},
-            "involvedObject": {
-                "apiVersion": obj["apiVersion"],
-                "kind": obj["kind"],
-                "name": metadata["name"],
-                "namespace": metadata.get("namespace"),
-                "uid": metadata.get("uid"),
-                "resourceVersion": metadata.get("resourceVersion"),
-            },
-            "type": event_type,
-            "reason": reason,
-            "message": message[:1024],
-            "source": {"component": "aisched"},
-            "reportingComponent": "aisched.io/operator",
-            "reportingInstance": "aisched",
-            "firstTimestamp": now.isoformat(),
-            "lastTimestamp": now.isoformat(),
-            "count": 1,
-        }
+    def post_event(self, obj: dict[str, Any], event_type: str, reason: str, message: str) -> None:
+        """An Event on `obj`, so `kubectl describe` tells its story; queued, sent by `send_events`."""
+        self.events.record(obj, event_type, reason, message)
+
+    async def send_events(self) -> None:
+        await self.events.run()
+
+    async def _create_event(self, event: dict[str, Any]) -> None:
         try:
-            await self._call(self.core.create_namespaced_event, namespace, event)
+            await self._send(self.core.create_namespaced_event, event["metadata"]["namespace"], event)
         except ApiException as error:
-            log.warning("could not post event %s on %s: %s", reason, metadata["name"], error.reason)
+            log.warning(
+                "could not post event %s on %s: %s", event["reason"], event["involvedObject"]["name"], error.reason
+            )

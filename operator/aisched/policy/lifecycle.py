@@ -203,11 +203,12 @@ def _placed(spec: TrainingJobSpec, status: TrainingJobStatus, phase: Phase, seen
             finished=True,
             events=(("Normal", "Completed", f"all {expected} workers succeeded"),),
         )
+    # Creating or ungating workers leaves the job Placing, as the scheduler wrote it: no status write.
     if len(seen.workers) < expected:
-        return Step(Verb.CREATE_WORKERS, Phase.PLACING)
+        return Step(Verb.CREATE_WORKERS)
     gated = [w for w in seen.workers if w.phase == WorkerPhase.GATED]
     if gated:
-        return Step(Verb.RELEASE_GATES, Phase.PLACING)
+        return Step(Verb.RELEASE_GATES)
     stuck = [w for w in seen.workers if w.unschedulable_since is not None]
     if stuck and seen.now - min(w.unschedulable_since for w in stuck if w.unschedulable_since) >= seen.bind_timeout:
         worst = stuck[0]

@@ -34,6 +34,16 @@ def test_worker_pod_is_gated_pinned_and_owned() -> None:
     assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 8
 
 
+def test_a_lone_worker_is_neither_gated_nor_behind_a_service() -> None:
+    launch = GangLaunch(generation=1, world_size=1, slots=(WorkerSlot(0, "n1"),))
+    pod = build_worker_pod(_job(replicas=1), launch, launch.slots[0])
+    assert "schedulingGates" not in pod["spec"]  # no other worker to wait for
+    assert "subdomain" not in pod["spec"]
+    assert pod["spec"]["nodeSelector"]["kubernetes.io/hostname"] == "n1"
+    assert _env(pod)["MASTER_ADDR"] == "localhost"
+    assert _env(pod)["WORLD_SIZE"] == "1"
+
+
 def test_workers_get_the_torchrun_environment() -> None:
     env = _env(build_worker_pod(_job(), LAUNCH, LAUNCH.slots[1]))
     assert env["MASTER_ADDR"] == "llm-worker-0.llm"

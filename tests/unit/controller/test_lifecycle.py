@@ -44,11 +44,15 @@ def _see(*workers: Worker, **fields: object) -> Observation:
 
 def test_missing_workers_are_created_then_released_together() -> None:
     job = _spec()
-    assert next_step(job.spec, _status(Phase.PLACING), _see()).verb == Verb.CREATE_WORKERS
+    create = next_step(job.spec, _status(Phase.PLACING), _see())
+    assert create.verb == Verb.CREATE_WORKERS
     one_gated = _workers(WorkerPhase.GATED)
     assert next_step(job.spec, _status(Phase.PLACING), _see(*one_gated)).verb == Verb.CREATE_WORKERS
     both = _workers(WorkerPhase.GATED, WorkerPhase.GATED)
-    assert next_step(job.spec, _status(Phase.PLACING), _see(*both)).verb == Verb.RELEASE_GATES
+    release = next_step(job.spec, _status(Phase.PLACING), _see(*both))
+    assert release.verb == Verb.RELEASE_GATES
+    # Still Placing, as the scheduler wrote it: neither step costs a status write.
+    assert create.phase is None and release.phase is None and not create.events and not release.events
 
 
 def test_gang_running_when_every_worker_runs() -> None:
