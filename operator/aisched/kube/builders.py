@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from aisched.api import TrainingJob
 from aisched.kube import labels
@@ -53,12 +53,23 @@ def worker_pod_name(job_name: str, generation: int, rank: int) -> str:
     return f"{job_name}-g{generation}-w{rank}"
 
 
-def owner_reference(obj: dict[str, Any]) -> dict[str, Any]:
+class Owner(Protocol):
+    """Our custom resources' models: what an owner reference names."""
+
+    @property
+    def api_version(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def metadata(self) -> dict[str, Any]: ...
+
+
+def owner_reference(owner: Owner) -> dict[str, Any]:
     return {
-        "apiVersion": obj["apiVersion"],
-        "kind": obj["kind"],
-        "name": obj["metadata"]["name"],
-        "uid": obj["metadata"]["uid"],
+        "apiVersion": owner.api_version,
+        "kind": owner.kind,
+        "name": owner.metadata["name"],
+        "uid": owner.metadata["uid"],
         "controller": True,
         "blockOwnerDeletion": True,
     }
@@ -81,7 +92,7 @@ def build_headless_service(job: TrainingJob) -> dict[str, Any]:
             "name": name,
             "namespace": job.metadata["namespace"],
             "labels": _job_labels(job),
-            "ownerReferences": [owner_reference(job.to_wire())],
+            "ownerReferences": [owner_reference(job)],
         },
         "spec": {
             "clusterIP": "None",
@@ -165,7 +176,7 @@ def build_worker_pod(job: TrainingJob, launch: GangLaunch, slot: WorkerSlot) -> 
             "namespace": job.metadata["namespace"],
             "labels": pod_labels,
             "annotations": metadata.get("annotations", {}),
-            "ownerReferences": [owner_reference(job.to_wire())],
+            "ownerReferences": [owner_reference(job)],
         },
         "spec": spec,
     }

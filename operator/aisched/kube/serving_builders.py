@@ -117,7 +117,7 @@ def build_service(service: InferenceService) -> dict[str, Any]:
             "name": name,
             "namespace": service.metadata["namespace"],
             "labels": service_labels(name),
-            "ownerReferences": [owner_reference(service.to_wire())],
+            "ownerReferences": [owner_reference(service)],
         },
         "spec": {
             "type": "ClusterIP",
@@ -158,7 +158,7 @@ def build_replica_pod(
                 CAPACITY_TYPE: CapacityType(slot.capacity_type).value,
             },
             "annotations": metadata.get("annotations", {}),
-            "ownerReferences": [owner_reference(service.to_wire())],
+            "ownerReferences": [owner_reference(service)],
         },
         "spec": spec,
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -67,3 +68,20 @@ def test_baseline_pods_are_the_workers_without_gate_pin_or_owner() -> None:
         assert "nodeSelector" not in pod["spec"]
         assert "ownerReferences" not in pod["metadata"]
         assert pod["spec"]["containers"][0]["resources"]["requests"] == {"nvidia.com/gpu": 8}
+
+
+def test_costs_of_an_arm_are_what_changed_during_it() -> None:
+    before = bench.Costs({"etcd": 1.0, "aisched": 2.0}, {"POST pods": 10.0}, {"POST pods": 0.5})
+    after = bench.Costs(
+        {"etcd": 1.5, "aisched": 6.04}, {"POST pods": 16.0, "PATCH pods": 3.0}, {"POST pods": 0.8, "PATCH pods": 0.1}
+    )
+    assert after.since(before) == {
+        "cpu_s": {"aisched": 4.0, "etcd": 0.5},  # largest first
+        "api_writes": {"POST pods": 6.0, "PATCH pods": 3.0},
+        "api_write_s": {"POST pods": 0.3, "PATCH pods": 0.1},
+    }
+
+
+def test_cpu_seconds_of_a_process_grow_and_a_gone_one_reads_zero() -> None:
+    assert bench.process_cpu_seconds(os.getpid()) > 0
+    assert bench.process_cpu_seconds(2**22 + 12345) == 0.0  # above pid_max: never a live process
