@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 # Taints that clouds and their node managers put on a node shortly before it
@@ -218,6 +218,14 @@ class Settings(BaseSettings):
         description="Namespace of the leader Lease; the chart sets the operator's own namespace.",
     )
     leader_lease_name: str = Field(default="aisched-leader", description="Name of the leader Lease.")
+    # client-go's defaults: a standby takes over at most lease + retry seconds after the leader stops.
+    leader_lease_seconds: int = Field(default=15, ge=1, le=3600, description="How long a Lease holds unrenewed.")
+    leader_renew_deadline_seconds: int = Field(
+        default=10, ge=1, le=3600, description="The leader stops acting when it could not renew for this long."
+    )
+    leader_retry_seconds: float = Field(
+        default=2.0, gt=0, le=600, description="Period of renewals, and of a standby's attempts to take the Lease."
+    )
     relist_seconds: float = Field(
         default=300.0, gt=0, description="Full relist of nodes and pods, repairing anything a watch missed."
     )
@@ -270,6 +278,16 @@ class Settings(BaseSettings):
         "submissions never waits for its own Events.",
     )
     event_burst: int = Field(default=50, ge=1, le=10_000, description="Events sent at once before the rate applies.")
+
+    @model_validator(mode="after")
+    def _leader_timings_in_order(self) -> Settings:
+        # Otherwise a leader could lose the Lease before it notices, and two replicas would act.
+        if not self.leader_retry_seconds < self.leader_renew_deadline_seconds < self.leader_lease_seconds:
+            raise ValueError(
+                "leader election needs retry < renew deadline < lease seconds, got "
+                f"{self.leader_retry_seconds} / {self.leader_renew_deadline_seconds} / {self.leader_lease_seconds}"
+            )
+        return self
 
     @field_validator("namespaces")
     @classmethod

@@ -110,7 +110,15 @@ async def _operate(settings: Settings, standalone: bool) -> int:
     kube = KubeClient(api_client, events_per_second=settings.events_per_second, event_burst=settings.event_burst)
     elector = None
     if settings.leader_election and not standalone:
-        elector = LeaseElector(api_client, settings.leader_namespace, settings.leader_lease_name, replica_identity())
+        elector = LeaseElector(
+            api_client,
+            settings.leader_namespace,
+            settings.leader_lease_name,
+            replica_identity(),
+            lease_seconds=settings.leader_lease_seconds,
+            renew_deadline_seconds=settings.leader_renew_deadline_seconds,
+            retry_seconds=settings.leader_retry_seconds,
+        )
         await elector.acquire()
     metrics.record_leadership(True)
 

@@ -192,12 +192,25 @@ def test_values_reach_the_operator_as_settings(clean_environment: pytest.MonkeyP
         "settings.logLevel=DEBUG",
         "carbon.provider=watttime",
         "carbon.region=CAISO_NORTH",
+        "leaderElection.leaseDurationSeconds=30",
+        "leaderElection.renewDeadlineSeconds=20",
+        "leaderElection.retryPeriodSeconds=4",
+        "settings.eventsPerSecond=3",
     )
     settings = _settings_from(container(objects)["env"], clean_environment)
     assert settings.namespaces == ["ml", "research"]
+    assert (settings.leader_lease_seconds, settings.leader_renew_deadline_seconds) == (30, 20)
+    assert (settings.leader_retry_seconds, settings.events_per_second) == (4.0, 3.0)
     assert settings.topology.rack == "cloud.google.com/gce-topology-block"
     assert settings.log_level == "DEBUG"
     assert (settings.carbon.provider, settings.carbon.region) == ("watttime", "CAISO_NORTH")
+
+
+def test_leader_timings_out_of_order_are_refused(clean_environment: pytest.MonkeyPatch) -> None:
+    # A renew deadline past the lease would let a leader act after a standby took over.
+    clean_environment.setenv("AISCHED_LEADER_RENEW_DEADLINE_SECONDS", "20")
+    with pytest.raises(ValueError, match="retry < renew deadline < lease"):
+        Settings()
 
 
 def test_the_carbon_api_key_is_a_mounted_file_not_an_api_permission(clean_environment: pytest.MonkeyPatch) -> None:

@@ -33,10 +33,20 @@
   value: {{ .Values.health.port | quote }}
 - name: AISCHED_RELIST_SECONDS
   value: {{ $s.relistSeconds | quote }}
+- name: AISCHED_EVENTS_PER_SECOND
+  value: {{ $s.eventsPerSecond | quote }}
+- name: AISCHED_EVENT_BURST
+  value: {{ $s.eventBurst | quote }}
 - name: AISCHED_LEADER_ELECTION
   value: {{ .Values.leaderElection.enabled | quote }}
 - name: AISCHED_LEADER_LEASE_NAME
   value: {{ .Values.leaderElection.leaseName | quote }}
+- name: AISCHED_LEADER_LEASE_SECONDS
+  value: {{ .Values.leaderElection.leaseDurationSeconds | quote }}
+- name: AISCHED_LEADER_RENEW_DEADLINE_SECONDS
+  value: {{ .Values.leaderElection.renewDeadlineSeconds | quote }}
+- name: AISCHED_LEADER_RETRY_SECONDS
+  value: {{ .Values.leaderElection.retryPeriodSeconds | quote }}
 # The Lease lives in the operator's own namespace, where its Role allows it.
 - name: AISCHED_LEADER_NAMESPACE
   valueFrom:
