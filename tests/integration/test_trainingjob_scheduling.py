@@ -52,7 +52,11 @@ def environment(pod: dict[str, Any]) -> dict[str, str]:
 
 def current_gang(cluster: LocalCluster, namespace: str, name: str, replicas: int) -> list[dict[str, Any]]:
     """The Running pods of the job's current gang generation, once all REPLICAS of them run and no other pod is left."""
-    generation = str(job(cluster, namespace, name)["status"].get("gangGeneration"))
+    # A job is written no status before its first placement: no status yet means no gang yet.
+    status = job(cluster, namespace, name).get("status")
+    if not status:
+        return []
+    generation = str(status.get("gangGeneration"))
     pods = workers(cluster, namespace, name)
     gang = [
         p
