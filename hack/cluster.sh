@@ -262,7 +262,7 @@ create_nodes() {
   local shards=$((($2 + 99) / 100)) i pids=() pid
   ((shards <= 8)) || shards=8
   for ((i = 0; i < shards; i++)); do
-    "${PYTHON}" "${HACK_DIR}/render_nodes.py" --shard "${i}/${shards}" "$1" |
+    PYTHONPATH="${REPO_ROOT}/operator" "${PYTHON}" -m aisched.testing.nodes --shard "${i}/${shards}" "$1" |
       kubectl_admin apply --server-side --field-manager aisched-cluster -f - >/dev/null &
     pids+=("$!")
   done
@@ -341,7 +341,7 @@ cmd_up() {
     rm -rf "${CLUSTER_DIR}"
     ports_from_env
   fi
-  nodes="$("${PYTHON}" "${HACK_DIR}/render_nodes.py" --count "${description}")"
+  nodes="$(PYTHONPATH="${REPO_ROOT}/operator" "${PYTHON}" -m aisched.testing.nodes --count "${description}")"
   ensure_binaries
   check_ports
   mkdir -p "${CLUSTER_DIR}/logs" "${CLUSTER_DIR}/pids"

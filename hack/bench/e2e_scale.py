@@ -58,10 +58,10 @@ from aisched.policy.cluster import ClusterSnapshot, level_rank
 from aisched.policy.placement import GangRequest, Placement, place_gang
 from aisched.settings import Settings
 
+from aisched.testing.cluster import LocalCluster, bin_dir, start_cluster, stop_cluster, wait_for
+from aisched.testing.operator import OperatorProcess
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO_ROOT))  # the local cluster and operator drivers of the integration tier
-from tests.integration.cluster import LocalCluster, bin_dir, start_cluster, stop_cluster, wait_for  # noqa: E402
-from tests.integration.operator import OperatorProcess  # noqa: E402
 
 T = TypeVar("T")
 NAMESPACE = "e2e-scale"

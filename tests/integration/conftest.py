@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from tests.integration.cluster import (
+from aisched.testing.cluster import (
     ClusterError,
     Kubectl,
     LocalCluster,
@@ -24,7 +24,7 @@ from tests.integration.cluster import (
     stop_cluster,
     wait_for,
 )
-from tests.integration.operator import OperatorProcess
+from aisched.testing.operator import OperatorProcess
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

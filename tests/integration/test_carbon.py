@@ -12,8 +12,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from tests.builders import a_training_job
-from tests.integration.cluster import (
+from aisched.testing.cluster import (
     FAKE_EXIT_CODE,
     FAKE_TERMINATION_MESSAGE,
     LocalCluster,
@@ -23,7 +22,8 @@ from tests.integration.cluster import (
     wait_for,
     workers,
 )
-from tests.integration.operator import OperatorProcess
+from aisched.testing.operator import OperatorProcess
+from tests.builders import a_training_job
 
 CLEAN_AFTER = timedelta(minutes=3)  # when the forecast turns clean, after the minute of the operator's restart
 # Interruptible jobs here run in chunks of seconds, not the half hours of a real grid.

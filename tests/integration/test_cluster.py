@@ -14,7 +14,7 @@ import pytest
 from kubernetes import client, watch
 
 from aisched.settings import DEFAULT_INTERRUPTION_TAINTS
-from tests.integration.cluster import (
+from aisched.testing.cluster import (
     HACK_DIR,
     INTERRUPTION_TAINTS,
     Kubectl,

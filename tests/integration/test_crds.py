@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.integration.cluster import LocalCluster
+from aisched.testing.cluster import LocalCluster
 from tests.mistakes import MISTAKES, Mistake
 
 pytestmark = pytest.mark.integration

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.integration.cluster import REPO_ROOT, LocalCluster, wait_for
+from aisched.testing.cluster import REPO_ROOT, LocalCluster, wait_for
 from tests.operator_permissions import FORBIDDEN, LEASE_NAME, OPERATOR_PERMISSIONS, VERBS, allowed_verbs
 from tests.unit.observability.tools import CHART, INSTALL_MANIFEST, kubernetes_version
 

@@ -28,8 +28,7 @@ from prometheus_client.core import CounterMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from tests.builders import InferenceServiceBuilder, an_inference_service
-from tests.integration.cluster import (
+from aisched.testing.cluster import (
     LocalCluster,
     apply,
     free_ports,
@@ -38,7 +37,8 @@ from tests.integration.cluster import (
     taint_for_interruption,
     wait_for,
 )
-from tests.integration.operator import OperatorProcess
+from aisched.testing.operator import OperatorProcess
+from tests.builders import InferenceServiceBuilder, an_inference_service
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("autoscaling_operator")]
 TIMEOUT = 45

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.integration.cluster import REPO_ROOT, LocalCluster, free_ports, wait_for
+from aisched.testing.cluster import REPO_ROOT, LocalCluster, free_ports, wait_for
 from tests.unit.observability.catalog import all_queries, load_dashboards, metric_names_in
 from tests.unit.observability.tools import RULES_FILE
 

@@ -18,8 +18,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.builders import a_training_job
-from tests.integration.cluster import (
+from aisched.testing.cluster import (
     FAKE_EXIT_CODE,
     FAKE_TERMINATION_MESSAGE,
     INTERRUPTION_TAINTS,
@@ -33,6 +32,7 @@ from tests.integration.cluster import (
     wait_for,
     wait_phase,
 )
+from tests.builders import a_training_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator")]
 

@@ -9,8 +9,7 @@ from collections.abc import Iterator
 import pytest
 from kubernetes import client
 
-from tests.builders import a_queue, a_training_job
-from tests.integration.cluster import (
+from aisched.testing.cluster import (
     TIMEOUT,
     LocalCluster,
     apply,
@@ -25,7 +24,8 @@ from tests.integration.cluster import (
     wait_phase,
     workers,
 )
-from tests.integration.operator import OperatorProcess
+from aisched.testing.operator import OperatorProcess
+from tests.builders import a_queue, a_training_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator")]
 

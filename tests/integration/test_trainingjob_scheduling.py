@@ -17,8 +17,7 @@ from typing import Any
 import pytest
 from kubernetes import client, watch
 
-from tests.builders import a_training_job
-from tests.integration.cluster import (
+from aisched.testing.cluster import (
     TIMEOUT,
     LocalCluster,
     apply,
@@ -31,7 +30,8 @@ from tests.integration.cluster import (
     wait_phase,
     workers,
 )
-from tests.integration.operator import OperatorProcess
+from aisched.testing.operator import OperatorProcess
+from tests.builders import a_training_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator")]
 # The preset's only GB200 rack: 4 nodes x 4 GPUs in one NVLink domain. 12 of its 16 GPUs is most of it.

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
 from aisched.api.common import CapacityType
 from aisched.sim.clusters import ClusterDescriptionError, GridSpec, describe_nodes, generated_cluster, load_cluster
 from aisched.sim.traces import TraceFormat, TraceJob, detect_format, read_trace
+from aisched.testing.nodes import load_description, render_nodes
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -70,19 +69,10 @@ def test_unknown_trace_header_is_refused(tmp_path: Path) -> None:
         detect_format(write(tmp_path / "x.csv", "a,b\n1,2\n"))
 
 
-def _render_nodes() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("render_nodes", REPO / "hack" / "render_nodes.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.parametrize("preset", ["small", "large"])
 def test_cluster_descriptions_name_nodes_as_the_local_cluster_does(preset: str) -> None:
     path = REPO / "hack" / "clusters" / f"{preset}.yaml"
-    render = _render_nodes()
-    rendered = render.render_nodes(render.load_description(path))
+    rendered = render_nodes(load_description(path))
     simulated = load_cluster(path)
     assert [n.name for n in simulated] == [n["metadata"]["name"] for n in rendered]
     for node, manifest in zip(simulated, rendered, strict=True):

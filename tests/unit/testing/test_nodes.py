@@ -1,4 +1,4 @@
-"""hack/render_nodes.py: cluster descriptions become the fake GPU nodes the local cluster runs."""
+"""aisched.testing.nodes: cluster descriptions become the fake GPU nodes the local cluster runs."""
 
 from __future__ import annotations
 
@@ -7,9 +7,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.cluster import expected_nodes, load_node_renderer
-
-renderer = load_node_renderer()
+from aisched.testing.cluster import expected_nodes
+from aisched.testing.nodes import DescriptionError, render_nodes
 
 
 def labels(nodes: list[dict[str, Any]], key: str) -> Counter[str]:
@@ -56,8 +55,8 @@ def a_description(**overrides: Any) -> dict[str, Any]:
 
 
 def test_a_rack_must_fill_its_nvlink_domains() -> None:
-    with pytest.raises(renderer.DescriptionError, match="do not fill NVLink domains of 3"):
-        renderer.render_nodes(a_description(node_type={"nodesPerNvlinkDomain": 3}))
+    with pytest.raises(DescriptionError, match="do not fill NVLink domains of 3"):
+        render_nodes(a_description(node_type={"nodesPerNvlinkDomain": 3}))
 
 
 @pytest.mark.parametrize(
@@ -69,5 +68,5 @@ def test_a_rack_must_fill_its_nvlink_domains() -> None:
     ],
 )
 def test_malformed_descriptions_say_what_is_wrong(description: dict[str, Any], message: str) -> None:
-    with pytest.raises(renderer.DescriptionError, match=message):
-        renderer.render_nodes(description)
+    with pytest.raises(DescriptionError, match=message):
+        render_nodes(description)

@@ -1,4 +1,4 @@
-"""The operator as a real process against the local cluster, for integration tests.
+"""The operator as a real process against the local cluster, for integration tests and benchmarks.
 
 It runs exactly as a user runs it (`aisched run`), so tests can kill it at any
 moment and start it again.
@@ -14,9 +14,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.integration.cluster import LocalCluster, free_ports, wait_for
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from aisched.testing.cluster import REPO_ROOT, LocalCluster, free_ports, wait_for
 
 
 @dataclass

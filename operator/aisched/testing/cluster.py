@@ -1,4 +1,4 @@
-"""Helpers for tests that run against the local GPU cluster (hack/cluster.sh).
+"""The local GPU cluster (hack/cluster.sh), for integration tests and benchmarks.
 
 The cluster is real: etcd, kube-apiserver, kube-controller-manager and
 kube-scheduler, with kwok playing the kubelets of fake GPU nodes. Pods on them
@@ -8,7 +8,6 @@ behave as hack/kwok/stages.yaml says; tests steer them with annotations
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -25,7 +24,10 @@ from typing import Any, Literal, TypeVar
 import yaml
 from kubernetes import client
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from aisched.testing.nodes import load_description, render_nodes
+
+# operator/aisched/testing/cluster.py: the checkout this (editable) install runs from.
+REPO_ROOT = Path(__file__).resolve().parents[3]
 HACK_DIR = REPO_ROOT / "hack"
 CLUSTER_SCRIPT = HACK_DIR / "cluster.sh"
 BUILD_SCRIPT = HACK_DIR / "build-k8s-binaries.sh"
@@ -177,22 +179,9 @@ def wait_for(predicate: Callable[[], T | None], timeout: float, what: str = "", 
         time.sleep(interval)
 
 
-def load_node_renderer() -> Any:
-    """hack/render_nodes.py as a module (hack/ is scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location("render_nodes", HACK_DIR / "render_nodes.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def expected_nodes(preset: str = "small") -> list[dict[str, Any]]:
     """The Node manifests the preset's description renders to."""
-    renderer = load_node_renderer()
-    nodes: list[dict[str, Any]] = renderer.render_nodes(
-        renderer.load_description(HACK_DIR / "clusters" / f"{preset}.yaml")
-    )
-    return nodes
+    return render_nodes(load_description(HACK_DIR / "clusters" / f"{preset}.yaml"))
 
 
 def make_pod_exit(

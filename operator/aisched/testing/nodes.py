@@ -29,7 +29,7 @@ Node names are `<zone>-r<rack>-n<node>`, racks `<zone>-r<rack>`, NVLink domains
 (`nvidia.com/gpu.clique`, which GPU Feature Discovery spells `<cluster>.<clique>`)
 `<zone>-r<rack>.<clique>`.
 
-Usage: render_nodes.py DESCRIPTION [--count] [--shard I/N]
+Usage: python -m aisched.testing.nodes DESCRIPTION [--count] [--shard I/N]
 (a YAML stream of Nodes, or their number, on stdout; --shard splits the nodes
 so that several clients can create them in parallel)
 """
