@@ -50,7 +50,7 @@ demo: venv k8s-binaries ## local GPU cluster + operator + sample jobs, then watc
 .PHONY: generate
 generate: venv k8s-binaries ## regenerate the CRDs (crds/ and the chart), dashboards, install bundle and rules file
 	$(BIN)/aisched crds $(foreach dir,$(CRD_DIRS),--output-dir $(dir))
-	$(PY) hack/dashboards/generate.py --output-dir helm/aisched/dashboards
+	$(BIN)/aisched dashboards --output-dir helm/aisched/dashboards
 	hack/render-install.sh manifests
 
 .PHONY: lint

@@ -1,4 +1,4 @@
-"""The Grafana dashboards the chart ships: generated from hack/dashboards, pointed at a
+"""The Grafana dashboards the chart ships: generated from aisched.dashboards, pointed at a
 Prometheus data source variable, and made of queries promtool parses over metrics
 aisched really exports."""
 
@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from tests.unit.observability.catalog import all_queries, known_series, load_dashboards, metric_names_in
-from tests.unit.observability.tools import DASHBOARDS, REPO_ROOT, promtool
+from tests.unit.observability.tools import DASHBOARDS, promtool
 
-GENERATOR = REPO_ROOT / "hack" / "dashboards" / "generate.py"
+GENERATOR = [sys.executable, "-m", "aisched.cli", "dashboards"]
 REQUIRED = {"cluster", "queues", "jobs", "spot", "carbon", "inference"}
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
 
@@ -23,7 +23,7 @@ DASHBOARD_NAMES = sorted(load_dashboards())
 
 
 def test_the_committed_dashboards_are_what_the_generator_writes(tmp_path: Path) -> None:
-    subprocess.run([sys.executable, str(GENERATOR), "--output-dir", str(tmp_path)], check=True, timeout=60)
+    subprocess.run([*GENERATOR, "--output-dir", str(tmp_path)], check=True, timeout=60)
     generated = {path.name: path.read_text() for path in tmp_path.glob("*.json")}
     committed = {path.name: path.read_text() for path in DASHBOARDS.glob("*.json")}
     assert generated == committed, "run `make generate`: helm/aisched/dashboards is stale"
