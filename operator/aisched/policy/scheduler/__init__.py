@@ -1,0 +1,34 @@
+"""The scheduler: one cycle decides which pending jobs start where, which wait and why, who is
+preempted or resized. Its stages, and their order, are in :mod:`aisched.policy.scheduler.cycle`."""
+
+from aisched.policy.scheduler.cycle import PENDING_JOB_STAGES, STAGES, schedule
+from aisched.policy.scheduler.jobs import JobRequest
+from aisched.policy.scheduler.results import (
+    GROWN,
+    PREEMPTED,
+    RESERVED_FOR_HIGHER_PRIORITY,
+    SHRUNK,
+    Admission,
+    Preemption,
+    QueueUsage,
+    Resize,
+    ScheduleResult,
+    Waiting,
+)
+
+__all__ = [
+    "GROWN",
+    "PENDING_JOB_STAGES",
+    "PREEMPTED",
+    "RESERVED_FOR_HIGHER_PRIORITY",
+    "SHRUNK",
+    "STAGES",
+    "Admission",
+    "JobRequest",
+    "Preemption",
+    "QueueUsage",
+    "Resize",
+    "ScheduleResult",
+    "Waiting",
+    "schedule",
+]

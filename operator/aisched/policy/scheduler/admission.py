@@ -1,0 +1,86 @@
+"""Admission: pending jobs that name no queue wait; the others, in fair order, start where free GPUs
+hold them, within their queue's quota.
+
+A pending job's turn is an `Attempt` handed from stage to stage (the order is in
+:mod:`aisched.policy.scheduler.cycle`); the stages here are the first ones it meets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from aisched.policy.placement import GangRequest, Placement
+from aisched.policy.queueing import QUEUE_NOT_FOUND, QUOTA_EXCEEDED
+from aisched.policy.scheduler.attempt import Attempt
+from aisched.policy.scheduler.jobs import JobRequest
+from aisched.policy.scheduler.preemption import preempt_within_quota
+from aisched.policy.scheduler.results import Waiting
+from aisched.policy.scheduler.state import CycleState
+
+
+def refuse_unknown_queues(cycle: CycleState) -> None:
+    """Jobs naming a queue that does not exist wait (the default queue always exists)."""
+    for job in cycle.jobs:
+        if job.placement is None and job.queue not in cycle.quotas:
+            message = f"queue {job.queue} does not exist; create the Queue or pick an existing one"
+            cycle.waiting.append(Waiting(job.key, QUEUE_NOT_FOUND, message))
+
+
+def pending_in_known_queues(cycle: CycleState) -> list[JobRequest]:
+    return [job for job in cycle.jobs if job.placement is None and job.queue in cycle.quotas]
+
+
+def within_quota(cycle: CycleState, attempt: Attempt) -> bool:
+    """A job its queue's quota cannot hold takes quota back from lower priorities of its queue, or waits.
+
+    It does not hold up the jobs behind it.
+    """
+    if attempt.quota_refusal is None:
+        return False
+    if not preempt_within_quota(cycle, attempt.job, attempt.fewest):
+        cycle.waiting.append(Waiting(attempt.job.key, QUOTA_EXCEEDED, attempt.quota_refusal))
+    return True
+
+
+def alike_verdict(cycle: CycleState, attempt: Attempt) -> bool:
+    """A job alike to one already left waiting this cycle waits for the same reason."""
+    verdict = cycle.blocked.get(attempt.shape)
+    if verdict is None:
+        return False
+    cycle.blocked_priorities.append(attempt.job.priority)
+    cycle.waiting.append(Waiting(attempt.job.key, *verdict))
+    return True
+
+
+def on_free_gpus(cycle: CycleState, attempt: Attempt) -> bool:
+    """Start with the most replicas that free GPUs hold; wait for good if no freeing would ever help."""
+    job = attempt.job
+    outcome = cycle.place_most(attempt.request, attempt.fewest)
+    if isinstance(outcome, Placement):
+        cycle.admit(job, within_type_quota(cycle, job, attempt.request, outcome, attempt.fewest))
+        return True
+    if not outcome.transient:
+        cycle.waiting.append(Waiting(job.key, outcome.reason, outcome.message))
+        return True
+    attempt.unplaced = outcome
+    return False
+
+
+def within_type_quota(
+    cycle: CycleState, job: JobRequest, request: GangRequest, placement: Placement, fewest: int
+) -> Placement:
+    """Trim a gang that may take any product to what its queue's cap on the chosen product allows.
+
+    Products without room for `fewest` replicas were excluded before placing, so the trimmed
+    gang still has at least `fewest` replicas.
+    """
+    product = placement.gpu_type
+    cap = cycle.ledger.quotas[job.queue].gpu_type_quotas.get(product) if product else None
+    if cap is None or product is None:
+        return placement
+    room = cap - cycle.ledger.used_by_type[job.queue][product]
+    if placement.total_gpus <= room:
+        return placement
+    replicas = max(fewest, room // job.gpus_per_replica)
+    trimmed = cycle.place_most(replace(request, replicas=replicas, gpu_types=frozenset({product})), fewest)
+    return trimmed if isinstance(trimmed, Placement) else placement

@@ -1,0 +1,83 @@
+"""One scheduling cycle: which pending jobs start where, which wait and why, who is preempted or resized.
+
+`schedule(snapshot, jobs, queues, now)` is the whole decision. The controller
+calls it with what it knows; the simulator calls it with what it simulates.
+It reads the snapshot and leaves it as it found it.
+
+The order of the stages is written once, below, as data (Volcano's `actions`):
+`STAGES` for the cycle, `PENDING_JOB_STAGES` for each pending job's turn. A pending
+job goes through its stages until one settles it (admitted, or waiting with a reason)
+before the next job in fair order has its turn, so a job admitted by making room is
+counted when the jobs behind it are placed. The rules, in that order:
+
+1. Jobs naming a queue that does not exist wait (the default queue always exists).
+2. Pending jobs are considered by priority, then fair share among queues, then
+   FIFO (`queueing.fair_order`). A job that its queue's quota cannot hold waits;
+   it does not hold up the jobs behind it.
+3. A job that fits is admitted with a `Placement`; an elastic job starts with the
+   most replicas between `min_replicas` and `replicas` that fit.
+4. A job that does not fit for lack of free GPUs first tries to make room: it
+   shrinks elastic jobs towards their minimum, then preempts whole gangs of lower
+   priority (its own queue's, or queues borrowing beyond their quota), choosing
+   the tightest domain and there the cheapest set of victims (fewest gangs, lowest
+   priority). Never half a gang, never an equal or higher priority.
+5. The first job that still cannot start gets a reservation: the GPUs it would
+   get when running jobs end at their expected times. Later jobs may start only
+   outside those GPUs, or inside them if they are expected to end before the
+   reservation starts (backfill). Without estimates, the reserved domain stays
+   closed to newcomers until the job fits.
+6. Left-over GPUs grow running elastic jobs towards `max_replicas`, next to where
+   they run, when no job of equal or higher priority waits for GPUs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+from aisched.policy.cluster import ClusterSnapshot
+from aisched.policy.queueing import QueueQuota, fair_order
+from aisched.policy.scheduler import admission, backfill, growth, preemption
+from aisched.policy.scheduler.attempt import Attempt
+from aisched.policy.scheduler.jobs import JobRequest
+from aisched.policy.scheduler.results import ScheduleResult
+from aisched.policy.scheduler.state import CycleState
+
+CycleStage = Callable[[CycleState], None]
+PendingJobStage = Callable[[CycleState, Attempt], bool]
+"""Settles the job (True: admitted, or left waiting with a reason) or hands it to the next stage (False)."""
+
+PENDING_JOB_STAGES: tuple[PendingJobStage, ...] = (
+    admission.within_quota,  # over quota: take it back from lower priorities of the queue, or wait
+    admission.alike_verdict,  # a job alike to one already left waiting waits for the same reason
+    admission.on_free_gpus,  # start where free GPUs hold it
+    preemption.make_room,  # shrink elastic jobs, then preempt lower-priority gangs
+    backfill.reserve_or_backfill,  # wait: the first such job holds GPUs, later ones start only around them
+)
+
+
+def admit_in_fair_order(cycle: CycleState) -> None:
+    """Each pending job, in fair order, goes through `PENDING_JOB_STAGES` until one settles it."""
+    for job in fair_order(admission.pending_in_known_queues(cycle), cycle.ledger):
+        attempt = Attempt.of(cycle, job)
+        for stage in PENDING_JOB_STAGES:
+            if stage(cycle, attempt):
+                break
+
+
+STAGES: tuple[CycleStage, ...] = (
+    admission.refuse_unknown_queues,
+    admit_in_fair_order,
+    growth.grow_elastic,
+)
+
+
+def schedule(
+    snapshot: ClusterSnapshot, jobs: Sequence[JobRequest], queues: Sequence[QueueQuota], now: datetime
+) -> ScheduleResult:
+    """Decide one cycle. The snapshot is used as scratch space and restored before returning."""
+    with snapshot.trial():
+        cycle = CycleState(snapshot, jobs, queues, now)
+        for stage in STAGES:
+            stage(cycle)
+        return cycle.result()

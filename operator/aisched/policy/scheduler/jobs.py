@@ -1,0 +1,97 @@
+"""A pending or running TrainingJob as the scheduler sees it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from aisched.api.common import CapacityType, TopologyLevel
+from aisched.api.training_job import TrainingJob
+from aisched.policy.cluster import Toleration
+from aisched.policy.placement import GangRequest, Placement
+
+_LONG_AGO = datetime.min.replace(tzinfo=UTC)  # a job with no creation time yet queues first among equals
+
+
+@dataclass(frozen=True, slots=True)
+class JobRequest:
+    """What the scheduler needs to know about one TrainingJob.
+
+    A running job has a `placement`; the snapshot already counts its GPUs as used.
+    """
+
+    key: str
+    """namespace/name"""
+    queue: str
+    priority: int
+    created: datetime
+    gpus_per_replica: int
+    replicas: int
+    min_replicas: int | None = None
+    max_replicas: int | None = None
+    gpu_type: str | None = None
+    required_level: TopologyLevel | None = None
+    preferred_level: TopologyLevel | None = None
+    tolerations: tuple[Toleration, ...] = ()
+    capacity_types: tuple[CapacityType, ...] = (CapacityType.ON_DEMAND,)
+    excluded_nodes: frozenset[str] = frozenset()
+    """Nodes it must not use (doomed capacity, a bind that failed there)."""
+    expected_duration: timedelta | None = None
+    placement: Placement | None = None
+    started: datetime | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.placement is not None
+
+    @property
+    def elastic(self) -> bool:
+        return self.min_replicas is not None and self.max_replicas is not None
+
+    @classmethod
+    def from_training_job(
+        cls,
+        job: TrainingJob,
+        *,
+        capacity_types: tuple[CapacityType, ...],
+        placement: Placement | None = None,
+        excluded_nodes: frozenset[str] = frozenset(),
+    ) -> JobRequest:
+        """What a TrainingJob asks for. `placement` (for a running gang) comes from its status and the snapshot:
+        `Placement.of_nodes(status.placement.nodes, spec.gpus_per_replica, snapshot)`."""
+        spec, meta = job.spec, job.metadata
+        template_spec = spec.template.get("spec") or {}
+        created = meta.get("creationTimestamp")
+        return cls(
+            key=f"{meta.get('namespace', '')}/{meta.get('name', '')}",
+            queue=spec.queue,
+            priority=spec.priority,
+            created=datetime.fromisoformat(created) if isinstance(created, str) else created or _LONG_AGO,
+            gpus_per_replica=spec.gpus_per_replica,
+            replicas=spec.replicas,
+            min_replicas=spec.min_replicas,
+            max_replicas=spec.max_replicas,
+            gpu_type=spec.gpu_type,
+            required_level=spec.topology.required_level,
+            preferred_level=spec.topology.preferred_level,
+            tolerations=tuple(Toleration.from_dict(t) for t in template_spec.get("tolerations") or ()),
+            capacity_types=capacity_types,
+            excluded_nodes=excluded_nodes,
+            expected_duration=(
+                timedelta(seconds=spec.expected_duration_seconds) if spec.expected_duration_seconds else None
+            ),
+            placement=placement,
+            started=job.status.start_time if placement is not None else None,
+        )
+
+    def gang(self, replicas: int, gpu_types: frozenset[str] | None, excluded: frozenset[str]) -> GangRequest:
+        return GangRequest(
+            replicas=replicas,
+            gpus_per_replica=self.gpus_per_replica,
+            gpu_types=gpu_types,
+            required_level=self.required_level,
+            preferred_level=self.preferred_level,
+            tolerations=self.tolerations,
+            capacity_types=self.capacity_types,
+            excluded_nodes=excluded,
+        )

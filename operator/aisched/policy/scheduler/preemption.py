@@ -1,0 +1,262 @@
+"""Making room: a job that does not fit for lack of free GPUs shrinks elastic jobs towards their
+minimum, then preempts whole gangs of lower priority.
+
+Victims are its own queue's, or those of queues borrowing beyond their quota. The search
+picks the tightest domain and there the cheapest set of victims (fewest gangs, lowest
+priority). Never half a gang, never an equal or higher priority.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from aisched.api.common import TopologyLevel
+from aisched.policy.cluster import DomainId
+from aisched.policy.placement import GangRequest, Placement, place_gang, search_levels
+from aisched.policy.scheduler.attempt import Attempt
+from aisched.policy.scheduler.jobs import JobRequest
+from aisched.policy.scheduler.results import SHRUNK, Preemption, Resize
+from aisched.policy.scheduler.state import CycleState, RunningGang
+
+
+@dataclass(slots=True)
+class _Displacement:
+    """Displacing one running job: preempt it, or drop some replicas of an elastic one."""
+
+    running: RunningGang
+    dropped: tuple[int, ...] | None = None
+    """Ranks dropped by a shrink; None preempts the whole gang."""
+
+    def gpus(self) -> dict[str, int]:
+        placement = self.running.placement
+        if self.dropped is None:
+            return placement.gpus_by_node()
+        released: dict[str, int] = {}
+        for rank in self.dropped:
+            node = placement.nodes[rank]
+            released[node] = released.get(node, 0) + placement.gpus_per_replica
+        return released
+
+
+@dataclass(frozen=True, slots=True)
+class _RoomPlan:
+    cost: tuple[int, int, int, int]
+    actions: tuple[_Displacement, ...]
+    domain: DomainId
+
+
+def _displaceable(cycle: CycleState, job: JobRequest) -> list[_Displacement]:
+    """Everything `job` may take GPUs from: shrinks first, then whole gangs."""
+    lowest, elastic = cycle.lowest_priority, cycle.lowest_elastic_priority
+    if (lowest is None or lowest >= job.priority) and (elastic is None or elastic > job.priority):
+        return []
+    shrinks: list[_Displacement] = []
+    preemptions: list[_Displacement] = []
+    for running in cycle.running.values():
+        other = running.job
+        if running.admitted_now or other.key == job.key or other.priority > job.priority:
+            continue
+        if other.queue != job.queue and cycle.ledger.borrowed(other.queue) == 0:
+            continue  # another team's guaranteed quota
+        floor = _shrink_floor(other, job.priority)
+        if floor < running.placement.replicas:
+            shrinks.append(_Displacement(running, dropped=()))
+        if other.priority < job.priority:
+            preemptions.append(_Displacement(running))
+    shrinks.sort(key=lambda a: (a.running.job.priority, -a.running.job.created.timestamp(), a.running.job.key))
+    preemptions.sort(
+        key=lambda a: (
+            a.running.job.priority,
+            -(a.running.job.started or a.running.job.created).timestamp(),
+            a.running.job.key,
+        )
+    )
+    return shrinks + preemptions
+
+
+def _shrink_floor(job: JobRequest, for_priority: int) -> int:
+    """Fewest replicas an elastic job may be shrunk to for a job of `for_priority`."""
+    if not job.elastic or job.min_replicas is None:
+        return 1 << 30
+    if for_priority > job.priority:
+        return job.min_replicas
+    return max(job.min_replicas, job.replicas)  # equal priority takes back only opportunistic growth
+
+
+def make_room(cycle: CycleState, attempt: Attempt) -> bool:
+    """Shrink and preempt so that the job's fewest replicas fit; nothing changes unless they then fit."""
+    job, request = attempt.job, attempt.smallest
+    candidates = _displaceable(cycle, job)
+    if not candidates:
+        return False
+    for level in search_levels(request):
+        domains = sorted(
+            {d for a in candidates for d in _domains_at(cycle, a.running.placement.nodes, level)},
+            key=lambda d: tuple((p is None, p or "") for p in d.path),
+        )
+        best: _RoomPlan | None = None
+        for domain in domains:
+            plan = _plan_within(cycle, job, replace(request, within=domain), candidates)
+            if plan is not None and (best is None or plan.cost < best.cost):
+                best = plan
+        if best is not None:
+            _carry_out(cycle, job, replace(request, within=best.domain), best)
+            return True
+    return False
+
+
+def _domains_at(cycle: CycleState, nodes: Iterable[str], level: TopologyLevel | None) -> set[DomainId]:
+    if level is None:
+        return {DomainId(None, ())}
+    domains = set()
+    for name in nodes:
+        if name in cycle.snapshot:
+            path = cycle.snapshot.node(name).path(level)
+            if path is not None:
+                domains.add(DomainId(level, path))
+    return domains
+
+
+def _plan_within(
+    cycle: CycleState, job: JobRequest, request: GangRequest, candidates: Sequence[_Displacement]
+) -> _RoomPlan | None:
+    """Displacements inside request.within that let the job fit there.
+
+    Cheapest first: lowest victim priority, then fewest gangs, then least work lost.
+    """
+    within = request.within
+    assert within is not None
+    actions: list[_Displacement] = []
+    seen: set[str] = set()
+    for candidate in candidates:
+        action = _restricted(cycle, candidate, job, within)
+        if action is None:
+            continue
+        key = candidate.running.job.key
+        if action.dropped is None and key in seen:
+            actions = [a for a in actions if a.running.job.key != key]
+        seen.add(key)
+        actions.append(action)
+        if _fits_after(cycle, request, actions):
+            break
+    else:
+        return None
+    # Keep only what is needed: try to spare each displacement, highest priority first.
+    for action in sorted(actions, key=lambda a: -a.running.job.priority):
+        rest = [a for a in actions if a is not action]
+        if rest and _fits_after(cycle, request, rest):
+            actions = rest
+    preempted = [a for a in actions if a.dropped is None]
+    cost = (
+        max((a.running.job.priority for a in preempted), default=-(1 << 62)),
+        len(preempted),
+        sum(_work_lost(cycle, a.running) for a in preempted),
+        sum(len(a.dropped or ()) for a in actions),
+    )
+    return _RoomPlan(cost, tuple(actions), within)
+
+
+def _work_lost(cycle: CycleState, running: RunningGang) -> int:
+    """GPU-seconds a preemption throws away (at most: checkpoints may save some)."""
+    started = running.job.started or cycle.now
+    return running.placement.total_gpus * max(0, int((cycle.now - started).total_seconds()))
+
+
+def _restricted(cycle: CycleState, candidate: _Displacement, job: JobRequest, within: DomainId) -> _Displacement | None:
+    """The candidate's displacement as it helps inside `within`, or None when it has nothing there."""
+    placement = candidate.running.placement
+    inside = [
+        rank
+        for rank, name in enumerate(placement.nodes)
+        if name in cycle.snapshot and within.contains(_node_domain(cycle, name))
+    ]
+    if not inside:
+        return None
+    if candidate.dropped is None:
+        return candidate
+    floor = _shrink_floor(candidate.running.job, job.priority)
+    spare = placement.replicas - floor
+    return _Displacement(candidate.running, dropped=tuple(sorted(inside, reverse=True)[:spare]))
+
+
+def _node_domain(cycle: CycleState, name: str) -> DomainId:
+    path = cycle.snapshot.node(name).path(TopologyLevel.NODE)
+    return DomainId(TopologyLevel.NODE, path or (name,))
+
+
+def _fits_after(cycle: CycleState, request: GangRequest, actions: Sequence[_Displacement]) -> bool:
+    with cycle.snapshot.trial():
+        for action in actions:
+            cycle.snapshot.release(action.gpus())
+        return isinstance(place_gang(request, cycle.snapshot), Placement)
+
+
+def _carry_out(cycle: CycleState, job: JobRequest, request: GangRequest, plan: _RoomPlan) -> None:
+    for action in plan.actions:
+        running = action.running
+        other = running.job
+        released = action.gpus()
+        cycle.snapshot.release(released)
+        cycle.ledger.refund(other.queue, sum(released.values()), running.placement.gpu_type)
+        if action.dropped is None:
+            del cycle.running[other.key]
+            cycle.resized.pop(other.key, None)
+            cycle.preempted.append(Preemption(other.key, job.key, _victim_words(job, request)))
+        else:
+            kept = tuple(n for rank, n in enumerate(running.placement.nodes) if rank not in action.dropped)
+            running.placement = Placement.of_nodes(kept, running.placement.gpus_per_replica, cycle.snapshot)
+            cycle.resized[other.key] = Resize(
+                other.key,
+                running.placement,
+                SHRUNK,
+                f"shrunk from {len(kept) + len(action.dropped)} to {len(kept)} replicas to make room for "
+                f"{job.key} (priority {job.priority})",
+            )
+    cycle.failures.clear()  # GPUs were released: earlier failures may fit now
+    cycle.blocked.clear()
+    placement = place_gang(request, cycle.snapshot)
+    assert isinstance(placement, Placement), "the plan was checked on the same snapshot"
+    cycle.admit(job, placement, tuple(a.running.job.key for a in plan.actions))
+
+
+def preempt_within_quota(cycle: CycleState, job: JobRequest, replicas: int) -> bool:
+    """A job over its queue's quota takes it back from lower-priority gangs of the same queue.
+
+    Victims go lowest priority first, most recently started first (least work lost), and only
+    as many as both the quota and the placement need; nothing changes unless the job then fits.
+    """
+    victims = sorted(
+        (
+            r
+            for r in cycle.running.values()
+            if r.job.queue == job.queue and r.job.priority < job.priority and not r.admitted_now
+        ),
+        key=lambda r: (r.job.priority, -(r.job.started or r.job.created).timestamp(), r.job.key),
+    )
+    chosen: list[_Displacement] = []
+    for running in victims:
+        chosen.append(_Displacement(running))
+        refunded = [(a.running.job.queue, sum(a.gpus().values()), a.running.placement.gpu_type) for a in chosen]
+        for queue, gpus, gpu_type in refunded:
+            cycle.ledger.refund(queue, gpus, gpu_type)
+        allowance = cycle.ledger.allowance(job.queue, job.gpu_type, replicas * job.gpus_per_replica)
+        for queue, gpus, gpu_type in refunded:
+            cycle.ledger.charge(queue, gpus, gpu_type)
+        if allowance.refusal is not None:
+            continue
+        # Per-GPU-type caps still bind: only products with room for the whole gang may take it.
+        request = job.gang(replicas, cycle.gpu_types(job, allowance.blocked_gpu_types), job.excluded_nodes)
+        if _fits_after(cycle, request, chosen):
+            _carry_out(cycle, job, request, _RoomPlan((0, 0, 0, 0), tuple(chosen), DomainId(None, ())))
+            return True
+    return False
+
+
+def _victim_words(job: JobRequest, request: GangRequest) -> str:
+    within = request.within
+    where = f" in one {within.level}" if within is not None and within.level is not None else ""
+    return (
+        f"preempted by {job.key} (priority {job.priority}), which needs "
+        f"{request.total_gpus} GPUs{where}; it will be queued again"
+    )

@@ -1,0 +1,74 @@
+"""What a cycle decides: admissions, waits with their reasons, preemptions, resizes, and queue usage."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from aisched.policy.placement import Placement
+
+RESERVED_FOR_HIGHER_PRIORITY = "ReservedForHigherPriority"
+PREEMPTED = "Preempted"
+SHRUNK = "Shrunk"
+GROWN = "Grown"
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    key: str
+    placement: Placement
+    preempting: tuple[str, ...] = ()
+    """Jobs preempted (or shrunk) to make room: their pods must go before this gang's can bind."""
+
+    @property
+    def replicas(self) -> int:
+        return self.placement.replicas
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    key: str
+    reason: str
+    message: str
+    expected_start: datetime | None = None
+    """Set for the job GPUs are reserved for, when running jobs' end times are known."""
+
+
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    key: str
+    by: str
+    message: str
+    reason: str = PREEMPTED
+
+
+@dataclass(frozen=True, slots=True)
+class Resize:
+    """An elastic job's new gang: ranks that stay keep their nodes."""
+
+    key: str
+    placement: Placement
+    reason: str
+    message: str
+
+    @property
+    def replicas(self) -> int:
+        return self.placement.replicas
+
+
+@dataclass(frozen=True, slots=True)
+class QueueUsage:
+    used_gpus: int
+    borrowed_gpus: int
+    admitted_jobs: int
+    pending_jobs: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleResult:
+    admitted: tuple[Admission, ...] = ()
+    waiting: tuple[Waiting, ...] = ()
+    preempted: tuple[Preemption, ...] = ()
+    resized: tuple[Resize, ...] = ()
+    queues: Mapping[str, QueueUsage] = field(default_factory=dict)

@@ -1,0 +1,165 @@
+"""What one cycle knows and changes as its stages run: the scratch snapshot, the quota ledger,
+the gangs running, and the decisions so far.
+
+The stages (see :mod:`aisched.policy.scheduler.cycle`) read and change a `CycleState`; the
+primitives they share (placing a gang, admitting one) live here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from aisched.api.queue import DEFAULT_QUEUE
+from aisched.policy.cluster import ClusterSnapshot, DomainId
+from aisched.policy.placement import GangRequest, Placement, Unplaceable, place_gang
+from aisched.policy.queueing import QueueQuota, QuotaLedger
+from aisched.policy.scheduler.jobs import JobRequest
+from aisched.policy.scheduler.results import (
+    Admission,
+    Preemption,
+    QueueUsage,
+    Resize,
+    ScheduleResult,
+    Waiting,
+)
+
+
+@dataclass(slots=True)
+class RunningGang:
+    """A gang that holds GPUs in this cycle: running before it, or admitted in it."""
+
+    job: JobRequest
+    placement: Placement
+    end: datetime | None
+    admitted_now: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """GPUs held for the first job that could not start, from when running jobs are expected to free them."""
+
+    key: str
+    priority: int
+    start: datetime | None
+    nodes: frozenset[str]
+    domain: DomainId
+
+
+class CycleState:
+    def __init__(
+        self, snapshot: ClusterSnapshot, jobs: Sequence[JobRequest], queues: Sequence[QueueQuota], now: datetime
+    ) -> None:
+        self.snapshot = snapshot
+        self.now = now
+        self.quotas = {q.name: q for q in queues}
+        self.quotas.setdefault(DEFAULT_QUEUE, QueueQuota.unlimited())
+        self.ledger = QuotaLedger(self.quotas, snapshot.total_gpus)
+        self.jobs = jobs
+        self.running: dict[str, RunningGang] = {}
+        for job in jobs:
+            if job.placement is not None:
+                end = job.started + job.expected_duration if job.started and job.expected_duration else None
+                self.running[job.key] = RunningGang(job, job.placement, end)
+                self.ledger.charge(job.queue, job.placement.total_gpus, job.placement.gpu_type)
+        self.admitted: list[Admission] = []
+        self.waiting: list[Waiting] = []
+        self.preempted: list[Preemption] = []
+        self.resized: dict[str, Resize] = {}
+        self.reservation: Reservation | None = None
+        self.blocked_priorities: list[int] = []
+        """Priorities of jobs left waiting for GPUs: growth gives no GPUs to jobs at or below them."""
+        self.failures: dict[GangRequest, Unplaceable] = {}
+        self.blocked: dict[tuple[object, ...], tuple[str, str]] = {}
+        """(reason, message) a job waits for, by the shape of what it asks: alike jobs share it."""
+        # Who could ever be displaced this cycle: lets most jobs skip the search for victims.
+        self.lowest_priority = min((r.job.priority for r in self.running.values()), default=None)
+        self.lowest_elastic_priority = min(
+            (r.job.priority for r in self.running.values() if r.job.elastic), default=None
+        )
+        self.products = frozenset(p.gpu_product for p in snapshot.pools if p.gpu_product is not None)
+
+    def gpu_types(self, job: JobRequest, blocked: frozenset[str]) -> frozenset[str] | None:
+        if job.gpu_type is not None:
+            return frozenset({job.gpu_type})
+        if blocked:
+            return self.products - blocked
+        return None
+
+    def reserved_against(self, job: JobRequest) -> frozenset[str]:
+        """Nodes this job must keep off so as not to delay the reservation."""
+        reservation = self.reservation
+        if reservation is None or reservation.key == job.key:
+            return frozenset()
+        if (
+            reservation.start is not None
+            and job.expected_duration is not None
+            and self.now + job.expected_duration <= reservation.start
+        ):
+            return frozenset()
+        return reservation.nodes
+
+    def place(self, request: GangRequest) -> Placement | Unplaceable:
+        """place_gang, remembering failures: within a cycle free GPUs only shrink until a release."""
+        known = self.failures.get(request)
+        if known is not None:
+            return known
+        outcome = place_gang(request, self.snapshot)
+        if isinstance(outcome, Unplaceable):
+            self.failures[request] = outcome
+        return outcome
+
+    def place_most(self, request: GangRequest, fewest: int) -> Placement | Unplaceable:
+        """The placement with the most replicas in [fewest, request.replicas]; fitting is monotone in replicas."""
+        outcome = self.place(request)
+        if isinstance(outcome, Placement) or request.replicas <= fewest:
+            return outcome
+        smallest = self.place(replace(request, replicas=fewest))
+        if isinstance(smallest, Unplaceable):
+            return smallest
+        best, low, high = smallest, fewest + 1, request.replicas - 1
+        while low <= high:
+            middle = (low + high) // 2
+            attempt = self.place(replace(request, replicas=middle))
+            if isinstance(attempt, Placement):
+                best, low = attempt, middle + 1
+            else:
+                high = middle - 1
+        return best
+
+    def admit(self, job: JobRequest, placement: Placement, preempting: tuple[str, ...] = ()) -> None:
+        self.snapshot.allocate(placement.gpus_by_node())
+        self.ledger.charge(job.queue, placement.total_gpus, placement.gpu_type)
+        self.admitted.append(Admission(job.key, placement, preempting))
+        end = self.now + job.expected_duration if job.expected_duration else None
+        self.running[job.key] = RunningGang(job, placement, end, admitted_now=True)
+
+    def result(self) -> ScheduleResult:
+        return ScheduleResult(
+            admitted=tuple(self.admitted),
+            waiting=tuple(self.waiting),
+            preempted=tuple(self.preempted),
+            resized=tuple(self.resized.values()),
+            queues=self._usage(),
+        )
+
+    def _usage(self) -> dict[str, QueueUsage]:
+        admitted: dict[str, int] = dict.fromkeys(self.quotas, 0)
+        pending: dict[str, int] = dict.fromkeys(self.quotas, 0)
+        for running in self.running.values():
+            if running.job.queue in admitted:
+                admitted[running.job.queue] += 1
+        keys = {w.key for w in self.waiting}
+        for job in self.jobs:
+            if job.key in keys and job.queue in pending:
+                pending[job.queue] += 1
+        return {
+            name: QueueUsage(
+                used_gpus=self.ledger.used[name],
+                borrowed_gpus=self.ledger.borrowed(name),
+                admitted_jobs=admitted[name],
+                pending_jobs=pending[name],
+            )
+            for name in sorted(self.quotas)
+        }

@@ -1,0 +1,107 @@
+"""Admission: fair order, queues and quotas, and what a job asks for."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from aisched.api.common import TopologyLevel
+from aisched.api.training_job import TrainingJob
+from aisched.policy.cluster import ClusterSnapshot, Node, TaintEffect, Toleration, TolerationOperator
+from aisched.policy.placement import Placement
+from aisched.policy.queueing import QUEUE_NOT_FOUND, QUOTA_EXCEEDED, QueueQuota
+from aisched.policy.scheduler import JobRequest, schedule
+from tests.builders import a_training_job
+from tests.unit.policy.gangs import H100, grid, rack_nodes
+from tests.unit.policy.scheduler.cycles import ANY, HOUR, T0, keys, pending, run_on
+
+
+def test_higher_priority_first_then_fifo() -> None:
+    snapshot = ClusterSnapshot(rack_nodes("z", "r", 1))
+    jobs = [
+        pending("ns/old", 8, created=T0 - HOUR),
+        pending("ns/new", 8, created=T0),
+        pending("ns/vip", 8, priority=5, created=T0 + HOUR),
+    ]
+    result = schedule(snapshot, jobs, [], T0)
+    assert keys(result)[0] == ["ns/vip"]
+    result = schedule(snapshot, jobs[:2], [], T0)
+    assert keys(result)[0] == ["ns/old"]
+
+
+def test_fair_share_gives_the_idle_queue_the_next_gpus() -> None:
+    snapshot = ClusterSnapshot(rack_nodes("z", "r", 2))
+    busy = run_on(snapshot, pending("ns/busy", 8, queue="a"), ["r-n0"])
+    jobs = [busy, pending("ns/a2", 8, queue="a", created=T0 - HOUR), pending("ns/b1", 8, queue="b")]
+    queues = [QueueQuota("a", 16), QueueQuota("b", 16)]
+    result = schedule(snapshot, jobs, queues, T0)
+    assert keys(result)[0] == ["ns/b1"]
+    assert result.queues["b"].used_gpus == 8
+    assert result.queues["a"].pending_jobs == 1
+
+
+def test_unknown_queue_and_quota_waits_say_why() -> None:
+    snapshot = ClusterSnapshot(grid(1, 1, 4))
+    jobs = [pending("ns/lost", 1, queue="nope"), pending("ns/big", 8, replicas=3, queue="team-a")]
+    result = schedule(snapshot, jobs, [QueueQuota("team-a", 16)], T0)
+    reasons = {w.key: (w.reason, w.message) for w in result.waiting}
+    assert reasons["ns/lost"] == (
+        QUEUE_NOT_FOUND,
+        "queue nope does not exist; create the Queue or pick an existing one",
+    )
+    assert reasons["ns/big"] == (
+        QUOTA_EXCEEDED,
+        "queue team-a has 16 of its 16 GPUs free and the job needs 24; it is in no cohort, so it cannot borrow",
+    )
+
+
+def test_a_quota_bound_job_does_not_hold_up_the_queue() -> None:
+    snapshot = ClusterSnapshot(grid(1, 1, 4))
+    jobs = [pending("ns/big", 8, replicas=3, queue="a", created=T0 - HOUR), pending("ns/small", 8, queue="a")]
+    assert keys(schedule(snapshot, jobs, [QueueQuota("a", 16)], T0))[0] == ["ns/small"]
+
+
+def test_a_higher_priority_job_takes_its_queue_quota_back_from_a_lower_one() -> None:
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    snapshot = ClusterSnapshot([Node("n1", 8, used_gpus=8), Node("n2", 8)])
+    low = JobRequest(
+        "ns/low", "team", 0, now, 4, 2, placement=Placement.of_nodes(("n1", "n1"), 4, snapshot), started=now
+    )
+    high = JobRequest("ns/high", "team", 100, now, 4, 2)
+    result = schedule(snapshot, [low, high], [QueueQuota("team", 8)], now)
+    assert [p.key for p in result.preempted] == ["ns/low"]
+    assert [a.key for a in result.admitted] == ["ns/high"]
+    assert "preempted by ns/high" in result.preempted[0].message
+
+
+def test_a_job_request_from_a_training_job() -> None:
+    manifest = (
+        a_training_job("llm")
+        .namespace("ml")
+        .replicas(4)
+        .gpus(8)
+        .elastic(2, 6)
+        .gpu_type(H100)
+        .queue("team-a")
+        .priority(7)
+        .required_level("Rack")
+        .set("expectedDurationSeconds", 3600)
+        .set("template.spec.tolerations", [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}])
+        .obj()
+    )
+    manifest["metadata"]["creationTimestamp"] = "2025-03-01T11:00:00Z"
+    request = JobRequest.from_training_job(TrainingJob.model_validate(manifest), capacity_types=ANY)
+    assert request == JobRequest(
+        key="ml/llm",
+        queue="team-a",
+        priority=7,
+        created=T0 - HOUR,
+        gpus_per_replica=8,
+        replicas=4,
+        min_replicas=2,
+        max_replicas=6,
+        gpu_type=H100,
+        required_level=TopologyLevel.RACK,
+        tolerations=(Toleration("dedicated", TolerationOperator.EXISTS, "", TaintEffect.NO_SCHEDULE),),
+        capacity_types=ANY,
+        expected_duration=HOUR,
+    )
