@@ -1,0 +1,131 @@
+"""Step 3 of a pass: the autoscaler, when due.
+
+metric -> `policy.autoscale.decide_replicas` -> spec.replicas through the scale
+subresource (the path `kubectl scale` and HPA take, so it changes nothing else
+in the spec and RBAC can grant just it), with the law's memory kept in an
+annotation so that a restarted operator carries on where it stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from aisched.api.inference_service import InferenceService, InferenceServiceStatus, ScalingDecision
+from aisched.controller.serving.replica_pods import ServiceKey
+from aisched.kube.client import KubeClient
+from aisched.kube.serving_builders import AUTOSCALER_STATE, ServingPod
+from aisched.metrics import Metrics
+from aisched.policy.autoscale import AutoscalerState, MetricSample, ReasonCode, ScalingBehavior
+from aisched.policy.autoscale import decide_replicas as decide_autoscale
+from aisched.policy.serving_status import find_condition, set_service_condition
+from aisched.settings import Settings
+from aisched.sources.prometheus import PrometheusError, PrometheusSource
+
+log = logging.getLogger(__name__)
+PLURAL = "inferenceservices"
+NO_PROMETHEUS = "no Prometheus is configured (AISCHED_AUTOSCALER__PROMETHEUS_URL)"
+
+
+@dataclass(frozen=True)
+class MetricReading:
+    """What the metric source said for one service: a sample, nothing, or why it could not say."""
+
+    sample: MetricSample | None
+    error: str | None = None
+
+
+@dataclass
+class ServiceAutoscaler:
+    """Per service: when its autoscaler is next due, the control law's memory, and its decisions carried out."""
+
+    settings: Settings
+    kube: KubeClient
+    prometheus: PrometheusSource | None
+    metrics: Metrics | None
+    scaled: Callable[[ServiceKey, int], None]
+    """Told of each scale write, so the controller's copy of the service shows the new count at once."""
+    _states: dict[ServiceKey, AutoscalerState] = field(default_factory=dict)
+    _next_due: dict[ServiceKey, datetime] = field(default_factory=dict)
+
+    def forget(self, key: ServiceKey) -> None:
+        self._states.pop(key, None)
+        self._next_due.pop(key, None)
+
+    def due(self, key: ServiceKey, service: InferenceService | None, now: datetime) -> bool:
+        """Whether the service's autoscaler decides in this pass; if so, its next turn is one interval on."""
+        autoscaling = service.spec.autoscaling if service is not None else None
+        if autoscaling is None or not autoscaling.enabled:
+            self._next_due.pop(key, None)
+            return False
+        due = self._next_due.get(key)
+        if due is not None and now < due:
+            return False
+        self._next_due[key] = now + timedelta(seconds=self.settings.autoscaler.interval_seconds)
+        return True
+
+    def next_due(self, key: ServiceKey) -> datetime | None:
+        """When the service's autoscaler next decides; None when it has none."""
+        return self._next_due.get(key)
+
+    async def read_metric(
+        self, key: ServiceKey, service: InferenceService | None, pods: Sequence[ServingPod]
+    ) -> MetricReading:
+        if service is None or service.spec.autoscaling is None:
+            return MetricReading(None)
+        if self.prometheus is None:
+            return MetricReading(None, NO_PROMETHEUS)
+        names = sorted(p.name for p in pods if p.serving_candidate)
+        try:
+            sample = await self.prometheus.service_metric(service.spec.autoscaling.metric, key[0], names)
+        except PrometheusError as error:
+            return MetricReading(None, str(error))
+        except Exception as error:  # one service's metric must not stop the others' reconciles
+            log.exception("reading the metric of InferenceService %s/%s failed", *key)
+            return MetricReading(None, f"reading the metric failed: {error}")
+        return MetricReading(sample)
+
+    async def decide(
+        self,
+        obj: dict[str, Any],
+        service: InferenceService,
+        status: InferenceServiceStatus,
+        reading: MetricReading,
+        now: datetime,
+    ) -> int:
+        """One autoscaler decision, carried out; returns the replica count it settled on."""
+        autoscaling = service.spec.autoscaling
+        assert autoscaling is not None
+        namespace, name = service.metadata["namespace"], service.metadata["name"]
+        key = (namespace, name)
+        current = service.spec.replicas
+        behavior = ScalingBehavior.from_spec(autoscaling, self.settings.autoscaler.metric_max_age_seconds)
+        state = self._states.get(key) or AutoscalerState.from_json(
+            (service.metadata.get("annotations") or {}).get(AUTOSCALER_STATE)
+        )
+        decision = decide_autoscale(behavior, state, current, reading.sample, now)
+        message = f"{decision.message} ({reading.error})" if reading.error else decision.message
+        previous = find_condition(status, "ScalingActive")
+        if decision.replicas != current:
+            await self.kube.scale_custom(PLURAL, namespace, name, decision.replicas)
+            self.scaled(key, decision.replicas)
+            status.last_scaling = ScalingDecision(
+                time=now, from_replicas=current, to_replicas=decision.replicas, reason=f"{decision.reason}: {message}"
+            )
+            self.kube.post_event(obj, "Normal", decision.reason, message)
+        elif decision.reason == ReasonCode.METRIC_UNAVAILABLE and (previous is None or previous.status != "False"):
+            self.kube.post_event(obj, "Warning", decision.reason, message)
+        self._states[key] = decision.state
+        await self.kube.annotate_custom(PLURAL, namespace, name, {AUTOSCALER_STATE: decision.state.to_json()})
+        status.desired_replicas = decision.replicas
+        status.current_metric_value = decision.metric_per_replica
+        active = decision.reason != ReasonCode.METRIC_UNAVAILABLE
+        status.conditions = set_service_condition(
+            status, "ScalingActive", active, decision.reason, message, service, now
+        )
+        if self.metrics is not None:
+            self.metrics.record_autoscaler_decision(current, decision.replicas, decision.reason)
+        return decision.replicas

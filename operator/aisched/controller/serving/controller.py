@@ -1,0 +1,298 @@
+"""The InferenceService reconcile loop: one writer for every InferenceService.
+
+Watch handlers (handlers.py) record services and their pods and mark services
+dirty in the controller's work queue; this loop wakes on those marks, on each
+autoscaler's timer and on the queue's periodic resync. Each pass first reads
+the metric of every service whose autoscaler is due, all at once (a slow
+Prometheus must not hold up placement), then reconciles the dirty services one
+by one against one cluster snapshot, so two replicas never count on the same
+GPUs:
+
+1. the Service in front (server-side apply when the spec changed);
+2. pods that ended, or that kube-scheduler could not bind to their node, go
+   (placement.py);
+3. the autoscaler, when due (autoscaling.py);
+4. a rollout step and placement of new replicas (placement.py);
+5. status (`policy.serving_status`) and events say what happened and why.
+
+A service whose reconcile fails is retried with backoff by the work queue and
+never holds up the others. Pods are created under deterministic names and
+recorded the moment they are created or deleted (replica_pods.py), so a pass
+that runs before the watch catches up neither creates nor retires a replica twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from aisched.api.inference_service import InferenceService, InferenceServiceStatus
+from aisched.controller.serving.autoscaling import PLURAL, MetricReading, ServiceAutoscaler
+from aisched.controller.serving.placement import ReplicaPlacement
+from aisched.controller.serving.replica_pods import ReplicaPods, ServiceKey
+from aisched.controller.workqueue import WorkQueue
+from aisched.kube.client import KubeClient
+from aisched.kube.inventory import Inventory
+from aisched.kube.serving_builders import build_service, service_selector, serving_pod_from_object, template_hash
+from aisched.metrics import Metrics
+from aisched.policy.cluster import ClusterSnapshot
+from aisched.policy.serving import PlanReason
+from aisched.policy.serving_status import find_condition, observed_status, set_service_condition
+from aisched.settings import Settings
+from aisched.sources.prometheus import PrometheusSource
+
+log = logging.getLogger(__name__)
+MANUAL_SCALING = "spec.replicas is set by hand, kubectl scale or another autoscaler"
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class InferenceServiceController:
+    settings: Settings
+    kube: KubeClient
+    inventory: Inventory
+    cluster_snapshot: Callable[[], ClusterSnapshot]
+    """Every pod's GPUs plus what other controllers have promised but not bound yet."""
+    prometheus: PrometheusSource | None = None
+    metrics: Metrics | None = None
+    clock: Callable[[], datetime] = utc_now
+    services: dict[ServiceKey, dict[str, Any]] = field(default_factory=dict)
+    queue: WorkQueue[ServiceKey] = field(init=False)
+    replicas: ReplicaPods = field(init=False)
+    placement: ReplicaPlacement = field(init=False)
+    autoscaler: ServiceAutoscaler = field(init=False)
+    _service_applied: dict[ServiceKey, tuple[int | None, float]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.queue = WorkQueue(name="InferenceService", resync_seconds=self.settings.resync_seconds)
+        self.replicas = ReplicaPods(self.settings.gpu_resource)
+        self.placement = ReplicaPlacement(self.settings, self.kube, self.replicas)
+        self.autoscaler = ServiceAutoscaler(self.settings, self.kube, self.prometheus, self.metrics, self._scaled)
+
+    # -- fed by the watch handlers ------------------------------------------
+
+    def service_seen(self, obj: dict[str, Any]) -> None:
+        key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+        if not _is_older(obj, self.services.get(key)):
+            self.services[key] = obj
+        self.mark(key)
+
+    def service_gone(self, namespace: str, name: str) -> None:
+        key = (namespace, name)
+        self.services.pop(key, None)
+        self.autoscaler.forget(key)
+        self._service_applied.pop(key, None)
+        self.placement.waiting_for_capacity.discard(key)
+        self.queue.forget(key)
+        if self.metrics is not None:
+            self.metrics.forget_inference_service(namespace, name)
+        self.queue.wake()  # its GPUs are free for whoever waits
+
+    def pod_changed(self, obj: dict[str, Any], *, deleted: bool) -> None:
+        """Any pod's watch event: ours update the replicas, anyone's may free GPUs."""
+        pod = serving_pod_from_object(obj, self.settings.gpu_resource)
+        if pod is None:
+            self.capacity_changed()
+            return
+        if deleted:
+            self.replicas.gone(pod)
+            self.capacity_changed()
+        else:
+            self.replicas.seen(pod)
+        self.mark((pod.namespace, pod.service))
+
+    def replace_pods(self, objects: Iterable[dict[str, Any]]) -> None:
+        """A full relist: repairs whatever a dropped watch missed."""
+        self.replicas.relisted(objects)
+        self._mark_all()
+
+    def capacity_changed(self) -> None:
+        """Someone else's pod came or went: services short of room may fit now."""
+        for key in self.placement.waiting_for_capacity:
+            self.queue.add(key)
+
+    def nodes_changed(self) -> None:
+        # An interruption taint or a lost node affects every service with a replica there.
+        self._mark_all()
+
+    def mark(self, key: ServiceKey) -> None:
+        self.queue.add(key)
+
+    def _mark_all(self) -> None:
+        for key in self.services:
+            self.queue.add(key)
+        self.queue.wake()  # even with no service yet, as the loop always did
+
+    # -- the loop -----------------------------------------------------------
+
+    async def run(self) -> None:
+        while True:
+            dirty = await self.queue.next_batch(self.services.keys)
+            try:
+                await self.reconcile_once(dirty)
+            except Exception:
+                log.exception("InferenceService reconcile pass failed; retrying at the next wake")
+
+    async def reconcile_once(self, dirty: Iterable[ServiceKey]) -> None:
+        """One pass: the due autoscalers' metrics at once, then DIRTY and due services against one snapshot."""
+        now = self.clock()
+        due = [key for key in self.services if self._autoscale_due(key, now)]
+        keys = (set(dirty) | set(due)) & self.services.keys()
+        if not keys:
+            return
+        readings = dict(zip(due, await asyncio.gather(*(self._read_metric(key) for key in due)), strict=True))
+        snapshot = self._snapshot()
+
+        async def reconcile(key: ServiceKey) -> None:
+            await self.reconcile(key, readings.get(key), snapshot, now)
+
+        # One at a time: each placement takes GPUs from the snapshot the next one reads.
+        await self.queue.process(keys, reconcile, concurrency=1, on_done=self._record_reconcile)
+
+    def _record_reconcile(self, _key: ServiceKey, seconds: float, failed: bool) -> None:
+        if self.metrics is not None:
+            self.metrics.record_reconcile("InferenceService", seconds, failed=failed)
+
+    async def reconcile(
+        self, key: ServiceKey, reading: MetricReading | None, snapshot: ClusterSnapshot, now: datetime
+    ) -> None:
+        obj = self.services.get(key)
+        service = _parse(obj) if obj is not None else None
+        if obj is None or service is None:
+            return
+        await self._apply_service(key, service)
+        await self.placement.clear_out(obj, self.replicas.of(key), now)
+        status = service.status.model_copy(deep=True)
+        desired = service.spec.replicas
+        autoscaling = service.spec.autoscaling
+        if autoscaling is not None and autoscaling.enabled:
+            if reading is not None:
+                desired = await self.autoscaler.decide(obj, service, status, reading, now)
+        else:
+            status.desired_replicas, status.current_metric_value = desired, None
+            status.conditions = set_service_condition(
+                status, "ScalingActive", False, "AutoscalingDisabled", MANUAL_SCALING, service, now
+            )
+        plan = await self.placement.place(obj, service, desired, snapshot)
+        observed = observed_status(
+            service,
+            status,
+            desired,
+            self.replicas.of(key),
+            plan,
+            now,
+            current_hash=template_hash(service),
+            selector=service_selector(str(service.metadata["name"])),
+        )
+        await self._write_status(obj, service, observed)
+
+    # -- 1: the Service in front ----------------------------------------------
+
+    async def _apply_service(self, key: ServiceKey, service: InferenceService) -> None:
+        # Applied on every spec change, and again each relist period in case someone deleted it.
+        generation = service.metadata.get("generation")
+        applied = self._service_applied.get(key)
+        fresh = applied is not None and time.monotonic() - applied[1] < self.settings.relist_seconds
+        if fresh and applied is not None and applied[0] == generation:
+            return
+        await self.kube.apply_service(build_service(service))
+        self._service_applied[key] = (generation, time.monotonic())
+
+    # -- 3: the autoscaler's timers and metric ---------------------------------
+
+    def _autoscale_due(self, key: ServiceKey, now: datetime) -> bool:
+        due = self.autoscaler.due(key, _parse(self.services[key]), now)
+        next_due = self.autoscaler.next_due(key)
+        if next_due is not None:
+            # However busy the watches keep the loop, every autoscaler keeps its time.
+            self.queue.add_after(key, (next_due - now).total_seconds())
+        return due
+
+    async def _read_metric(self, key: ServiceKey) -> MetricReading:
+        return await self.autoscaler.read_metric(key, _parse(self.services[key]), self.replicas.of(key))
+
+    def _scaled(self, key: ServiceKey, replicas: int) -> None:
+        """Our copy shows the new count at once; watch events older than the write must not undo it."""
+        obj = self.services[key]
+        metadata = {**obj["metadata"], "generation": int(obj["metadata"].get("generation") or 0) + 1}
+        self.services[key] = {**obj, "metadata": metadata, "spec": {**obj["spec"], "replicas": replicas}}
+
+    # -- 4: the cluster placement sees ------------------------------------------
+
+    def _snapshot(self) -> ClusterSnapshot:
+        """The cluster for this pass: nodes that must be left count as interrupted, pods we just made as used."""
+        base = self.cluster_snapshot()
+        doomed = self.inventory.doomed_nodes()
+        snapshot = ClusterSnapshot(replace(n, interrupted=n.interrupted or n.name in doomed) for n in base.nodes())
+        snapshot.allocate(self.replicas.unbound_gpus_by_node(snapshot, self.inventory.pods))
+        return snapshot
+
+    # -- 5: status ----------------------------------------------------------
+
+    async def _write_status(
+        self, obj: dict[str, Any], service: InferenceService, status: InferenceServiceStatus
+    ) -> None:
+        namespace, name = service.metadata["namespace"], service.metadata["name"]
+        if self.metrics is not None:
+            self.metrics.record_inference_service(
+                namespace,
+                name,
+                desired=status.desired_replicas or 0,
+                on_demand=status.on_demand_replicas or 0,
+                spot=status.spot_replicas or 0,
+                metric_per_replica=status.current_metric_value,
+                target_per_replica=(
+                    service.spec.autoscaling.metric.target_per_replica if service.spec.autoscaling else None
+                ),
+            )
+            self.metrics.record_job_pods(
+                namespace, name, "InferenceService", [p.name for p in self.replicas.of((namespace, name))]
+            )
+        await self._post_condition_events(obj, service.status, status)
+        if status == service.status:
+            return
+        wire = status.to_wire()
+        if status.current_metric_value is None and service.status.current_metric_value is not None:
+            wire["currentMetricValue"] = None  # merge patch: null removes the field
+        await self.kube.patch_status(PLURAL, namespace, name, wire)
+        key = (namespace, name)
+        if key in self.services:
+            self.services[key] = {**self.services[key], "status": status.to_wire()}
+
+    async def _post_condition_events(
+        self, obj: dict[str, Any], before: InferenceServiceStatus, after: InferenceServiceStatus
+    ) -> None:
+        """An event when placement gets stuck or starts replacing interrupted replicas, once per change."""
+        was, now = find_condition(before, "Progressing"), find_condition(after, "Progressing")
+        if now is None or (was is not None and was.reason == now.reason):
+            return
+        if now.reason in (PlanReason.INSUFFICIENT_CAPACITY, PlanReason.ON_DEMAND_FLOOR_UNMET):
+            self.kube.post_event(obj, "Warning", now.reason, now.message)
+        elif now.reason == PlanReason.REPLACING_INTERRUPTED:
+            self.kube.post_event(obj, "Normal", now.reason, now.message)
+
+
+def _is_older(incoming: dict[str, Any], cached: dict[str, Any] | None) -> bool:
+    """The same object at an older generation: a watch event from before our own scale write."""
+    if cached is None or incoming["metadata"].get("uid") != cached["metadata"].get("uid"):
+        return False
+    return int(incoming["metadata"].get("generation") or 0) < int(cached["metadata"].get("generation") or 0)
+
+
+def _parse(obj: dict[str, Any]) -> InferenceService | None:
+    try:
+        return InferenceService.model_validate(obj)
+    except ValidationError as error:
+        # The API server validated it; this means our model and the CRD differ.
+        log.error("cannot read InferenceService %s: %s", obj.get("metadata", {}).get("name"), error)
+        return None

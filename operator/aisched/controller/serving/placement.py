@@ -1,0 +1,149 @@
+"""Steps 2 and 4 of a pass: replicas that are no replicas any more go, and new ones are placed.
+
+`policy.rollout.plan_rollout` bounds a template change by surge and
+unavailability, `policy.serving.plan_serving` says where new replicas go
+(capacity mix, spread, replacing replicas on interrupted nodes first); this
+module carries their plans out and tells the service's events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from aisched.api.common import CapacityType
+from aisched.api.inference_service import InferenceService
+from aisched.controller.serving.replica_pods import ReplicaPods, ServiceKey
+from aisched.kube.client import KubeClient
+from aisched.kube.serving_builders import ReplicaSlot, ServingPod, build_replica_pod, free_pod_names, template_hash
+from aisched.policy.cluster import ClusterSnapshot, Toleration
+from aisched.policy.rollout import plan_rollout
+from aisched.policy.serving import NewReplica, ServingPlan, ServingReplica, ServingRequest, plan_serving
+from aisched.settings import Settings
+
+UNSCHEDULABLE_GRACE = timedelta(seconds=30)
+"""A replica kube-scheduler cannot bind to its node this long is placed again: the node filled up meanwhile."""
+SPOT_GRACE_MARGIN_SECONDS = 10
+"""Of a spot notice, what a replica's pod teardown may not use, so it ends before the node does."""
+
+
+@dataclass
+class ReplicaPlacement:
+    settings: Settings
+    kube: KubeClient
+    replicas: ReplicaPods
+    waiting_for_capacity: set[ServiceKey] = field(default_factory=set)
+    """Services with replicas that fit nowhere: someone else's pod going may make room."""
+
+    async def clear_out(self, obj: dict[str, Any], pods: Sequence[ServingPod], now: datetime) -> None:
+        """Pods that ended, or that kube-scheduler could not bind to their node, go."""
+        ended = [p for p in pods if p.finished and not p.terminating]
+        stuck = [
+            p
+            for p in pods
+            if p.serving_candidate
+            and p.unschedulable_since is not None
+            and now - p.unschedulable_since > UNSCHEDULABLE_GRACE
+        ]
+        if ended:
+            self.kube.post_event(
+                obj, "Warning", "ReplicaEnded", f"replica(s) {', '.join(p.name for p in ended)} ended; replacing them"
+            )
+        if stuck:
+            self.kube.post_event(
+                obj,
+                "Warning",
+                "ReplicaUnschedulable",
+                f"replica(s) {', '.join(p.name for p in stuck)} could not be bound to their node "
+                f"for {UNSCHEDULABLE_GRACE.seconds} s; placing them again",
+            )
+        await self.delete([*ended, *stuck])
+
+    async def place(
+        self, obj: dict[str, Any], service: InferenceService, desired: int, snapshot: ClusterSnapshot
+    ) -> ServingPlan:
+        """Start and retire replicas toward DESIRED, a rollout step at a time; returns the placement plan."""
+        key = (service.metadata["namespace"], service.metadata["name"])
+        pods = [p for p in self.replicas.of(key) if p.serving_candidate]
+        current_hash = template_hash(service)
+        current = [_replica(p) for p in pods if p.template_hash == current_hash]
+        old = [_replica(p) for p in pods if p.template_hash != current_hash]
+        rollout = service.spec.rollout
+        step = plan_rollout(current, old, desired, rollout.max_surge, rollout.max_unavailable)
+        plan = plan_serving(current, step.current_target, _request(service), snapshot)
+        await self._start(obj, service, current_hash, plan.start, snapshot)
+        by_name = {p.name: p for p in pods}
+        await self.delete([by_name[name] for name in (*plan.retire, *step.retire_old) if name in by_name])
+        if plan.retire or step.retire_old:
+            self.kube.post_event(
+                obj, "Normal", "ReplicasRetired", f"retired {', '.join((*plan.retire, *step.retire_old))}"
+            )
+        if plan.unplaced:
+            self.waiting_for_capacity.add(key)
+        else:
+            self.waiting_for_capacity.discard(key)
+        return plan
+
+    async def _start(
+        self,
+        obj: dict[str, Any],
+        service: InferenceService,
+        current_hash: str,
+        starts: Sequence[NewReplica],
+        snapshot: ClusterSnapshot,
+    ) -> None:
+        if not starts:
+            return
+        key = (service.metadata["namespace"], service.metadata["name"])
+        names = free_pod_names(key[1], current_hash, self.replicas.names_of(key), len(starts))
+        grace = max(5, self.settings.spot_notice_seconds - SPOT_GRACE_MARGIN_SECONDS)
+        pods = [
+            build_replica_pod(
+                service,
+                ReplicaSlot(pod_name, start.node, CapacityType(start.capacity_type), current_hash),
+                gpu_resource=self.settings.gpu_resource,
+                spot_grace_seconds=grace,
+            )
+            for pod_name, start in zip(names, starts, strict=True)
+        ]
+        try:
+            await asyncio.gather(*(self.kube.create(pod) for pod in pods))
+        except ApiException as error:
+            if error.status == 403 and "NamespaceTerminating" in str(error.body):
+                return  # the namespace is going, and the service with it
+            raise
+        self.replicas.created(pods)
+        # Later services in this pass must not count on the GPUs these replicas took.
+        snapshot.allocate(_gpus_by_node(service.spec.gpus_per_replica, (s.node for s in starts)))
+        described = ", ".join(
+            f"{name} on {s.node} ({s.capacity_type})" + (f" replacing {s.replaces}" if s.replaces else "")
+            for name, s in zip(names, starts, strict=True)
+        )
+        self.kube.post_event(obj, "Normal", "ReplicasStarted", f"started {described}")
+
+    async def delete(self, pods: Sequence[ServingPod]) -> None:
+        await asyncio.gather(*(self.kube.delete_pod(p.namespace, p.name) for p in pods))
+        self.replicas.deleted(pods)
+
+
+def _request(service: InferenceService) -> ServingRequest:
+    template_spec = service.spec.template.get("spec") or {}
+    tolerations = [Toleration.from_dict(t) for t in template_spec.get("tolerations") or []]
+    return ServingRequest.from_spec(service.spec, tolerations)
+
+
+def _replica(pod: ServingPod) -> ServingReplica:
+    # A pod not bound yet is where it was pinned; one with neither counts as lost and is replaced.
+    return ServingReplica(pod.name, pod.node or pod.pinned_node or "", pod.capacity_type, pod.ready)
+
+
+def _gpus_by_node(gpus: int, nodes: Iterable[str]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for node in nodes:
+        total[node] = total.get(node, 0) + gpus
+    return total
