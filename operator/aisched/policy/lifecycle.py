@@ -14,7 +14,7 @@ from enum import StrEnum
 
 from aisched.api.training_job import TrainingJobPhase as Phase
 from aisched.api.training_job import TrainingJobSpec, TrainingJobStatus
-from aisched.policy.chunks import CHUNK_ENDED, PAUSED_BETWEEN_CHUNKS
+from aisched.policy.carbon import CHUNK_ENDED, PAUSED_BETWEEN_CHUNKS
 from aisched.workload.contract import CHECKPOINTED_EXIT_CODE
 
 

@@ -1,4 +1,4 @@
-"""Running an interruptible job in carbon chunks (aisched.policy.chunks), as the operator steps it."""
+"""Running an interruptible job in carbon chunks (aisched.policy.carbon.chunk_ends), as the operator steps it."""
 
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ from hypothesis import strategies as st
 
 from aisched.api import TrainingJob, TrainingJobPhase
 from aisched.api.training_job import Deferral, TrainingJobStatus
-from aisched.policy.carbon import Forecast, plan_start
-from aisched.policy.chunks import (
+from aisched.policy.carbon import (
     CHUNK_ENDED,
     PAUSED_BETWEEN_CHUNKS,
+    Forecast,
     at_chunk_end,
     current_chunk_end,
     pause_grace_seconds,
+    plan_start,
     work_in_chunk,
     work_left,
 )

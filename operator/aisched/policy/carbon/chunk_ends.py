@@ -1,6 +1,6 @@
 """An interruptible carbon-aware job run in chunks: what happens at a chunk's edges.
 
-The planner (:mod:`aisched.policy.carbon`) splits the work into chunks in the cleanest
+The planner (:mod:`aisched.policy.carbon.planning`) splits the work into chunks in the cleanest
 hours; the operator runs the current one and, at its end, asks again. The state that
 carries a job from chunk to chunk is in its status (the end of the chunk running now,
 the work done in chunks that ended), so these functions take it, and the time, as
@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from aisched.policy.carbon import CarbonPlan
+from aisched.policy.carbon.plan import CarbonPlan
 
 # Reason of the Checkpointing phase a job enters at a planned pause; the lifecycle
 # sends such a job to Deferred, not back to the queue, once its gang is down.

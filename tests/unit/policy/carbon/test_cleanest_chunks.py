@@ -1,0 +1,105 @@
+"""Forecast mode for an interruptible job (aisched.policy.carbon.cleanest_chunks): the cleanest chunks."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+from hypothesis import assume, given
+from hypothesis import strategies as st
+
+from aisched.policy.carbon import Forecast, plan_start
+from tests.unit.policy.carbon.forecasts import POWER_W, T0, jobs, naive_integral
+
+
+@given(
+    jobs(),
+    st.sampled_from([0, 2, 10]),
+    st.sampled_from([1, 30, 60, 90]),
+    st.sampled_from([None, 250.0]),
+    st.sampled_from(["fresh", "running", "paused"]),
+    st.booleans(),
+)
+def test_chunks_do_exactly_the_work_and_end_before_the_deadline(
+    job: tuple[Forecast, datetime, timedelta, datetime],
+    overhead_min: int,
+    min_chunk_min: int,
+    threshold: float | None,
+    state: str,
+    interruptible: bool,
+) -> None:
+    fc, now, duration, deadline = job
+    overhead, min_chunk = timedelta(minutes=overhead_min), timedelta(minutes=min_chunk_min)
+    assume(deadline >= now + duration + (overhead if state == "paused" else timedelta(0)))
+    plan = plan_start(
+        fc,
+        now,
+        duration,
+        power_w=POWER_W,
+        deadline=deadline,
+        interruptible=interruptible,
+        min_chunk=min_chunk,
+        chunk_overhead=overhead,
+        threshold_grams_per_kwh=threshold,
+        running=state == "running",
+        paused=state == "paused",
+    )
+    restores = len(plan.chunks) - 1
+    if state == "paused" or (state == "running" and plan.start > now):
+        restores += 1  # the first chunk restores a checkpoint too
+    assert abs(sum((c.duration for c in plan.chunks), timedelta(0)) - overhead * restores - duration) <= timedelta(
+        milliseconds=1
+    )
+    assert plan.chunks[0].start >= now
+    assert plan.end <= deadline + timedelta(milliseconds=1)
+    assert interruptible or len(plan.chunks) == 1
+    for before, after in zip(plan.chunks, plan.chunks[1:], strict=False):
+        assert before.end < after.start, "chunks are disjoint and separated (else they would be one)"
+        assert before.duration >= min_chunk - timedelta(milliseconds=1)
+
+
+@given(
+    st.lists(st.floats(0, 800, allow_nan=False), min_size=2, max_size=40),
+    st.integers(1, 40),
+    st.integers(0, 40),
+)
+def test_interruptible_without_overhead_uses_the_cheapest_steps(values: list[float], slots: int, slack: int) -> None:
+    """With whole steps, no overhead and a one-step minimum, the best split is the cheapest steps.
+    With a millisecond of overhead (the dynamic programme's path) chunks stay on the step grid,
+    so the split costs at most one more step than that."""
+    assume(slots + slack <= len(values))
+    fc = Forecast("GB", T0, timedelta(minutes=30), tuple(values))
+    duration = timedelta(minutes=30 * slots)
+    deadline = T0 + duration + timedelta(minutes=30 * slack)
+    window = values[: slots + slack]
+    cheapest = sum(sorted(window)[:slots]) * 1800
+
+    def split_cost(overhead: timedelta) -> float:
+        plan = plan_start(
+            fc, T0, duration, power_w=POWER_W, deadline=deadline, interruptible=True, chunk_overhead=overhead
+        )
+        return sum(naive_integral(fc, c.start, c.end) for c in plan.chunks)
+
+    assert split_cost(timedelta(0)) == pytest.approx(cheapest, abs=1e-6)
+    one_more_step = max(window) * 1800 if slack else 0.0
+    assert cheapest - 1e-6 <= split_cost(timedelta(milliseconds=1)) <= cheapest + one_more_step + 1e-6
+
+
+def test_overhead_makes_the_planner_prefer_fewer_chunks() -> None:
+    values = (100.0, 400.0, 100.0, 400.0, 100.0, 400.0, 150.0, 150.0, 150.0)
+    fc = Forecast("GB", T0, timedelta(hours=1), values)
+
+    def split(overhead: timedelta) -> list[tuple[timedelta, timedelta]]:
+        plan = plan_start(
+            fc,
+            T0,
+            timedelta(hours=3),
+            power_w=POWER_W,
+            deadline=T0 + timedelta(hours=9),
+            interruptible=True,
+            chunk_overhead=overhead,
+        )
+        return [(c.start - T0, c.end - T0) for c in plan.chunks]
+
+    assert len(split(timedelta(0))) == 3
+    assert split(timedelta(minutes=40)) == [(timedelta(hours=6), timedelta(hours=9))]
