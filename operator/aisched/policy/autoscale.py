@@ -344,7 +344,15 @@ def _recent(recommendations: Iterable[Recommendation], cutoff: float) -> list[in
 def _rate_limit(
     behavior: ScalingBehavior, state: AutoscalerState, current: int, wanted: int, at: float
 ) -> tuple[int, ReasonCode | None]:
-    """Step 4: cap the change by what the policies allow over their periods."""
+    """Step 4: cap the change by what the policies allow over their periods.
+
+    The way to zero passes through no count below minReplicas: such a count is out of
+    bounds, and the next pass without a metric (a series commonly vanishes when traffic
+    stops) would raise it back to minReplicas, a flap. So the policies govern the descent
+    to the floor, and the last step, floor to zero, is taken at once, as KEDA deactivates.
+    """
+    if wanted == 0 and 0 < current <= behavior.floor:
+        return 0, None
     if wanted > current and behavior.scale_up_policies:
         limit = max(
             policy.limit(_period_start(state, current, policy, at), up=True) for policy in behavior.scale_up_policies
@@ -358,7 +366,7 @@ def _rate_limit(
         )
         limit = min(limit, current)
         if wanted < limit:
-            return limit, ReasonCode.SCALE_DOWN_LIMITED
+            return (max(limit, behavior.floor) if wanted == 0 else limit), ReasonCode.SCALE_DOWN_LIMITED
     return wanted, None
 
 

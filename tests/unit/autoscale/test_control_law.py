@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from aisched.api.inference_service import AutoscalingSpec
@@ -168,6 +168,12 @@ def test_scales_to_zero_only_after_a_full_idle_window() -> None:
     assert next(s for s in steps if s.after == 0).before == 1
 
 
+def test_scale_to_zero_never_passes_through_a_count_below_min_replicas() -> None:
+    law = behavior(min_replicas=3, scale_to_zero=True, scale_down_window_seconds=0)
+    steps = run(law, 6, [(60, 0.0)] * 6 + [(60, None)] * 3)
+    assert [s.after for s in steps] == [5, 4, 3, 0, 0, 0, 0, 0, 0]
+
+
 def test_wakes_from_zero_on_demand_and_stays_at_zero_without() -> None:
     law = behavior(min_replicas=0, scale_to_zero=True)
     assert (decide(law, 0, 0.0).replicas, decide(law, 0, 0.0).reason) == (0, ReasonCode.IDLE_AT_ZERO)
@@ -292,6 +298,39 @@ def test_never_zero_unless_allowed_and_idle(
 
 
 @given(behaviors, st.integers(1, 30), traces)
+# Found by Hypothesis: minReplicas 2 with scale to zero, metric 0 then gone. The rate-limited
+# way down stopped at 1, out of bounds, and the metric-less pass raised it back to 2.
+@example(
+    behavior(
+        min_replicas=2,
+        max_replicas=2,
+        target_per_replica=1.0,
+        tolerance=0.0,
+        scale_to_zero=True,
+        scale_up_window_seconds=30,
+        scale_down_window_seconds=0,
+        scale_up_policies=(RatePolicy(PolicyKind.PODS, 1, 60),),
+        scale_down_policies=(RatePolicy(PolicyKind.PODS, 1, 60),),
+    ),
+    1,
+    [(1, 0.0), (1, None)],
+)
+# Found by Hypothesis: waking from zero is not held back by the zero still in the up window.
+@example(
+    behavior(
+        min_replicas=1,
+        max_replicas=1,
+        target_per_replica=1.0,
+        tolerance=0.0,
+        scale_to_zero=True,
+        scale_up_window_seconds=30,
+        scale_down_window_seconds=0,
+        scale_up_policies=(RatePolicy(PolicyKind.PODS, 1, 60),),
+        scale_down_policies=(RatePolicy(PolicyKind.PODS, 1, 60),),
+    ),
+    1,
+    [(1, 0.0), (1, 1.0)],
+)
 def test_stabilisation_windows_are_honoured(
     law: ScalingBehavior, start: int, trace: list[tuple[int, float | None]]
 ) -> None:
@@ -310,13 +349,21 @@ def test_stabilisation_windows_are_honoured(
             if s.recommendation is not None
             and step.at - timedelta(seconds=law.scale_down_window_seconds) <= s.at <= step.at
         ]
-        if step.after > step.before:
+        if step.after > step.before > 0:  # demand wakes a service at zero at once, whatever the window says
             assert all(r >= step.after for r in up_window), "rose above a recent recommendation"
         if step.after < step.before:
             assert all(r <= step.after for r in down_window), "fell below a recent recommendation"
 
 
 @given(behaviors, st.integers(1, 30), traces)
+# Found by Hypothesis: a policy that allows the whole way down to zero in one step.
+@example(
+    behavior(
+        min_replicas=0, max_replicas=2, scale_to_zero=True, scale_down_policies=(RatePolicy(PolicyKind.PODS, 2, 60),)
+    ),
+    2,
+    [(1, 0.0)],
+)
 def test_rate_limits_are_honoured(law: ScalingBehavior, start: int, trace: list[tuple[int, float | None]]) -> None:
     start = min(max(start, law.min_replicas), law.max_replicas)
     steps = run(law, start, trace)
@@ -328,8 +375,8 @@ def test_rate_limits_are_honoured(law: ScalingBehavior, start: int, trace: list[
         count_then = earlier[-1] if earlier else start
         if step.after > step.before:
             assert step.after - count_then <= up.value
-        if step.after < step.before:
-            assert count_then - step.after <= down.value
+        if step.after < step.before:  # only the last step to zero, from the floor, may be larger
+            assert count_then - step.after <= down.value or (step.after == 0 and step.before <= law.floor)
 
 
 @given(behaviors, metric_values)
