@@ -1,0 +1,9 @@
+"""The TrainingJob controller, one module per concern.
+
+state (caches, clients, work queue) < reconcile (one job) < carbon, reporting
+< scheduling (the cycle) < loop (the controller the watch handlers feed).
+"""
+
+from aisched.controller.training.loop import TrainingJobController
+
+__all__ = ["TrainingJobController"]

@@ -1,0 +1,231 @@
+"""Carbon-aware TrainingJobs: deferral to a cleaner start, chunks of an interruptible job, emissions.
+
+The plans come from `policy.carbon`; this layer reads the
+forecast and the energy counters, and writes what the plans decide.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import datetime, timedelta
+from typing import Any
+
+from aisched.api import TrainingJob, TrainingJobPhase
+from aisched.controller.training.reconcile import JobReconciler
+from aisched.controller.training.state import PLURAL, start_now_requested
+from aisched.kube import labels
+from aisched.policy.carbon import (
+    CHUNK_ENDED,
+    CarbonPlan,
+    at_chunk_end,
+    current_chunk_end,
+    grams_from_joules,
+    pause_grace_seconds,
+    plan_start,
+    work_in_chunk,
+    work_left,
+)
+from aisched.policy.job_messages import deferred_message
+from aisched.policy.job_status import deferred, pausing_at_chunk_end, queued, with_chunk_end, with_emissions
+from aisched.policy.lifecycle import Step, Verb
+from aisched.sources.carbon import CarbonSourceError
+from aisched.sources.prometheus import PrometheusError
+
+log = logging.getLogger(__name__)
+Phase = TrainingJobPhase
+EMISSIONS_PERIOD = timedelta(minutes=1)  # how often running gangs' emissions are added up
+# Settings' provider names -> the source label values of aisched_carbon_source_errors_total.
+CARBON_SOURCE_NAMES = {
+    "electricitymaps": "ElectricityMaps",
+    "watttime": "WattTime",
+    "nationalgrid": "NationalGrid",
+    "prometheus": "Prometheus",
+    "file": "File",
+    "none": "File",
+}
+
+
+class CarbonDeferral(JobReconciler):
+    async def _defer(self, obj: dict[str, Any], job: TrainingJob, now: datetime) -> bool:
+        """Hold a deferrable job in Deferred until its planned start; True while it waits.
+
+        Re-planned on every cycle, so a newer forecast moves the start. With no forecast the
+        plan is "now", and every plan starts no later than the latest start meeting the deadline.
+        A job paused between carbon chunks is planned the same way for the work it has left.
+        """
+        spec, status = job.spec, job.status
+        paused = status.chunk_work_done_seconds is not None
+        if not spec.carbon.deferrable or (status.start_time is not None and not paused):
+            return False
+        if start_now_requested(job):
+            if status.phase == Phase.DEFERRED:
+                self.kube.post_event(obj, "Normal", "StartNow", f"{labels.START_NOW} set: starting now")
+            return False
+        work = work_left(timedelta(seconds=spec.expected_duration_seconds or 0), status.chunk_work_done_seconds)
+        if work is None:
+            return False
+        plan = await self._carbon_plan(job, now, work, paused=paused)
+        if not plan.is_deferred(now):
+            await self._start_chunk(obj, job, plan, now, first=not paused)
+            return False
+        updated = deferred(job, plan, now, paused=paused)
+        if status.phase != Phase.DEFERRED:
+            self.metrics.record_deferral(str(spec.carbon.mode))
+            self.kube.post_event(obj, "Normal", "Deferred", deferred_message(plan))
+        await self._write_status(obj, job, updated)
+        self._wake_at(job, plan.start, now)
+        return True
+
+    async def _start_chunk(
+        self, obj: dict[str, Any], job: TrainingJob, plan: CarbonPlan, now: datetime, *, first: bool
+    ) -> None:
+        """A planned start (or resume) has come: queue the job, with the end of the chunk it runs in."""
+        status = job.status
+        chunk_end = current_chunk_end(plan, now) if job.spec.carbon.interruptible else None
+        if status.phase == Phase.DEFERRED:
+            if first:  # the saving a chunked job expects is counted once, at its first start
+                saved = status.deferral.expected_saving_grams if status.deferral else None
+                self.metrics.record_carbon("TrainingJob", emitted_grams=0.0, avoided_grams=max(0.0, saved or 0.0))
+            updated = with_chunk_end(queued(job, str(plan.reason), plan.message, now), chunk_end)
+        elif chunk_end != status.chunk_end:
+            updated = with_chunk_end(status, chunk_end)  # keep the scheduler's reason for the wait
+        else:
+            return
+        await self._write_status(obj, job, updated)
+        if chunk_end is None:
+            await self._drop_chunk_end(job)
+        else:
+            self._wake_at(job, chunk_end, now)
+
+    async def _carbon_plan(
+        self, job: TrainingJob, now: datetime, work: timedelta, *, running: bool = False, paused: bool = False
+    ) -> CarbonPlan:
+        """Plan the work left against the current forecast (none when the source fails: start in time)."""
+        spec = job.spec
+        region = spec.carbon.region or self.settings.carbon.region
+        forecast = None
+        if self.carbon is not None:
+            horizon = timedelta(seconds=self.settings.carbon.forecast_horizon_seconds)
+            try:
+                forecast = await self.carbon.forecast(region, now, now + horizon)
+            except CarbonSourceError as error:
+                log.warning("no carbon forecast for %s: %s; deferrable jobs start in time", region, error)
+                self.metrics.record_carbon_source_error(CARBON_SOURCE_NAMES[self.settings.carbon.provider])
+        created = job.metadata.get("creationTimestamp")
+        return plan_start(
+            forecast,
+            now,
+            work,
+            power_w=self.settings.carbon.power_per_gpu(spec.gpu_type) * spec.total_gpus,
+            deadline=spec.deadline,
+            max_delay=timedelta(seconds=spec.carbon.max_delay_seconds) if spec.carbon.max_delay_seconds else None,
+            submitted_at=datetime.fromisoformat(created) if isinstance(created, str) else now,
+            interruptible=spec.carbon.interruptible,
+            threshold_grams_per_kwh=spec.carbon.threshold_grams_per_kwh if spec.carbon.mode == "Threshold" else None,
+            min_chunk=timedelta(seconds=self.settings.carbon.min_chunk_seconds),
+            chunk_overhead=timedelta(seconds=self.settings.restart_overhead_seconds),
+            min_saving_fraction=self.settings.carbon.min_saving_fraction,
+            forecast_error=self.settings.carbon.forecast_error,
+            running=running,
+            paused=paused,
+        )
+
+    async def _end_chunks(self, now: datetime) -> None:
+        """Running gangs whose carbon chunk is over: re-plan, then carry on or pause for the next chunk."""
+        for obj in list(self.jobs.values()):
+            job = self._read(obj)
+            if job is None or job.status.phase != Phase.RUNNING or job.status.chunk_end is None:
+                continue
+            if not (job.spec.carbon.deferrable and job.spec.carbon.interruptible) or start_now_requested(job):
+                await self._set_chunk_end(obj, job, None)
+            elif now >= job.status.chunk_end:
+                await self._end_chunk(obj, job, now)
+            else:
+                # A job keeps one wake-up, the earliest asked for: one for its chunk's end
+                # may have given way to an earlier one, so it is asked for again every pass.
+                self._wake_at(job, job.status.chunk_end, now)
+
+    async def _end_chunk(self, obj: dict[str, Any], job: TrainingJob, now: datetime) -> None:
+        status = job.status
+        running = next((c for c in status.conditions if c.type == "Running" and c.status == "True"), None)
+        done = (status.chunk_work_done_seconds or 0.0) + work_in_chunk(
+            (running.last_transition_time if running else None) or now,
+            now,
+            resumed=status.chunk_work_done_seconds is not None,
+            restore=timedelta(seconds=self.settings.restart_overhead_seconds),
+        )
+        work = work_left(timedelta(seconds=job.spec.expected_duration_seconds or 0), done)
+        plan = await self._carbon_plan(job, now, work, running=True) if work is not None else None
+        decision = at_chunk_end(plan, now)
+        if plan is None or not decision.pause:
+            await self._set_chunk_end(obj, job, decision.until)
+            if decision.until is not None:
+                self._wake_at(job, decision.until, now)
+            return
+        # The planned checkpoint: the gang saves on SIGTERM, reports it, and waits Deferred.
+        paused = pausing_at_chunk_end(status, plan, decision.message, done)
+        checkpoint = job.spec.checkpoint
+        grace = pause_grace_seconds(checkpoint.cost_seconds if checkpoint else None)
+        pods = self.inventory.pods_of_job(job.metadata["namespace"], job.metadata["name"])
+        await asyncio.gather(*(self.kube.delete_pod(p.namespace, p.name, grace) for p in pods if not p.terminating))
+        events = (("Normal", CHUNK_ENDED, f"checkpointing the gang; {decision.message}"),)
+        step = Step(Verb.NOTHING, Phase.CHECKPOINTING, CHUNK_ENDED, decision.message, events=events)
+        await self._carry_out(obj, job, paused, step, pods, now)
+        await self._drop_chunk_end(job)
+
+    async def _set_chunk_end(self, obj: dict[str, Any], job: TrainingJob, end: datetime | None) -> None:
+        await self._write_status(obj, job, with_chunk_end(job.status, end))
+        if end is None:
+            await self._drop_chunk_end(job)
+
+    async def _drop_chunk_end(self, job: TrainingJob) -> None:
+        """Status writes are merge patches, which drop a field only when told so with a null."""
+        if job.status.chunk_end is not None:
+            namespace, name = job.metadata["namespace"], job.metadata["name"]
+            await self.kube.patch_status(PLURAL, namespace, name, {"chunkEnd": None})
+
+    async def _account_emissions(self, now: datetime) -> None:
+        """Add each running gang's emissions since the last minute: GPU power x grid intensity seen."""
+        if self.carbon is None:
+            return
+        intensities: dict[str, float | None] = {}
+        for key, obj in list(self.jobs.items()):
+            job = self._read(obj)
+            if job is None or job.status.phase != Phase.RUNNING or job.status.start_time is None:
+                self._emissions_marks.pop(key, None)
+                continue
+            since = self._emissions_marks.setdefault(key, max(job.status.start_time, now - EMISSIONS_PERIOD))
+            if now - since < EMISSIONS_PERIOD:
+                continue
+            region = job.spec.carbon.region or self.settings.carbon.region
+            if region not in intensities:
+                try:
+                    intensities[region] = (await self.carbon.current(region)).grams_per_kwh
+                    self.metrics.record_grid_intensity(region, intensities[region] or 0.0)
+                except CarbonSourceError as error:
+                    log.warning("no carbon intensity for %s: %s", region, error)
+                    intensities[region] = None
+            intensity = intensities[region]
+            if intensity is None:
+                continue
+            joules = await self._measured_energy(job, since, now)
+            if joules is None:
+                watts = self.settings.carbon.power_per_gpu(job.spec.gpu_type) * (job.status.gpus or 0)
+                joules = watts * (now - since).total_seconds()
+            grams = grams_from_joules(joules, intensity)
+            self._emissions_marks[key] = now
+            self.metrics.record_carbon("TrainingJob", emitted_grams=grams)
+            await self._write_status(obj, job, with_emissions(job.status, grams))
+
+    async def _measured_energy(self, job: TrainingJob, start: datetime, end: datetime) -> float | None:
+        """Joules the job's GPUs used over [start, end) as DCGM measured them; None without a measurement."""
+        if self.energy is None:
+            return None
+        namespace, name = job.metadata["namespace"], job.metadata["name"]
+        pods = [p.name for p in self.inventory.pods_of_job(namespace, name)]
+        try:
+            return await self.energy.joules(namespace, pods, start, end)
+        except PrometheusError as error:
+            log.warning("no DCGM energy for %s/%s: %s; estimating from GPU power", namespace, name, error)
+            return None

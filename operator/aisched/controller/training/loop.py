@@ -1,0 +1,92 @@
+"""The TrainingJob reconcile loop: one writer for every TrainingJob.
+
+Watch handlers (handlers.py) only record what they see and mark jobs dirty.
+This loop takes the dirty jobs from its work queue (marks, wake-ups asked for,
+the periodic resync), reconciles each (`reconcile.py`), then runs the
+cluster-wide stages in the order `reconcile_once` lists them: the scheduling
+cycle, emissions, chunk ends, and the gauges.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from aisched.controller.training.scheduling import SchedulingCycle
+from aisched.controller.training.state import CONCURRENT_RECONCILES, JobKey
+from aisched.kube import labels
+from aisched.kube.inventory import PodRecord
+
+log = logging.getLogger(__name__)
+
+
+class TrainingJobController(SchedulingCycle):
+    # -- fed by the watch handlers ------------------------------------------
+
+    def job_seen(self, obj: dict[str, Any]) -> None:
+        key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+        self.jobs[key] = obj
+        self.mark(key)
+
+    def job_gone(self, namespace: str, name: str) -> None:
+        self.jobs.pop((namespace, name), None)
+        self._parsed.pop((namespace, name), None)
+        self._departed.pop((namespace, name), None)
+        self.metrics.forget_job(namespace, name)
+        self.queue.forget((namespace, name))  # no wake-up or retry for a job that is gone
+        self.queue.wake()  # its GPUs are free for whoever waits
+
+    def queue_seen(self, obj: dict[str, Any]) -> None:
+        self.queues[obj["metadata"]["name"]] = obj
+        self.queue.wake()
+
+    def queue_gone(self, name: str) -> None:
+        self.queues.pop(name, None)
+
+    def pod_changed(self, record: PodRecord | None) -> None:
+        if record is not None and record.job_key and record.labels.get(labels.JOB_KIND) == "TrainingJob":
+            if record.termination_message and (record.namespace, record.name) not in self.inventory.pods:
+                self._departed.setdefault(record.job_key, {})[record.name] = record
+            self.mark(record.job_key)
+        else:
+            self.queue.wake()  # someone else's pod came or went: GPUs changed
+
+    def nodes_changed(self) -> None:
+        # An interruption taint or NotReady affects every job on the node.
+        for key in self.jobs:
+            self.mark(key)
+        self.queue.wake()  # GPUs came or went, for the scheduler and the gauges even with no job
+
+    def mark(self, key: JobKey) -> None:
+        self._marked_during_cycle = True
+        self.queue.add(key)
+
+    # -- the loop -----------------------------------------------------------
+
+    async def run(self) -> None:
+        while True:
+            # At the resync every job is dirty: the timers the loop keeps (TTL, deadlines) fire there too.
+            keys = await self.queue.next_batch(self.jobs.keys)
+            await self.reconcile_once(keys)
+
+    async def reconcile_once(self, keys: Iterable[JobKey]) -> None:
+        """One pass: reconcile KEYS, then each cluster-wide stage, in this order."""
+        self._marked_during_cycle = False
+        self.pools.tick(self.clock(), self.inventory.nodes)
+        # Jobs are independent: their API round trips overlap, so hundreds of jobs
+        # submitted at once do not wait for each other's writes. A failing job is
+        # retried with backoff and stops none of the others.
+        await self.queue.process(keys, self.reconcile, concurrency=CONCURRENT_RECONCILES, on_done=self._reconciled)
+        stages: tuple[tuple[str, Callable[[], Awaitable[None]]], ...] = (
+            ("scheduling cycle", self.schedule),
+            ("estimating emissions", lambda: self._account_emissions(self.clock())),
+            ("ending carbon chunks", lambda: self._end_chunks(self.clock())),
+            ("reporting", lambda: self._report_if_due(settled=not self._marked_during_cycle)),
+        )
+        for name, stage in stages:
+            # Each stage is on its own: one failing leaves the next to run, and the next pass retries it.
+            try:
+                await stage()
+            except Exception:
+                log.exception("%s failed; will retry", name)

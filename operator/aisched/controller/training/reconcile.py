@@ -1,0 +1,166 @@
+"""Reconcile one TrainingJob: observe its pods, ask the lifecycle what to do, and do it.
+
+All state lives in the objects (job status, pod labels), so a restarted operator
+picks up where the last one stopped, and every write is idempotent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+from typing import Any
+
+from aisched.api import TrainingJob, TrainingJobPhase
+from aisched.api.training_job import TrainingJobStatus
+from aisched.controller.training.state import PLURAL, JobKey, TrainingJobState
+from aisched.kube import labels
+from aisched.kube.builders import GangLaunch, WorkerSlot, build_headless_service, build_worker_pod
+from aisched.kube.inventory import PodRecord
+from aisched.policy.deadlines import checkpoint_grace_seconds
+from aisched.policy.job_status import apply_step, checkpoint_reason, interrupted_gang_stopped, record_checkpoints
+from aisched.policy.lifecycle import Observation, Step, Verb, Worker, WorkerPhase, next_step
+
+Phase = TrainingJobPhase
+
+
+class JobReconciler(TrainingJobState):
+    async def reconcile(self, key: JobKey) -> None:
+        obj = self.jobs.get(key)
+        if obj is None:
+            return
+        job = self._read(obj)
+        if job is None:
+            return
+        now = self.clock()
+        status = job.status
+        generation = status.gang_generation or 0
+        pods = self.inventory.pods_of_job(*key)
+        current = [p for p in pods if p.labels.get(labels.GANG_GENERATION) == str(generation)]
+        stale = tuple(p.name for p in pods if p not in current)
+        placement_nodes = status.placement.nodes if status.placement else []
+        gone = {n for n in placement_nodes if n not in self.inventory.nodes}
+        disrupted = {p.node for p in current if p.disruption_target and p.node}
+        seen = Observation(
+            now=now,
+            workers=tuple(_worker(p) for p in current if not (p.terminating and p.phase == "Pending")),
+            stale_pods=stale,
+            doomed_nodes=self.inventory.doomed_nodes() | frozenset(gone) | frozenset(disrupted),
+        )
+        # Departed first: a rank's live pod, when there is one, is its newer word.
+        reporters = self.departed_workers(key, generation) + current
+        status = record_checkpoints(status, [(p.labels.get(labels.RANK), p.termination_message) for p in reporters])
+        step = next_step(job.spec, status, seen)
+        await self._carry_out(obj, job, status, step, pods, now)
+
+    async def _reconcile_now(self, key: JobKey) -> None:
+        """Reconcile KEY at once rather than on the next pass, which waits for every other job.
+
+        Through the queue, so a failure is logged and retried with backoff as any other.
+        """
+        await self.queue.process([key], self.reconcile, concurrency=1, on_done=self._reconciled)
+
+    def _reconciled(self, key: JobKey, seconds: float, failed: bool) -> None:
+        self.metrics.record_reconcile("TrainingJob", seconds, failed=failed)
+
+    async def _carry_out(
+        self,
+        obj: dict[str, Any],
+        job: TrainingJob,
+        status: TrainingJobStatus,
+        step: Step,
+        pods: list[PodRecord],
+        now: datetime,
+    ) -> None:
+        namespace, name = job.metadata["namespace"], job.metadata["name"]
+        if step.verb == Verb.CREATE_WORKERS:
+            await self._create_workers(obj, job, status, pods)
+        elif step.verb == Verb.RELEASE_GATES:
+            await asyncio.gather(*(self.kube.release_scheduling_gates(p.namespace, p.name) for p in pods if p.gated))
+        elif step.verb == Verb.DELETE_WORKERS:
+            grace = self._checkpoint_grace() if step.phase == Phase.CHECKPOINTING else None
+            await asyncio.gather(*(self.kube.delete_pod(p.namespace, p.name, grace) for p in pods if not p.terminating))
+        elif step.verb == Verb.DELETE_JOB:
+            await self.kube.delete_custom(PLURAL, namespace, name)
+            return
+        for event_type, reason, message in step.events:
+            self.kube.post_event(obj, event_type, reason, message)
+        updated = apply_step(job, status, step, now)
+        self._count_step(job, status, updated, step)
+        await self._write_status(obj, job, updated)
+        if step.requeue_after is not None:
+            self.queue.add_after((namespace, name), step.requeue_after.total_seconds())
+
+    def _count_step(self, job: TrainingJob, before: TrainingJobStatus, after: TrainingJobStatus, step: Step) -> None:
+        if after.last_checkpoint != job.status.last_checkpoint and after.last_checkpoint is not None:
+            self.metrics.record_checkpoint(checkpoint_reason(before))
+        capacity = str(before.placement.capacity_type) if before.placement and before.placement.capacity_type else None
+        if interrupted_gang_stopped(before, step):
+            lost = (after.lost_work_seconds or 0.0) - (before.lost_work_seconds or 0.0)
+            signal = "NodeLost" if before.reason == "WorkerLost" else "NodeTaint"
+            self.metrics.record_interruption(capacity or "OnDemand", signal, lost_seconds=lost, gpus=before.gpus or 0)
+            self.metrics.record_gang_restart("Interruption")
+        if step.count_restart:
+            self.metrics.record_gang_restart("WorkerFailure")
+        if step.finished and step.phase in (Phase.SUCCEEDED, Phase.FAILED):
+            self.metrics.record_job_finished(job.spec.queue, str(step.phase))
+
+    def _checkpoint_grace(self) -> int:
+        return checkpoint_grace_seconds(self.settings.spot_notice_seconds)
+
+    async def _create_workers(
+        self, obj: dict[str, Any], job: TrainingJob, status: TrainingJobStatus, pods: list[PodRecord]
+    ) -> None:
+        placement = status.placement
+        if placement is None or not placement.nodes:
+            return
+        generation = status.gang_generation or 0
+        existing = {p.name for p in pods}
+        last = status.last_checkpoint
+        launch = GangLaunch(
+            generation=generation,
+            world_size=len(placement.nodes),
+            slots=tuple(WorkerSlot(rank, node) for rank, node in enumerate(placement.nodes)),
+            gpu_resource=self.settings.gpu_resource,
+            checkpoint_interval_seconds=status.checkpoint_interval_seconds,
+            resume_step=last.step if last else None,
+            resume_path=last.path if last else None,
+            termination_grace_seconds=(self._checkpoint_grace() if placement.capacity_type == "Spot" else None),
+        )
+        to_create = [build_worker_pod(job, launch, slot) for slot in launch.slots]
+        # Only a gang needs the Service to rendezvous; a lone worker is its own master.
+        service = [self.kube.create(build_headless_service(job))] if launch.world_size > 1 else []
+        await asyncio.gather(
+            *service, *(self.kube.create(pod) for pod in to_create if pod["metadata"]["name"] not in existing)
+        )
+        # Every pod of the gang exists now (a failed create raised above): hand them to
+        # kube-scheduler together, without a round trip through the watch first.
+        namespace = job.metadata["namespace"]
+        await asyncio.gather(
+            *(
+                self.kube.release_scheduling_gates(namespace, pod["metadata"]["name"])
+                for pod in to_create
+                if pod["spec"].get("schedulingGates")
+            )
+        )
+
+
+def _worker(pod: PodRecord) -> Worker:
+    if pod.gated:
+        phase = WorkerPhase.GATED
+    else:
+        phase = {
+            "Running": WorkerPhase.RUNNING,
+            "Succeeded": WorkerPhase.SUCCEEDED,
+            "Failed": WorkerPhase.FAILED,
+        }.get(pod.phase, WorkerPhase.PENDING)
+    return Worker(
+        name=pod.name,
+        rank=int(pod.labels.get(labels.RANK, "0")),
+        phase=phase,
+        node=pod.node or None,
+        terminating=pod.terminating,
+        exit_code=pod.exit_code,
+        termination_message=pod.termination_message,
+        unschedulable_since=pod.unschedulable_since,
+        unschedulable_message=pod.unschedulable_message,
+    )

@@ -1,0 +1,87 @@
+"""What the TrainingJob controller reports: the job and cluster gauges, and each Queue's status."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from aisched.api import Queue, TrainingJobPhase
+from aisched.controller.training.state import TrainingJobState
+from aisched.metrics import GpuPoolUsage
+from aisched.policy.cluster import ClusterSnapshot
+from aisched.policy.deadlines import deadline_slack_seconds
+from aisched.policy.scheduler import ScheduleResult
+
+Phase = TrainingJobPhase
+# How often the per-job and cluster gauges are refreshed: a pass over every job, well
+# under Prometheus' scrape interval, and not once per cycle when hundreds of jobs arrive.
+REPORT_PERIOD = timedelta(seconds=5)
+
+
+class Reporting(TrainingJobState):
+    async def _report_if_due(self, settled: bool) -> None:
+        """Report once a period has passed since the last report, or when the jobs have SETTLED
+        (nothing is waiting to be reconciled), so the gauges show a burst's outcome at once."""
+        now = self.clock()
+        if self._reported_at is None or now - self._reported_at >= REPORT_PERIOD or settled:
+            self._report()
+            self._reported_at = now
+
+    def _report(self) -> None:
+        """Refresh the gauges that describe the whole cluster and every job."""
+        census: dict[tuple[str, str], int] = {}
+        gangs_by_level: dict[str, int] = {}
+        pending_sizes: list[int] = []
+        for (namespace, name), obj in self.jobs.items():
+            job = self._read(obj)
+            if job is None:
+                continue
+            phase = str(job.status.phase or Phase.QUEUED)  # new jobs wait like queued ones
+            census[(job.spec.queue, phase)] = census.get((job.spec.queue, phase), 0) + 1
+            if phase == Phase.QUEUED:
+                pending_sizes.append(job.spec.gpus_per_replica)
+                self.metrics.record_job_pending(namespace, name, job.spec.queue, job.status.queued_time or self.clock())
+            if phase == Phase.RUNNING and job.status.placement:
+                level = str(job.status.placement.level or "Cluster")
+                gangs_by_level[level] = gangs_by_level.get(level, 0) + 1
+            if job.spec.deadline is not None and phase not in (Phase.SUCCEEDED, Phase.FAILED):
+                remaining = float(job.spec.expected_duration_seconds or 0)
+                self.metrics.record_deadline_slack(
+                    namespace, name, deadline_slack_seconds(job.spec.deadline, self.clock(), remaining)
+                )
+            pods = [p.name for p in self.inventory.pods_of_job(namespace, name)]
+            self.metrics.record_job_pods(namespace, name, "TrainingJob", pods)
+        self.metrics.record_jobs(census)
+        self.metrics.record_running_gangs(gangs_by_level)
+        self.metrics.record_gpu_pools(_gpu_pools(self.cluster_snapshot(), min(pending_sizes, default=None)))
+
+    async def _report_queues(self, result: ScheduleResult) -> None:
+        for name, usage in result.queues.items():
+            obj = self.queues.get(name)
+            if obj is None:
+                continue
+            queue = Queue.model_validate(obj)
+            self.metrics.record_queue(
+                name, nominal_gpus=queue.spec.nominal_gpus, used_gpus=usage.used_gpus, borrowed_gpus=usage.borrowed_gpus
+            )
+            status = queue.status.model_copy(deep=True)
+            status.used_gpus, status.borrowed_gpus = usage.used_gpus, usage.borrowed_gpus
+            status.admitted_jobs, status.pending_jobs = usage.admitted_jobs, usage.pending_jobs
+            status.observed_generation = obj["metadata"].get("generation")
+            if status != queue.status:
+                await self.kube.patch_status("queues", None, name, status.to_wire())
+                self.queues[name] = {**obj, "status": status.to_wire()}
+
+
+def _gpu_pools(snapshot: ClusterSnapshot, smallest_pending_replica: int | None) -> list[GpuPoolUsage]:
+    """GPUs per (product, capacity type); fragmented = free GPUs on nodes too full for any waiting replica."""
+    pools: dict[tuple[str, str], list[int]] = {}
+    for node in snapshot.nodes():
+        key = (node.gpu_product or "unknown", str(node.capacity_type))
+        free = max(0, node.allocatable_gpus - node.used_gpus)
+        stranded = free if smallest_pending_replica is not None and free < smallest_pending_replica else 0
+        totals = pools.setdefault(key, [0, 0, 0, 0])
+        for index, value in enumerate(
+            (node.allocatable_gpus, min(node.used_gpus, node.allocatable_gpus), free, stranded)
+        ):
+            totals[index] += value
+    return [GpuPoolUsage(product, capacity, *totals) for (product, capacity), totals in sorted(pools.items())]

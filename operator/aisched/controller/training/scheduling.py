@@ -1,0 +1,223 @@
+"""The scheduling cycle's glue: waiting jobs to the scheduler, its decisions to the cluster.
+
+The scheduler (`policy.scheduler`) decides who is admitted, preempted, resized or
+keeps waiting; this layer builds its requests (capacity type, excluded nodes),
+launches the admitted gangs, stops the preempted ones and writes why others wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Coroutine
+from datetime import datetime
+from typing import Any
+
+from aisched.api import CapacityType, Queue, SpotPolicy, TrainingJob, TrainingJobPhase
+from aisched.controller.training.carbon import CarbonDeferral
+from aisched.controller.training.reporting import Reporting
+from aisched.controller.training.state import CONCURRENT_RECONCILES
+from aisched.kube import labels
+from aisched.policy.cluster import ClusterSnapshot, Toleration
+from aisched.policy.deadlines import deadline_slack_seconds
+from aisched.policy.job_messages import admitted_message
+from aisched.policy.job_status import placed, preempted, queued
+from aisched.policy.placement import GangRequest, place_gang
+from aisched.policy.placement import Placement as PlacementDecision
+from aisched.policy.queueing import QueueQuota
+from aisched.policy.scheduler import JobRequest, schedule
+from aisched.policy.spot import CapacityChoice, CapacityDecision, choose_capacity, spot_checkpoint_interval
+
+Phase = TrainingJobPhase
+DEADLINE_NEEDS_ON_DEMAND = "DeadlineNeedsOnDemand"
+
+
+class SchedulingCycle(CarbonDeferral, Reporting):
+    async def schedule(self) -> None:
+        """One scheduling cycle: admit, keep waiting, preempt and resize, as the scheduler decides."""
+        now = self.clock()
+        snapshot = self.cluster_snapshot()
+        doomed = self.inventory.doomed_nodes()
+        parsed: dict[str, tuple[dict[str, Any], TrainingJob]] = {}
+        requests: list[JobRequest] = []
+        capacity_of: dict[str, CapacityDecision] = {}
+        for obj in self.jobs.values():
+            job = self._read(obj)
+            if job is None:
+                continue
+            key = f"{job.metadata['namespace']}/{job.metadata['name']}"
+            phase = job.status.phase
+            # A new job (no phase yet) is first written Queued only if this cycle cannot place it.
+            if phase in (None, Phase.QUEUED, Phase.DEFERRED) and not job.spec.suspend:
+                if await self._defer(obj, job, now):
+                    continue
+                capacity = self._choose_capacity(job, snapshot, doomed, now)
+                if capacity.choice == CapacityChoice.WAIT:
+                    await self._write_status(obj, job, queued(job, capacity.reason, capacity.message, now))
+                    continue
+                capacity_of[key] = capacity
+                spot = capacity.choice == CapacityChoice.SPOT
+                types = (CapacityType.SPOT,) if spot else (CapacityType.ON_DEMAND,)
+                requests.append(JobRequest.from_training_job(job, capacity_types=types, excluded_nodes=doomed))
+            elif phase in (Phase.PLACING, Phase.RUNNING) and job.status.placement and job.status.placement.nodes:
+                placement = PlacementDecision.of_nodes(job.status.placement.nodes, job.spec.gpus_per_replica, snapshot)
+                types = (placement.capacity_type,) if placement.capacity_type else (CapacityType.ON_DEMAND,)
+                requests.append(
+                    JobRequest.from_training_job(job, capacity_types=types, placement=placement, excluded_nodes=doomed)
+                )
+            else:
+                continue
+            parsed[key] = (obj, job)
+        queues = [QueueQuota.from_queue(Queue.model_validate(q)) for q in self.queues.values()]
+        started = time.perf_counter()
+        result = schedule(snapshot, requests, queues, now)
+        elapsed = time.perf_counter() - started
+        for preemption in result.preempted:
+            obj, job = parsed[preemption.key]
+            await self._stop_gang(obj, job, now, preemption.reason, preemption.message)
+            self.metrics.record_preemption(job.spec.queue)
+            self.metrics.record_gang_restart("Preemption")
+        for resize in result.resized:
+            obj, job = parsed[resize.key]
+            await self._launch(obj, job, resize.placement, now, resize.reason, resize.message, None)
+            self.metrics.record_gang_restart("Resize")
+        launches: list[Coroutine[Any, Any, None]] = []
+        for admission in result.admitted:
+            obj, job = parsed[admission.key]
+            self.metrics.record_placement(elapsed, placed=True)
+            waited = (now - job.status.queued_time).total_seconds() if job.status.queued_time else 0.0
+            self.metrics.record_job_admitted(job.metadata["namespace"], job.metadata["name"], job.spec.queue, waited)
+            decision = capacity_of.get(admission.key)
+            if decision is not None and decision.pinned_on_demand and not _was_pinned(job):
+                self.metrics.record_on_demand_fallback()
+            message = admitted_message(admission.placement, admission.preempting)
+            launches.append(self._launch(obj, job, admission.placement, now, "Admitted", message, decision))
+        # Admitted gangs never share nodes, so their launches overlap like reconciles do.
+        await _at_most(CONCURRENT_RECONCILES, launches)
+        for waiting in result.waiting:
+            obj, job = parsed[waiting.key]
+            self.metrics.record_placement(elapsed, placed=False)
+            if job.status.reason != waiting.reason:
+                self.kube.post_event(obj, "Normal", waiting.reason, waiting.message)
+            await self._write_status(obj, job, queued(job, waiting.reason, waiting.message, now))
+        await self._report_queues(result)
+
+    async def _launch(
+        self,
+        obj: dict[str, Any],
+        job: TrainingJob,
+        placement: PlacementDecision,
+        now: datetime,
+        reason: str,
+        message: str,
+        capacity: CapacityDecision | None,
+    ) -> None:
+        """Record a (new) placement as the gang's next generation; reconcile then creates its pods."""
+        namespace, name = job.metadata["namespace"], job.metadata["name"]
+        running = [p for p in self.inventory.pods_of_job(namespace, name) if not p.terminating]
+        await asyncio.gather(*(self.kube.delete_pod(p.namespace, p.name) for p in running))
+        status = placed(
+            job,
+            placement,
+            reason=reason,
+            message=message,
+            selector=labels.job_selector("TrainingJob", name),
+            checkpoint_interval_seconds=self._checkpoint_interval(job, placement.nodes, now),
+            capacity=capacity,
+            now=now,
+        )
+        self.kube.post_event(obj, "Normal", reason, message)
+        await self._write_status(obj, job, status)
+        # Create the gang now rather than on the next pass: that pass waits for every other job.
+        await self._reconcile_now((namespace, name))
+
+    async def _stop_gang(self, obj: dict[str, Any], job: TrainingJob, now: datetime, reason: str, message: str) -> None:
+        """Preempted: the whole gang goes (checkpointing on SIGTERM) and the job waits again."""
+        namespace, name = job.metadata["namespace"], job.metadata["name"]
+        pods = [p for p in self.inventory.pods_of_job(namespace, name) if not p.terminating]
+        await asyncio.gather(*(self.kube.delete_pod(p.namespace, p.name, self._checkpoint_grace()) for p in pods))
+        self.kube.post_event(obj, "Warning", reason, message)
+        await self._write_status(obj, job, preempted(job, reason, message, now))
+
+    def _choose_capacity(
+        self, job: TrainingJob, snapshot: ClusterSnapshot, doomed: frozenset[str], now: datetime
+    ) -> CapacityDecision:
+        spec = job.spec
+        spot_fits = spec.spot.policy != SpotPolicy.NEVER and isinstance(
+            place_gang(self._request(job, doomed, (CapacityType.SPOT,)), snapshot), PlacementDecision
+        )
+        capacity = next((c for c in job.status.conditions if c.type == "Capacity"), None)
+        pinned = None
+        if capacity is not None and capacity.reason == DEADLINE_NEEDS_ON_DEMAND:
+            pinned = CapacityDecision(CapacityChoice.ON_DEMAND, capacity.reason, capacity.message, True)
+        return choose_capacity(
+            SpotPolicy(spec.spot.policy),
+            now=now,
+            deadline=spec.deadline,
+            # Conservative: work done before an interruption is not credited, so
+            # the switch to on-demand comes early rather than late.
+            remaining_work_s=float(spec.expected_duration_seconds or 0),
+            restart_overhead_s=self.settings.restart_overhead_seconds,
+            spot_available=spot_fits,
+            decision_period_s=self.settings.resync_seconds,
+            previous=pinned,
+        )
+
+    def _checkpoint_interval(self, job: TrainingJob, nodes: tuple[str, ...], now: datetime) -> int | None:
+        checkpoint = job.spec.checkpoint
+        if checkpoint is None:
+            return None
+        if checkpoint.interval_seconds is not None:
+            return checkpoint.interval_seconds
+        # A gang stops when any of its nodes goes: the rates of its nodes add up.
+        rate = sum(self.pools.rate_per_second(self.inventory.nodes[n]) for n in nodes if n in self.inventory.nodes)
+        slack = None
+        if job.spec.deadline is not None:
+            # Beyond the work: a restart after an interruption, and one decision period to notice it.
+            slack = deadline_slack_seconds(
+                job.spec.deadline,
+                now,
+                float(job.spec.expected_duration_seconds or 0),
+                self.settings.restart_overhead_seconds,
+                self.settings.resync_seconds,
+            )
+        interval = spot_checkpoint_interval(
+            checkpoint.cost_seconds,
+            rate,
+            notice_s=self.settings.spot_notice_seconds,
+            interruptions=job.status.interruptions or 0,
+            saved_on_notice=min(job.status.saved_on_notice or 0, job.status.interruptions or 0),
+            slack_s=slack,
+        )
+        return round(interval)
+
+    def _request(
+        self, job: TrainingJob, doomed: frozenset[str], capacity_types: tuple[CapacityType, ...]
+    ) -> GangRequest:
+        spec = job.spec
+        tolerations = tuple(Toleration.from_dict(t) for t in (spec.template.get("spec") or {}).get("tolerations", []))
+        return GangRequest(
+            replicas=spec.replicas,
+            gpus_per_replica=spec.gpus_per_replica,
+            gpu_types=frozenset({spec.gpu_type}) if spec.gpu_type else None,
+            required_level=spec.topology.required_level,
+            preferred_level=spec.topology.preferred_level,
+            tolerations=tolerations,
+            capacity_types=capacity_types,
+            excluded_nodes=doomed,
+        )
+
+
+def _was_pinned(job: TrainingJob) -> bool:
+    return any(c.type == "Capacity" and c.reason == DEADLINE_NEEDS_ON_DEMAND for c in job.status.conditions)
+
+
+async def _at_most(limit: int, calls: list[Coroutine[Any, Any, None]]) -> None:
+    """Await CALLS concurrently, at most LIMIT at a time."""
+    slots = asyncio.Semaphore(limit)
+
+    async def bounded(call: Coroutine[Any, Any, None]) -> None:
+        async with slots:
+            await call
+
+    await asyncio.gather(*(bounded(call) for call in calls))

@@ -1,0 +1,138 @@
+"""What the TrainingJob controller holds: the watch-fed caches, its clients and its work queue.
+
+Every concern of the controller (reconcile, carbon, scheduling, reporting) is a
+layer over this state; the layers share it rather than pass it around.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+from pydantic import ValidationError
+
+from aisched.api import TrainingJob
+from aisched.api.training_job import TrainingJobStatus
+from aisched.controller.workqueue import WorkQueue
+from aisched.kube import labels
+from aisched.kube.client import KubeClient
+from aisched.kube.inventory import Inventory, PodRecord
+from aisched.kube.pools import PoolTracker
+from aisched.metrics import Metrics
+from aisched.policy.cluster import ClusterSnapshot
+from aisched.policy.interruptions import InterruptionPrior
+from aisched.policy.lifecycle import HOLDS_GPUS
+from aisched.settings import Settings
+from aisched.sources.carbon import CachedCarbonSource
+from aisched.sources.energy import GpuEnergySource
+
+log = logging.getLogger(__name__)
+JobKey = tuple[str, str]
+PLURAL = "trainingjobs"
+# Jobs reconciled at once; a little under the API client's threads, leaving some to the serving loop.
+CONCURRENT_RECONCILES = 24
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class TrainingJobState:
+    settings: Settings
+    kube: KubeClient
+    inventory: Inventory
+    metrics: Metrics = field(default_factory=lambda: Metrics(CollectorRegistry(), process_metrics=False))
+    carbon: CachedCarbonSource | None = None
+    energy: GpuEnergySource | None = None  # DCGM's energy counters, where Prometheus has them
+    _emissions_marks: dict[JobKey, datetime] = field(default_factory=dict)
+    clock: Callable[[], datetime] = utc_now
+    pools: PoolTracker = field(init=False)
+    jobs: dict[JobKey, dict[str, Any]] = field(default_factory=dict)
+    queues: dict[str, dict[str, Any]] = field(default_factory=dict)
+    queue: WorkQueue[JobKey] = field(init=False)
+    """Jobs to reconcile: dirty marks, one wake-up per job, retries with backoff, the periodic resync."""
+    # Workers deleted right after they stopped: their checkpoint reports outlive the pods.
+    _departed: dict[JobKey, dict[str, PodRecord]] = field(default_factory=dict)
+    # Each cycle reads every job several times; an object is parsed once, until the next watch event replaces it.
+    _parsed: dict[JobKey, tuple[dict[str, Any], TrainingJob | None]] = field(default_factory=dict)
+    _reported_at: datetime | None = None
+    # Set by every mark; a pass during which no job was marked reports at once: the jobs have settled.
+    _marked_during_cycle: bool = False
+
+    def __post_init__(self) -> None:
+        self.pools = PoolTracker(
+            InterruptionPrior.per_hour(
+                self.settings.spot_prior_interruptions_per_hour, self.settings.spot_prior_weight_hours
+            )
+        )
+        self.queue = WorkQueue(name="TrainingJob", resync_seconds=self.settings.resync_seconds)
+
+    def _read(self, obj: dict[str, Any]) -> TrainingJob | None:
+        """OBJ as a model; the models are shared, so callers copy before they change one."""
+        key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+        cached = self._parsed.get(key)
+        if cached is not None and cached[0] is obj:
+            return cached[1]
+        job = _parse(obj)
+        self._parsed[key] = (obj, job)
+        return job
+
+    async def _write_status(self, obj: dict[str, Any], job: TrainingJob, status: TrainingJobStatus) -> None:
+        if status == job.status:
+            return
+        wire = status.to_wire()
+        namespace, name = job.metadata["namespace"], job.metadata["name"]
+        await self.kube.patch_status(PLURAL, namespace, name, wire)
+        # Keep our copy current so the next pass does not act on stale status.
+        obj = {**obj, "status": wire}
+        self.jobs[(namespace, name)] = obj
+
+    def _wake_at(self, job: TrainingJob, when: datetime, now: datetime) -> None:
+        """Reconcile JOB again at WHEN; an earlier wake-up already pending for it stands."""
+        key = (job.metadata["namespace"], job.metadata["name"])
+        self.queue.add_after(key, max(1.0, (when - now).total_seconds()))
+
+    def departed_workers(self, key: JobKey, generation: int) -> list[PodRecord]:
+        """Workers of gang GENERATION already deleted that left a termination message; older ones are dropped."""
+        departed = self._departed.get(key, {})
+        for name in [n for n, p in departed.items() if p.labels.get(labels.GANG_GENERATION) != str(generation)]:
+            del departed[name]
+        return list(departed.values())
+
+    def cluster_snapshot(self) -> ClusterSnapshot:
+        """The cluster as placement sees it, shared with the InferenceService controller."""
+        reserved: dict[str, int] = {}
+        for (namespace, name), obj in self.jobs.items():
+            job = self._read(obj)
+            if job is None or job.status.phase not in HOLDS_GPUS or job.status.placement is None:
+                continue
+            # Pods that exist hold their GPUs in the inventory (pinned by node selector even
+            # while gated); ranks whose pods are not created yet hold them through the placement.
+            created = {
+                p.labels.get(labels.RANK)
+                for p in self.inventory.pods_of_job(namespace, name)
+                if p.labels.get(labels.GANG_GENERATION) == str(job.status.gang_generation)
+            }
+            for rank, node in enumerate(job.status.placement.nodes):
+                if str(rank) not in created:
+                    reserved[node] = reserved.get(node, 0) + job.spec.gpus_per_replica
+        return self.inventory.snapshot(reserved)
+
+
+def start_now_requested(job: TrainingJob) -> bool:
+    """The user set the start-now annotation: the job skips its carbon deferral."""
+    return str((job.metadata.get("annotations") or {}).get(labels.START_NOW, "")).lower() == "true"
+
+
+def _parse(obj: dict[str, Any]) -> TrainingJob | None:
+    try:
+        return TrainingJob.model_validate(obj)
+    except ValidationError as error:
+        # The API server validated it; this means our model and the CRD differ.
+        log.error("cannot read TrainingJob %s: %s", obj.get("metadata", {}).get("name"), error)
+        return None

@@ -1,0 +1,264 @@
+"""How a TrainingJob's status changes: the transitions the controller writes.
+
+Pure: each takes the job (or its status) as it is and `now`, and returns a new
+status; the controller observes, calls one of these, and patches what it gets.
+Lost-work accounting lives here too: what an interruption cost is read off the
+conditions the stopped gang left, so a restarted operator counts it the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from aisched.api import ConditionStatus
+from aisched.api.common import set_condition
+from aisched.api.training_job import CheckpointRecord, Deferral, TrainingJob, TrainingJobStatus
+from aisched.api.training_job import TrainingJobPhase as Phase
+from aisched.policy.carbon import CHUNK_ENDED, PAUSED_BETWEEN_CHUNKS, CarbonPlan, at_chunk_end
+from aisched.policy.job_messages import gang_nodes_message
+from aisched.policy.lifecycle import Step
+from aisched.policy.placement import Placement
+from aisched.policy.spot import CapacityDecision, lost_work_seconds
+from aisched.workload.contract import parse_checkpoint_report
+
+# (rank label, termination message) of one worker, as its pod reports it.
+WorkerReport = tuple[str | None, str | None]
+
+
+def record_checkpoints(status: TrainingJobStatus, reports: Iterable[WorkerReport]) -> TrainingJobStatus:
+    """The newest checkpoint every worker of the gang reported (the gang resumes where all saved).
+
+    REPORTS come oldest first: a later report of a rank replaces an earlier one.
+    """
+    # Until every rank has reported, the ranks still saving may end at an older step.
+    by_rank = {rank: parse_checkpoint_report(message) for rank, message in reports}
+    steps = [r for r in by_rank.values() if r is not None]
+    if not steps or len(steps) < (status.replicas or 1):
+        return status
+    oldest = min(steps, key=lambda r: r.step)  # a rank that saved less decides the resume point
+    last = status.last_checkpoint
+    if last is not None and last.step >= oldest.step:
+        return status
+    updated = status.model_copy(deep=True)
+    updated.last_checkpoint = CheckpointRecord(step=oldest.step, path=oldest.path, time=oldest.time)
+    return updated
+
+
+def checkpoint_reason(before: TrainingJobStatus) -> str:
+    """Why the checkpoint just recorded was taken, as the checkpoints metric labels it."""
+    if before.phase != Phase.CHECKPOINTING:
+        return "Periodic"
+    return "Deferral" if before.reason == CHUNK_ENDED else "Interruption"
+
+
+def interrupted_gang_stopped(before: TrainingJobStatus, step: Step) -> bool:
+    """Every worker of an interrupted gang is gone: the checkpoints they saved on the notice are in."""
+    return before.phase == Phase.CHECKPOINTING and step.phase == Phase.QUEUED
+
+
+def saved_on_notice(status: TrainingJobStatus) -> bool:
+    """Did the stopped gang's workers checkpoint after the notice (Running's transition to False)?"""
+    stopped = next((c.last_transition_time for c in status.conditions if c.type == "Running"), None)
+    checkpoint = status.last_checkpoint
+    return stopped is not None and checkpoint is not None and checkpoint.time >= stopped
+
+
+def interruption_lost_work(status: TrainingJobStatus) -> float:
+    """Seconds of training the interruption of the stopped gang undid, from the conditions it left.
+
+    The gang ran from its admission (Admitted's transition) to the notice
+    (Running's transition to False); what it did after the checkpoint it
+    resumes from is lost. A gang stopped before it ran loses only its placement time.
+    """
+    transitions = {c.type: c.last_transition_time for c in status.conditions}
+    admitted, stopped = transitions.get("Admitted"), transitions.get("Running")
+    if admitted is None or stopped is None:
+        return 0.0
+    checkpoint = status.last_checkpoint.time if status.last_checkpoint else None
+    return lost_work_seconds(checkpoint, stopped, admitted)
+
+
+def queued(job: TrainingJob, reason: str, message: str, now: datetime) -> TrainingJobStatus:
+    """The job waits for placement: Queued, and not Admitted, for REASON."""
+    status = job.status.model_copy(deep=True)
+    status.phase, status.reason, status.message = Phase.QUEUED, reason, message
+    status.observed_generation = job.metadata.get("generation")
+    status.queued_time = status.queued_time or now
+    status.conditions = set_condition(
+        status.conditions,
+        "Admitted",
+        ConditionStatus.FALSE,
+        reason,
+        message,
+        now=now,
+        generation=job.metadata.get("generation"),
+    )
+    return status
+
+
+def preempted(job: TrainingJob, reason: str, message: str, now: datetime) -> TrainingJobStatus:
+    """The scheduler took the gang's GPUs: the job waits again, and remembers who preempted it."""
+    status = queued(job, reason, message, now)
+    status.gpus = 0
+    # The queue reason changes as the job waits; this condition keeps who preempted it, and when.
+    status.conditions = set_condition(
+        status.conditions,
+        "Preempted",
+        ConditionStatus.TRUE,
+        reason,
+        message,
+        now=now,
+        generation=job.metadata.get("generation"),
+    )
+    return status
+
+
+def placed(
+    job: TrainingJob,
+    placement: Placement,
+    *,
+    reason: str,
+    message: str,
+    selector: str,
+    checkpoint_interval_seconds: int | None,
+    capacity: CapacityDecision | None,
+    now: datetime,
+) -> TrainingJobStatus:
+    """A (new) placement recorded as the gang's next generation: Placing, with its nodes and GPUs."""
+    generation = job.metadata.get("generation")
+    status = job.status.model_copy(deep=True)
+    status.phase, status.reason, status.message = Phase.PLACING, reason, message
+    status.observed_generation = generation
+    status.queued_time = status.queued_time or now
+    status.placement = placement.to_status()
+    status.gang_generation = (status.gang_generation or 0) + 1
+    status.replicas = placement.replicas
+    status.gpus = placement.total_gpus
+    status.selector = selector
+    status.checkpoint_interval_seconds = checkpoint_interval_seconds
+    status.conditions = set_condition(
+        status.conditions,
+        "Admitted",
+        ConditionStatus.TRUE,
+        reason,
+        gang_nodes_message(placement.replicas, job.spec.gpus_per_replica, placement.nodes),
+        now=now,
+        generation=generation,
+    )
+    if capacity is not None:
+        status.conditions = set_condition(
+            status.conditions,
+            "Capacity",
+            ConditionStatus.TRUE,
+            capacity.reason,
+            capacity.message,
+            now=now,
+            generation=generation,
+        )
+    return status
+
+
+def apply_step(job: TrainingJob, status: TrainingJobStatus, step: Step, now: datetime) -> TrainingJobStatus:
+    """STATUS after the lifecycle's STEP: phase, counters, lost work, times and conditions."""
+    if step.phase is None and not (step.count_restart or step.count_interruption):
+        return status
+    updated = status.model_copy(deep=True)
+    generation = job.metadata.get("generation")
+    updated.observed_generation = generation
+    if step.phase is not None:
+        updated.phase = step.phase
+        updated.reason, updated.message = step.reason, step.message
+    if step.count_restart:
+        updated.restarts = (updated.restarts or 0) + 1
+    if step.count_interruption:
+        updated.interruptions = (updated.interruptions or 0) + 1
+    if interrupted_gang_stopped(status, step):
+        updated.lost_work_seconds = (updated.lost_work_seconds or 0.0) + interruption_lost_work(status)
+        if saved_on_notice(status):
+            updated.saved_on_notice = (updated.saved_on_notice or 0) + 1
+    if step.started:
+        updated.start_time = now
+    if step.finished:
+        updated.completion_time = now
+        updated.conditions = set_condition(
+            updated.conditions,
+            "Finished",
+            ConditionStatus.TRUE,
+            step.reason or "",
+            step.message or "",
+            now=now,
+            generation=generation,
+        )
+    if step.phase == Phase.RUNNING:
+        updated.ready_replicas = updated.replicas
+        updated.conditions = set_condition(
+            updated.conditions,
+            "Running",
+            ConditionStatus.TRUE,
+            step.reason or "",
+            step.message or "",
+            now=now,
+            generation=generation,
+        )
+    elif step.phase is not None:
+        updated.ready_replicas = 0
+        updated.conditions = set_condition(
+            updated.conditions,
+            "Running",
+            ConditionStatus.FALSE,
+            step.reason or "",
+            step.message or "",
+            now=now,
+            generation=generation,
+        )
+    if step.phase in (Phase.QUEUED, Phase.SUSPENDED):
+        updated.gpus = 0
+    return updated
+
+
+# -- carbon-aware deferral and chunks -------------------------------------
+
+
+def deferral(plan: CarbonPlan, reason: str) -> Deferral:
+    """What status.deferral tells the user of PLAN: when it starts, why, and what it saves."""
+    return Deferral(
+        until=plan.start,
+        reason=reason,
+        forecast_grams_per_kwh=plan.intensity_at_start,
+        expected_saving_percent=plan.saving_percent,
+        expected_saving_grams=plan.saving_grams,
+    )
+
+
+def deferred(job: TrainingJob, plan: CarbonPlan, now: datetime, *, paused: bool) -> TrainingJobStatus:
+    """The job waits, Deferred, for PLAN's start; PAUSED: between the chunks of a job that has run."""
+    updated = queued(job, str(plan.reason), plan.message, now)
+    updated.phase = Phase.DEFERRED
+    updated.deferral = deferral(plan, at_chunk_end(plan, now).message if paused else plan.message)
+    if paused:
+        updated.reason, updated.message = PAUSED_BETWEEN_CHUNKS, updated.deferral.reason
+    return updated
+
+
+def pausing_at_chunk_end(
+    status: TrainingJobStatus, plan: CarbonPlan, message: str, work_done_seconds: float
+) -> TrainingJobStatus:
+    """A running gang whose chunk is over checkpoints and then waits for PLAN's next chunk."""
+    updated = status.model_copy(deep=True)
+    updated.chunk_end, updated.chunk_work_done_seconds = None, round(work_done_seconds, 1)
+    updated.deferral = deferral(plan, message)
+    return updated
+
+
+def with_chunk_end(status: TrainingJobStatus, end: datetime | None) -> TrainingJobStatus:
+    updated = status.model_copy(deep=True)
+    updated.chunk_end = end
+    return updated
+
+
+def with_emissions(status: TrainingJobStatus, grams: float) -> TrainingJobStatus:
+    """GRAMS more emitted, added to the running total the status shows (to a tenth of a gram)."""
+    updated = status.model_copy(deep=True)
+    updated.estimated_emissions_grams = round((updated.estimated_emissions_grams or 0.0) + grams, 1)
+    return updated

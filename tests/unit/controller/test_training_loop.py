@@ -1,0 +1,180 @@
+"""The TrainingJob controller's loop without a cluster: its work queue, its stages, its timers.
+
+The API client is a double that refuses every call a test did not allow; time is
+a fixed clock for the controller and a fake loop clock (looptime) for the queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from aisched.api import TrainingJobPhase
+from aisched.controller.training import TrainingJobController
+from aisched.kube.inventory import Inventory
+from aisched.metrics import Metrics
+from aisched.policy.carbon import Forecast, IntensityPoint
+from aisched.settings import Settings
+from aisched.sources.carbon import CachedCarbonSource
+from tests.builders import a_training_job
+from tests.unit.controller.kube_double import KubeDouble
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+STEP = timedelta(minutes=30)
+JobKey = tuple[str, str]
+
+
+class DirtyNowCleanInAnHour:
+    """A carbon source whose grid is dirty for the next hour and clean after: deferrable jobs wait."""
+
+    name = "File"
+
+    async def forecast(self, region: str, start: datetime, end: datetime) -> Forecast:
+        steps = int((end - T0) / STEP) + 2
+        return Forecast(region, T0, STEP, tuple(500.0 if i < 2 else 50.0 for i in range(steps)))
+
+    async def current(self, region: str) -> IntensityPoint:
+        return IntensityPoint(T0, 500.0)
+
+
+def a_controller(kube: KubeDouble, *, carbon: bool = False, resync_seconds: float = 15.0) -> TrainingJobController:
+    settings = Settings(resync_seconds=resync_seconds)
+    source = None
+    if carbon:
+        source = CachedCarbonSource(
+            DirtyNowCleanInAnHour(), ttl=timedelta(minutes=5), max_stale=timedelta(hours=1), clock=lambda: T0
+        )
+    return TrainingJobController(
+        settings,
+        kube.client,
+        Inventory(settings),
+        metrics=Metrics(CollectorRegistry(), process_metrics=False),
+        carbon=source,
+        clock=lambda: T0,
+    )
+
+
+def a_job(name: str, **spec: Any) -> dict[str, Any]:
+    builder = a_training_job(name).namespace("ns")
+    for path, value in spec.items():
+        builder.set(path.replace("__", "."), value)
+    obj = builder.obj()
+    obj["metadata"]["creationTimestamp"] = T0.isoformat()
+    return obj
+
+
+async def marked_within(controller: TrainingJobController, seconds: float) -> set[JobKey]:
+    """The jobs marked dirty in the next SECONDS of loop time, the resync aside."""
+    loop = asyncio.get_running_loop()
+    end, keys = loop.time() + seconds, set()
+    while (left := end - loop.time()) > 0:
+        keys |= await controller.queue.next_batch(lambda: [], timeout=left)
+    return keys
+
+
+def reconcile_errors(controller: TrainingJobController) -> float:
+    value = controller.metrics.registry.get_sample_value("aisched_reconcile_errors_total", {"kind": "TrainingJob"})
+    return value or 0.0
+
+
+def patched(kube: KubeDouble) -> list[str]:
+    """Names of the TrainingJobs whose status was patched, in order."""
+    return [name for plural, _, name, _ in kube.calls("patch_status") if plural == "trainingjobs"]
+
+
+async def test_a_job_whose_reconcile_fails_is_retried_with_backoff_and_stops_no_other_job(kube: KubeDouble) -> None:
+    def patch_status(plural: str, namespace: str | None, name: str, status: dict[str, Any]) -> None:
+        if name == "broken":
+            raise RuntimeError("the API server said no")
+
+    kube.answer("patch_status", patch_status)
+    controller = a_controller(kube)
+    # Suspended jobs: each reconcile writes the Suspended phase.
+    for name in ("broken", "fine-1", "fine-2"):
+        controller.job_seen(a_job(name, suspend=True))
+    batch = await controller.queue.next_batch(controller.jobs.keys)
+    await controller.reconcile_once(batch)
+    assert sorted(patched(kube)) == ["broken", "fine-1", "fine-2"]
+    assert controller.jobs[("ns", "fine-1")]["status"]["phase"] == TrainingJobPhase.SUSPENDED
+    assert "status" not in controller.jobs[("ns", "broken")]
+    assert reconcile_errors(controller) == 1
+    # Only the failed job comes back, after its backoff, not at once.
+    assert controller.queue.pending_timers() == 1
+    assert await controller.queue.next_batch(controller.jobs.keys, timeout=0.5) == set()
+    assert await controller.queue.next_batch(controller.jobs.keys, timeout=1) == {("ns", "broken")}
+
+
+async def test_a_failing_stage_does_not_stop_the_stages_after_it(
+    kube: KubeDouble, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    controller = a_controller(kube)
+    controller.job_seen(a_job("llm"))
+    ran: list[str] = []
+
+    async def schedule() -> None:
+        ran.append("schedule")
+        raise RuntimeError("the scheduler broke")
+
+    async def end_chunks(now: datetime) -> None:
+        ran.append("end chunks")
+
+    monkeypatch.setattr(controller, "schedule", schedule)
+    monkeypatch.setattr(controller, "_end_chunks", end_chunks)
+    await controller.reconcile_once(await controller.queue.next_batch(controller.jobs.keys))
+    assert ran == ["schedule", "end chunks"]
+    # The gauges were refreshed after both: the new job waits like a queued one.
+    jobs = controller.metrics.registry.get_sample_value("aisched_jobs", {"queue": "default", "phase": "Queued"})
+    assert jobs == 1
+
+
+async def test_a_deferred_job_keeps_one_wake_up_however_many_passes_replan_it(kube: KubeDouble) -> None:
+    kube.allow("patch_status", "post_event")
+    controller = a_controller(kube, carbon=True)
+    for name in ("a", "b", "c"):
+        controller.job_seen(
+            a_job(name, carbon__deferrable=True, carbon__maxDelaySeconds=86400, expectedDurationSeconds=1800)
+        )
+    assert await controller.queue.next_batch(controller.jobs.keys) == set(controller.jobs)
+    # Every pass re-plans every deferred job against the forecast, as each resync does.
+    for _ in range(50):
+        await controller.reconcile_once(controller.jobs.keys())
+    assert {obj["status"]["phase"] for obj in controller.jobs.values()} == {TrainingJobPhase.DEFERRED}
+    assert patched(kube) == ["a", "b", "c"]  # written once each, not once a pass
+    assert controller.queue.pending_timers() == 3
+    # The wake-ups come at the planned start, an hour on: not before.
+    assert await marked_within(controller, 3599) == set()
+    assert await marked_within(controller, 2) == set(controller.jobs)
+    assert controller.queue.pending_timers() == 0
+
+
+async def test_a_deleted_job_leaves_no_wake_up_or_retry_behind(kube: KubeDouble) -> None:
+    kube.allow("patch_status", "post_event")
+    controller = a_controller(kube, carbon=True)
+    controller.job_seen(
+        a_job("gone-soon", carbon__deferrable=True, carbon__maxDelaySeconds=86400, expectedDurationSeconds=1800)
+    )
+    await controller.reconcile_once(await controller.queue.next_batch(controller.jobs.keys))
+    assert controller.queue.pending_timers() == 1
+    controller.job_gone("ns", "gone-soon")
+    assert controller.queue.pending_timers() == 0
+    assert await marked_within(controller, 7200) == set()
+
+
+async def test_marks_during_a_pass_are_taken_by_the_next_one(kube: KubeDouble) -> None:
+    controller = a_controller(kube)
+    controller.job_seen(a_job("a"))
+    controller.job_seen(a_job("a"))  # a burst of events for one job is one reconcile
+    controller.job_seen(a_job("b"))
+    assert await controller.queue.next_batch(controller.jobs.keys) == {("ns", "a"), ("ns", "b")}
+    controller.nodes_changed()
+    assert await controller.queue.next_batch(controller.jobs.keys) == {("ns", "a"), ("ns", "b")}
+    started = asyncio.get_running_loop().time()
+    # With nothing marked the next batch is the resync's: every job, a period later.
+    assert await controller.queue.next_batch(controller.jobs.keys) == {("ns", "a"), ("ns", "b")}
+    assert asyncio.get_running_loop().time() - started == pytest.approx(15.0)
