@@ -178,3 +178,52 @@ async def test_marks_during_a_pass_are_taken_by_the_next_one(kube: KubeDouble) -
     # With nothing marked the next batch is the resync's: every job, a period later.
     assert await controller.queue.next_batch(controller.jobs.keys) == {("ns", "a"), ("ns", "b")}
     assert asyncio.get_running_loop().time() - started == pytest.approx(15.0)
+
+
+def a_node(name: str, gpus: int) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {}},
+        "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}, "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+async def test_an_admitted_job_is_placed_and_its_worker_created_in_the_same_pass(kube: KubeDouble) -> None:
+    kube.allow("patch_status", "post_event", "create")
+    controller = a_controller(kube)
+    controller.inventory.upsert_node(a_node("n1", 8))
+    job = a_training_job("llm").namespace("ns").gpus(4).obj()
+    job["metadata"]["uid"] = "uid-llm"  # the API server's: the worker's owner reference names it
+    controller.job_seen(job)
+    await controller.reconcile_once(await controller.queue.next_batch(controller.jobs.keys))
+    status = controller.jobs[("ns", "llm")]["status"]
+    assert (status["phase"], status["placement"]["nodes"], status["gangGeneration"]) == ("Placing", ["n1"], 1)
+    (pod,) = (obj for (obj,) in kube.calls("create"))
+    assert (pod["kind"], pod["spec"]["nodeSelector"]["kubernetes.io/hostname"]) == ("Pod", "n1")
+    assert [reason for _, _, reason, _ in kube.calls("post_event")] == ["Admitted"]
+    assert reconcile_errors(controller) == 0
+
+
+async def test_a_running_chunk_keeps_its_wake_up_at_the_chunk_end_after_an_earlier_one_fired(
+    kube: KubeDouble,
+) -> None:
+    controller = a_controller(kube, carbon=True)
+    job = a_job(
+        "chunky",
+        carbon__deferrable=True,
+        carbon__interruptible=True,
+        carbon__maxDelaySeconds=86400,
+        expectedDurationSeconds=3600,
+        checkpoint={"path": "/ckpt", "costSeconds": 5},
+    )
+    job["status"] = {"phase": "Running", "startTime": T0.isoformat(), "chunkEnd": (T0 + STEP).isoformat()}
+    controller.job_seen(job)
+    await controller.queue.next_batch(controller.jobs.keys)
+    await controller._end_chunks(T0)
+    # An earlier wake-up (a requeue, a bind timeout) takes the job's one timer and fires...
+    controller.queue.add_after(("ns", "chunky"), 5)
+    assert await marked_within(controller, 6) == {("ns", "chunky")}
+    # ...and the next pass asks again for the chunk's end.
+    await controller._end_chunks(T0)
+    assert controller.queue.pending_timers() == 1
+    assert await marked_within(controller, STEP.total_seconds() - 10) == set()
+    assert await marked_within(controller, 10) == {("ns", "chunky")}
