@@ -82,5 +82,5 @@ test-integration: venv tools k8s-binaries ## integration tests against the local
 test: verify test-unit test-integration ## everything CI runs: verify, unit, integration
 
 .PHONY: bench
-bench: venv k8s-binaries ## benchmarks; figures in hack/bench/results/
-	hack/bench/run-all.sh
+bench: venv k8s-binaries ## benchmarks; figures in benchmarks/results/ (BENCH_ONLY="placement trace": just those)
+	$(PY) -m benchmarks.run_all --update-results

@@ -1,6 +1,6 @@
 """Simulated clusters: the description files of hack/clusters/*.yaml, or a generated grid.
 
-The description format is the one hack/render_nodes.py turns into fake Node
+The description format is the one aisched.testing.nodes turns into fake Node
 objects for the local cluster; node, rack and NVLink domain names here are the
 same as there, so a simulated placement names the nodes a real one would.
 """

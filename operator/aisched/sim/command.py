@@ -1,4 +1,4 @@
-"""`aisched simulate TRACE --cluster CLUSTER`: replay a trace under aisched and the baselines, print the tables."""
+"""`aisched simulate trace TRACE --cluster CLUSTER`: replay a trace under aisched and the baselines; print tables."""
 
 from __future__ import annotations
 

@@ -1,29 +1,13 @@
-"""hack/bench/e2e_scale.py: the job mix, the figures of one arm, and the baseline's plain pods."""
+"""benchmarks/e2e_scale.py: the job mix, the figures of one arm, the baseline's plain pods and the costs."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from collections import Counter
-from pathlib import Path
-from types import ModuleType
 
 import pytest
-
-BENCH = Path(__file__).resolve().parents[3] / "hack" / "bench" / "e2e_scale.py"
-
-
-def load_bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("e2e_scale_bench", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = load_bench()
+from benchmarks import e2e_scale as bench
+from benchmarks.e2e_measure import Costs, process_cpu_seconds
 
 
 def test_the_mix_has_the_count_asked_in_the_weights_proportions() -> None:
@@ -71,8 +55,8 @@ def test_baseline_pods_are_the_workers_without_gate_pin_or_owner() -> None:
 
 
 def test_costs_of_an_arm_are_what_changed_during_it() -> None:
-    before = bench.Costs({"etcd": 1.0, "aisched": 2.0}, {"POST pods": 10.0}, {"POST pods": 0.5})
-    after = bench.Costs(
+    before = Costs({"etcd": 1.0, "aisched": 2.0}, {"POST pods": 10.0}, {"POST pods": 0.5})
+    after = Costs(
         {"etcd": 1.5, "aisched": 6.04}, {"POST pods": 16.0, "PATCH pods": 3.0}, {"POST pods": 0.8, "PATCH pods": 0.1}
     )
     assert after.since(before) == {
@@ -83,5 +67,5 @@ def test_costs_of_an_arm_are_what_changed_during_it() -> None:
 
 
 def test_cpu_seconds_of_a_process_grow_and_a_gone_one_reads_zero() -> None:
-    assert bench.process_cpu_seconds(os.getpid()) > 0
-    assert bench.process_cpu_seconds(2**22 + 12345) == 0.0  # above pid_max: never a live process
+    assert process_cpu_seconds(os.getpid()) > 0
+    assert process_cpu_seconds(2**22 + 12345) == 0.0  # above pid_max: never a live process

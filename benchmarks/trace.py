@@ -17,9 +17,11 @@ of 8 nodes, 3 racks per zone (384 GPUs), sized so the Philly slice keeps it busy
 aisched is told each job's true duration (an oracle estimate: the best case for
 its backfill); jobs are in one queue at one priority.
 
-Writes hack/bench/results/trace_philly.json and trace_alibaba.json.
+Figures go to trace_philly.json and trace_alibaba.json in --output-dir, and into
+benchmarks/results/ with --update-results.
 
-Usage: .venv/bin/python hack/bench/trace.py [--data-dir ../shared/data] [--quick] [--philly-limit 8000] ...
+Usage: .venv/bin/python -m benchmarks.trace [--data-dir ../shared/data] [--philly P.csv] [--alibaba A.csv]
+       [--quick] [--philly-limit 8000] ... [--output-dir DIR] [--update-results]
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ from aisched.sim.command import ProgressLine
 from aisched.sim.engine import simulate
 from aisched.sim.report import render_report
 from aisched.sim.traces import read_trace
+from benchmarks.common import REPO_ROOT, RESULTS_DIR, SHARED_DATA, require_files, run_reporting_input_errors
 
-REPO = Path(__file__).resolve().parents[2]
 PHILLY = Path("traces/philly/philly-2017-09-04_2017-10-20.csv")
 ALIBABA = Path("traces/alibaba-gpu-v2023/openb_pod_list_multigpu50.csv")
 PHILLY_RAMP = 70
@@ -50,7 +52,7 @@ def run_one(
     name: str,
     trace_path: Path,
     nodes: list[Node],
-    output: Path,
+    outputs: Sequence[Path],
     *,
     limit: int | None,
     skip: int,
@@ -65,36 +67,50 @@ def run_one(
     figures = report.to_json()
     figures["slice"] = {"skip": skip, "limit": limit, "load": load, "seed": seed}
     figures["wall_seconds"] = round(time.monotonic() - started, 1)
-    output.write_text(json.dumps(figures, indent=2) + "\n")
-    print(f"{name}: wrote {output} in {figures['wall_seconds']} s\n", flush=True)
+    for output in outputs:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(json.dumps(figures, indent=2) + "\n")
+        print(f"{name}: wrote {output}", flush=True)
+    print(f"{name}: {figures['wall_seconds']} s\n", flush=True)
     return figures
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", type=Path, default=REPO.parent / "shared" / "data")
+    parser.add_argument("--data-dir", type=Path, default=SHARED_DATA, help="where the default traces are")
+    parser.add_argument("--philly", type=Path, help=f"the Philly trace (default: data-dir/{PHILLY})")
+    parser.add_argument("--alibaba", type=Path, help=f"the Alibaba GPU v2023 pod list (default: data-dir/{ALIBABA})")
     parser.add_argument("--cluster", type=Path, help="hack/clusters/*.yaml instead of the 48-node grid")
     parser.add_argument("--philly-limit", type=int, default=8000)
     parser.add_argument("--alibaba-limit", type=int, default=None, help="default: the whole file")
     parser.add_argument("--load", type=float, default=0.9, help="Alibaba offered load (synthesized arrivals)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="2,000 jobs of each trace: a minute, not several")
-    parser.add_argument("--results", type=Path, default=Path(__file__).parent / "results")
-    args = parser.parse_args(argv)
+    parser.add_argument("--output-dir", type=Path, help="write trace_philly.json and trace_alibaba.json here")
+    parser.add_argument(
+        "--update-results",
+        action="store_true",
+        help="write them into benchmarks/results/ too: the committed figures",
+    )
+    return parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace) -> int:
     if args.quick:
         args.philly_limit = min(args.philly_limit, 2000)
         args.alibaba_limit = min(args.alibaba_limit or 2000, 2000)
+    philly = args.philly or args.data_dir / PHILLY
+    alibaba = args.alibaba or args.data_dir / ALIBABA
+    require_files([(philly, "--philly or --data-dir"), (alibaba, "--alibaba or --data-dir")])
+    if args.cluster is not None:
+        require_files([(args.cluster, "--cluster")])
     nodes = load_cluster(args.cluster) if args.cluster else generated_cluster(GRID)
-    args.results.mkdir(parents=True, exist_ok=True)
-    missing = [p for p in (PHILLY, ALIBABA) if not (args.data_dir / p).is_file()]
-    if missing:
-        print(f"missing under {args.data_dir}: {', '.join(map(str, missing))}", file=sys.stderr)
-        return 1
+    directories = [d for d in (args.output_dir, RESULTS_DIR if args.update_results else None) if d is not None]
     run_one(
         "philly",
-        args.data_dir / PHILLY,
+        philly,
         nodes,
-        args.results / "trace_philly.json",
+        [directory / "trace_philly.json" for directory in directories],
         limit=args.philly_limit,
         skip=PHILLY_RAMP,
         load=args.load,
@@ -102,9 +118,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     run_one(
         "alibaba",
-        args.data_dir / ALIBABA,
+        alibaba,
         nodes,
-        args.results / "trace_alibaba.json",
+        [directory / "trace_alibaba.json" for directory in directories],
         limit=args.alibaba_limit,
         skip=0,
         load=args.load,
@@ -113,10 +129,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_reporting_input_errors(run, parse_args(argv))
+
+
 def _shown(path: Path) -> str:
     """The path relative to the repository when it can be (results name the data, not this machine)."""
     try:
-        return str(Path("..") / path.resolve().relative_to(REPO.parent))
+        return str(Path("..") / path.resolve().relative_to(REPO_ROOT.parent))
     except ValueError:
         return str(path)
 

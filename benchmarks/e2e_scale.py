@@ -24,46 +24,41 @@ pods / (last bind - first submission). ratio = aisched rate / kube-scheduler rat
 counted in their smallest feasible domain when the nodes they bound to lie in a domain
 as tight as the one `place_gang` finds for their shape on the empty cluster.
 
-Usage: .venv/bin/python hack/bench/e2e_scale.py [--jobs 400] [--mix 1x1=30,1x2=15,...]
-       [--concurrency 8] [--seed 1] [--cluster-dir DIR] [--timeout 300] [--output PATH]
+The cluster and the operator process are aisched.testing's drivers; what is measured (the
+bind watch, CPU and API writes) is benchmarks/e2e_measure.py.
+
+Usage: .venv/bin/python -m benchmarks.e2e_scale [--jobs 400] [--mix 1x1=30,1x2=15,...]
+       [--concurrency 8] [--seed 1] [--cluster-dir DIR] [--timeout 300] [--output PATH] [--update-results]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from kubernetes import client, config, watch
-from kubernetes.client.exceptions import ApiException
-from prometheus_client.parser import text_string_to_metric_families
+from kubernetes import client, config
 
 from aisched.api import GROUP, VERSION, TrainingJob
-from aisched.kube import labels
 from aisched.kube.builders import GangLaunch, WorkerSlot, build_worker_pod
 from aisched.kube.inventory import Inventory
 from aisched.policy.cluster import ClusterSnapshot, level_rank
 from aisched.policy.placement import GangRequest, Placement, place_gang
 from aisched.settings import Settings
-
 from aisched.testing.cluster import LocalCluster, bin_dir, start_cluster, stop_cluster, wait_for
 from aisched.testing.operator import OperatorProcess
+from benchmarks.common import REPO_ROOT, add_output_arguments, write_figures
+from benchmarks.e2e_measure import BindWatch, costs, submit
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-
-T = TypeVar("T")
 NAMESPACE = "e2e-scale"
 TARGET_RATIO = 0.8
 # Most jobs on shared GPU clusters are small; a few are multi-node gangs.
@@ -132,119 +127,6 @@ def arm_figures(submitted_bound: Sequence[tuple[float, float]]) -> ArmFigures:
         bind_p99_s=cuts[98],
         span_s=span,
     )
-
-
-# -- the cluster side ------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class BoundPod:
-    job: str
-    rank: int
-    node: str
-    at: float
-
-
-@dataclass
-class BindWatch:
-    """Watches the namespace's pods: when each was first seen with spec.nodeName set.
-
-    The API server drops a watcher that reads too slowly (this process shares two busy
-    cores), so the watch resumes from the last resourceVersion it saw, and relists when
-    that is too old (410 Gone; pods found bound then count as bound at the relist).
-    """
-
-    core: client.CoreV1Api
-    namespace: str
-    bound: dict[str, BoundPod] = field(default_factory=dict)
-    ended: set[str] = field(default_factory=set)  # pods that left Running: KWOK should keep them there
-    resumed: int = 0  # watches the server ended early
-    relisted: int = 0
-    error: BaseException | None = None
-    _changed: threading.Condition = field(default_factory=threading.Condition)
-    _watch: watch.Watch = field(default_factory=watch.Watch)
-    _stopping: bool = False
-
-    def start(self) -> None:
-        version = self._relist()
-        threading.Thread(target=self._follow, args=(version,), name="bind-watch", daemon=True).start()
-
-    def _relist(self) -> str:
-        listing = json.loads(self.core.list_namespaced_pod(self.namespace, _preload_content=False).data)
-        for pod in listing["items"]:
-            self._see(pod, time.monotonic())
-        version: str = listing["metadata"]["resourceVersion"]
-        return version
-
-    def _follow(self, version: str) -> None:
-        try:
-            while not self._stopping:
-                try:
-                    version = self._stream(version)
-                    self.resumed += not self._stopping
-                except ApiException as error:
-                    if error.status != 410:
-                        raise
-                    version = self._relist()
-                    self.relisted += 1
-        except BaseException as error:  # surfaced by wait_bound
-            if not self._stopping:
-                self.error = error
-        with self._changed:
-            self._changed.notify_all()
-
-    def _stream(self, version: str) -> str:
-        self._watch = watch.Watch()
-        for event in self._watch.stream(
-            self.core.list_namespaced_pod,
-            self.namespace,
-            resource_version=version,
-            timeout_seconds=3600,
-            allow_watch_bookmarks=True,
-            deserialize=False,
-        ):
-            pod = event["object"]
-            version = pod["metadata"]["resourceVersion"]
-            if event["type"] != "BOOKMARK":
-                self._see(pod, time.monotonic())
-        return version
-
-    def _see(self, pod: dict[str, Any], now: float) -> None:
-        name, node = pod["metadata"]["name"], pod["spec"].get("nodeName")
-        if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
-            self.ended.add(name)
-        if not node or name in self.bound:
-            return
-        pod_labels = pod["metadata"].get("labels", {})
-        with self._changed:
-            self.bound[name] = BoundPod(pod_labels[labels.JOB_NAME], int(pod_labels[labels.RANK]), node, now)
-            self._changed.notify_all()
-
-    def wait_bound(self, count: int, timeout: float) -> dict[str, BoundPod]:
-        with self._changed:
-            self._changed.wait_for(lambda: len(self.bound) >= count or self.error is not None, timeout)
-            if self.error is not None:
-                raise RuntimeError("the pod watch failed") from self.error
-            return dict(self.bound)
-
-    def stop(self) -> None:
-        self._stopping = True
-        self._watch.stop()
-
-
-def submit(
-    create: Callable[[T], object], items: Sequence[T], key: Callable[[T], str], threads: int
-) -> dict[str, float]:
-    """Create every item from THREADS client threads; the monotonic time each request was sent."""
-    sent: dict[str, float] = {}
-
-    def one(item: T) -> None:
-        sent[key(item)] = time.monotonic()
-        create(item)
-
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(one, items))  # re-raises the first failure
-    return sent
 
 
 def training_job(name: str, shape: GangShape) -> dict[str, Any]:
@@ -317,66 +199,6 @@ def arm_report(
         "watch_resumed": watched.resumed,
         "watch_relisted": watched.relisted,
     }
-
-
-WRITE_VERBS = frozenset({"POST", "PUT", "PATCH", "DELETE", "APPLY"})
-
-
-@dataclass(frozen=True)
-class Costs:
-    """What an arm cost the machine: CPU seconds per process, and the API server's write
-    requests and the seconds it spent serving them, per 'VERB resource/subresource'."""
-
-    cpu_s: dict[str, float]
-    writes: dict[str, float]
-    write_seconds: dict[str, float]
-
-    def since(self, before: Costs) -> dict[str, Any]:
-        def delta(now: dict[str, float], then: dict[str, float], digits: int) -> dict[str, float]:
-            changes = {k: round(v - then.get(k, 0.0), digits) for k, v in now.items()}
-            return dict(sorted(((k, v) for k, v in changes.items() if v > 0), key=lambda kv: -kv[1]))
-
-        return {
-            "cpu_s": delta(self.cpu_s, before.cpu_s, 1),
-            "api_writes": delta(self.writes, before.writes, 0),
-            "api_write_s": delta(self.write_seconds, before.write_seconds, 2),
-        }
-
-
-def process_cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of PID so far (0 once it has gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
-
-
-def api_write_totals(api: client.ApiClient) -> tuple[dict[str, float], dict[str, float]]:
-    """From the API server's /metrics: requests and seconds spent, per write verb and resource."""
-    response = api.call_api(
-        "/metrics", "GET", auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True
-    )
-    wanted = {"apiserver_request_total": "count", "apiserver_request_duration_seconds_sum": "seconds"}
-    totals: dict[str, dict[str, float]] = {"count": {}, "seconds": {}}
-    for family in text_string_to_metric_families(response.data.decode()):
-        for sample in family.samples:
-            kind = wanted.get(sample.name)
-            if kind is None or sample.labels.get("verb") not in WRITE_VERBS:
-                continue
-            what = "/".join(filter(None, (sample.labels.get("resource"), sample.labels.get("subresource"))))
-            key = f"{sample.labels['verb']} {what}"
-            totals[kind][key] = totals[kind].get(key, 0.0) + sample.value
-    return totals["count"], totals["seconds"]
-
-
-def costs(api: client.ApiClient, cluster: LocalCluster, operator_pid: int | None) -> Costs:
-    pids = {p.stem: int(p.read_text()) for p in (cluster.state_dir / "pids").glob("*.pid")}
-    if operator_pid is not None:
-        pids["aisched"] = operator_pid
-    cpu = {name: process_cpu_seconds(pid) for name, pid in pids.items()}
-    cpu["this benchmark"] = time.process_time()
-    return Costs(cpu, *api_write_totals(api))
 
 
 @contextmanager
@@ -521,13 +343,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cluster-dir", type=Path, help="a running hack/cluster.sh cluster's state dir")
     parser.add_argument("--operator-log-level", default="WARNING", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     parser.add_argument("--operator-log", type=Path, help="keep the operator's log here")
-    parser.add_argument("--output", type=Path, default=REPO_ROOT / "hack/bench/results/e2e_scale.json")
+    add_output_arguments(parser, "e2e_scale.json")
     args = parser.parse_args(argv)
     started = time.monotonic()
     result = run(args)
     result["wall_s"] = round(time.monotonic() - started, 1)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=2) + "\n")
     for arm in ("aisched", "kube_scheduler"):
         figures = result[arm]
         print(
@@ -539,7 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     verdict = "meets" if result["ratio"] >= TARGET_RATIO else "misses"
     print(f"ratio {result['ratio']:.2f} ({verdict} the {TARGET_RATIO} target); {result['wall_s']:.0f} s in all")
-    print(f"wrote {args.output}")
+    write_figures(result, args.output, args.update_results, "e2e_scale.json")
     return 0 if result["gangs_whole"] == result["jobs"] else 1
 
 

@@ -14,14 +14,14 @@ leave the same free GPUs, or the benchmark fails.
 
 Target (issue 4): p99 under 5 ms at 1,000 nodes.
 
-Usage: .venv/bin/python hack/bench/placement.py [--nodes 1000 10000] [--repeat 300] [--output PATH]
+Usage: .venv/bin/python -m benchmarks.placement [--nodes 1000 10000] [--repeat 300] [--output PATH]
+       [--update-results]
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import json
 import random
 import statistics
 import sys
@@ -29,13 +29,13 @@ import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 from aisched.api.common import TopologyLevel
 from aisched.policy.cluster import ClusterSnapshot, Node
 from aisched.policy.placement import GangRequest, Placement, place_gang
 from aisched.sim.clusters import GridSpec, generated_cluster
+from benchmarks.common import add_output_arguments, write_figures
 
 GANG_GPUS = (1, 2, 4, 8, 16, 32, 64, 128)
 TARGET_P99_MS = 5.0
@@ -164,9 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=300, help="timed decisions per gang size")
     parser.add_argument("--naive-repeat", type=int, default=20, help="timed naive decisions per gang size")
     parser.add_argument("--seed", type=int, default=4)
-    parser.add_argument(
-        "--output", type=Path, default=Path(__file__).parent / "results" / "placement.json", help="JSON results"
-    )
+    add_output_arguments(parser, "placement.json")
     args = parser.parse_args(argv)
     results, builds = [], {}
     for count in args.nodes:
@@ -180,9 +178,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "worst_p99_ms_at_1000_nodes": worst_1000,
         "met": worst_1000 is not None and worst_1000 < TARGET_P99_MS,
     }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps({"results": results, "snapshot_build_ms": builds, **verdict}, indent=2) + "\n")
-    print(f"worst p99 at 1,000 nodes: {worst_1000} ms (target < {TARGET_P99_MS} ms); wrote {args.output}")
+    print(f"worst p99 at 1,000 nodes: {worst_1000} ms (target < {TARGET_P99_MS} ms)")
+    figures = {"results": results, "snapshot_build_ms": builds, **verdict}
+    write_figures(figures, args.output, args.update_results, "placement.json")
     return 0 if verdict["met"] or worst_1000 is None else 1
 
 

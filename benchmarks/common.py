@@ -1,0 +1,54 @@
+"""What the benchmarks share: where the data and the committed figures are, and how figures are written."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+
+
+class InputError(Exception):
+    """An input is missing or unusable; the message says which, in one line."""
+
+
+def require_files(inputs: Iterable[tuple[Path, str]]) -> None:
+    """InputError for the first (path, argument that sets it) whose file is not there."""
+    for path, argument in inputs:
+        if not path.is_file():
+            raise InputError(f"{path}: no such file (set it with {argument})")
+
+
+def add_output_arguments(parser: argparse.ArgumentParser, results_name: str) -> None:
+    parser.add_argument("--output", type=Path, help="write the figures here as JSON")
+    parser.add_argument(
+        "--update-results",
+        action="store_true",
+        help=f"write them into benchmarks/results/{results_name} too: the committed figures",
+    )
+
+
+def write_figures(figures: dict[str, Any], output: Path | None, update_results: bool, results_name: str) -> None:
+    """Write FIGURES to OUTPUT and, when asked, over the committed results; say where."""
+    targets = [output] if output is not None else []
+    if update_results:
+        targets.append(RESULTS_DIR / results_name)
+    for path in targets:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(figures, indent=2) + "\n")
+        print(f"wrote {path}")
+
+
+def run_reporting_input_errors(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """RUN(ARGS), with an input error told in one line (no traceback) and exit status 2."""
+    try:
+        return run(args)
+    except InputError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
