@@ -9,10 +9,33 @@ HYPOTHESIS_PROFILE=ci|dev chooses explicitly.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import warnings
+from collections.abc import Iterator
 
+import pytest
 from hypothesis import settings
 
 settings.register_profile("dev", deadline=None)
 settings.register_profile("ci", deadline=None, derandomize=True, database=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev"))
+
+
+@pytest.fixture(autouse=True)
+def _no_leaked_event_loop() -> Iterator[None]:
+    """Close an idle event loop a test left set as current, before the garbage collector warns about it.
+
+    pytest-asyncio leaves the loop it made for an async test current (its issue #724), and
+    warnings are errors here: the ResourceWarning would fail whichever test runs at collection.
+    """
+    yield
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            loop = asyncio.get_event_loop_policy().get_event_loop()
+        except RuntimeError:
+            return
+    if not loop.is_running() and not loop.is_closed():
+        loop.close()
+    asyncio.set_event_loop(None)
