@@ -56,7 +56,7 @@ from aisched.policy.placement import GangRequest, Placement, place_gang
 from aisched.settings import Settings
 from aisched.testing.cluster import LocalCluster, bin_dir, start_cluster, stop_cluster, wait_for
 from aisched.testing.operator import OperatorProcess
-from benchmarks.common import REPO_ROOT, add_output_arguments, write_figures
+from benchmarks.common import REPO_ROOT, add_output_arguments, require_files, run_reporting_input_errors, write_figures
 from benchmarks.e2e_measure import BindWatch, costs, submit
 
 NAMESPACE = "e2e-scale"
@@ -344,7 +344,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--operator-log-level", default="WARNING", choices=("DEBUG", "INFO", "WARNING", "ERROR"))
     parser.add_argument("--operator-log", type=Path, help="keep the operator's log here")
     add_output_arguments(parser, "e2e_scale.json")
-    args = parser.parse_args(argv)
+    return run_reporting_input_errors(measure_and_report, parser.parse_args(argv))
+
+
+def measure_and_report(args: argparse.Namespace) -> int:
+    if args.cluster_dir is not None:
+        require_files([(args.cluster_dir / "admin.kubeconfig", "--cluster-dir, a running cluster's state dir")])
     started = time.monotonic()
     result = run(args)
     result["wall_s"] = round(time.monotonic() - started, 1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from benchmarks import e2e_scale as bench
@@ -69,3 +70,8 @@ def test_costs_of_an_arm_are_what_changed_during_it() -> None:
 def test_cpu_seconds_of_a_process_grow_and_a_gone_one_reads_zero() -> None:
     assert process_cpu_seconds(os.getpid()) > 0
     assert process_cpu_seconds(2**22 + 12345) == 0.0  # above pid_max: never a live process
+
+
+def test_a_cluster_dir_without_a_cluster_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench.main(["--cluster-dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {tmp_path / 'admin.kubeconfig'}: no such file")
