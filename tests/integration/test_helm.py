@@ -123,9 +123,9 @@ def test_install_upgrade_and_uninstall(cluster: LocalCluster, release_namespace:
     deployment = get_json(cluster, "deployment", RELEASE, "-n", ns)
     # Ready replicas in a namespace enforcing "restricted": the pods passed Pod Security admission.
     assert deployment["status"]["readyReplicas"] == 2
-    for crd in ("trainingjobs.aisched.io", "inferenceservices.aisched.io", "queues.aisched.io"):
-        annotations = get_json(cluster, "crd", crd)["metadata"]["annotations"]
-        assert annotations["meta.helm.sh/release-name"] == RELEASE, f"{crd} is not upgraded with the chart"
+    for crd_name in ("trainingjobs.aisched.io", "inferenceservices.aisched.io", "queues.aisched.io"):
+        annotations = get_json(cluster, "crd", crd_name)["metadata"]["annotations"]
+        assert annotations["meta.helm.sh/release-name"] == RELEASE, f"{crd_name} is not upgraded with the chart"
     assert get_json(cluster, "queue", queue)["spec"]["nominalGPUs"] == 16
 
     helm(
@@ -139,7 +139,7 @@ def test_install_upgrade_and_uninstall(cluster: LocalCluster, release_namespace:
     assert {"name": "AISCHED_LOG_LEVEL", "value": "DEBUG"} in container["env"]
     assert get_json(cluster, "queue", queue)["spec"]["nominalGPUs"] == 32
 
-    crds = [
+    kept_crds = [
         get_json(cluster, "crd", f"{plural}.aisched.io") for plural in ("trainingjobs", "inferenceservices", "queues")
     ]
     helm(cluster, "uninstall", RELEASE, "-n", ns, "--wait", "--timeout", f"{HELM_TIMEOUT}s")
@@ -149,7 +149,7 @@ def test_install_upgrade_and_uninstall(cluster: LocalCluster, release_namespace:
     wait_for(
         lambda: not get_json(cluster, "pods", "-n", ns, "-l", f"app.kubernetes.io/instance={RELEASE}")["items"], 60
     )
-    for crd in crds:  # kept, with every custom object in the cluster
+    for crd in kept_crds:  # kept, with every custom object in the cluster
         assert get_json(cluster, "crd", crd["metadata"]["name"])
     cluster.kubectl("delete", "queue", queue)
 

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 import celpy
+from celpy.adapter import json_to_cel
 import jsonschema
 
 _CEL = celpy.Environment()
@@ -40,7 +41,7 @@ def cel_violations(schema: dict[str, Any], value: Any) -> list[str]:
     messages = []
     for rule in schema.get("x-kubernetes-validations", []):
         program = _CEL.program(_CEL.compile(rule["rule"]))
-        if not bool(program.evaluate({"self": celpy.json_to_cel(value)})):
+        if not bool(program.evaluate({"self": json_to_cel(value)})):
             messages.append(rule["message"])
     if isinstance(value, dict):
         for name, prop in schema.get("properties", {}).items():

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -8,13 +9,13 @@ from hypothesis import strategies as st
 from aisched.api import TrainingJob, TrainingJobPhase
 from aisched.api.training_job import Placement, TrainingJobStatus
 from aisched.policy.lifecycle import (
-    CHECKPOINTED_EXIT_CODE,
     Observation,
     Verb,
     Worker,
     WorkerPhase,
     next_step,
 )
+from aisched.workload.contract import CHECKPOINTED_EXIT_CODE
 from tests.builders import a_training_job
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
@@ -34,11 +35,11 @@ def _status(phase: Phase, **fields: object) -> TrainingJobStatus:
     )
 
 
-def _workers(*phases: WorkerPhase, **fields: object) -> tuple[Worker, ...]:
+def _workers(*phases: WorkerPhase, **fields: Any) -> tuple[Worker, ...]:
     return tuple(Worker(name=f"w{i}", rank=i, phase=p, node=f"n{i + 1}", **fields) for i, p in enumerate(phases))
 
 
-def _see(*workers: Worker, **fields: object) -> Observation:
+def _see(*workers: Worker, **fields: Any) -> Observation:
     return Observation(now=NOW, workers=workers, **fields)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import urllib.request
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -33,14 +34,14 @@ from tests.unit.observability.catalog import exercise
 from tests.unit.observability.tools import promtool
 
 # Label -> the values its help text must name, for labels drawn from fixed sets.
-ENUMERATED_LABELS = {
+ENUMERATED_LABELS: dict[str, tuple[str, ...]] = {
     "phase": PHASES,
     "capacity_type": CAPACITY_TYPES,
     "signal": INTERRUPTION_SIGNALS,
     "mode": CARBON_MODES,
     "source": CARBON_SOURCES,
 }
-ENUMERATED_BY_METRIC = {
+ENUMERATED_BY_METRIC: dict[str, dict[str, tuple[str, ...]]] = {
     "aisched_jobs_completed": {"phase": FINISHED_PHASES},
     "aisched_checkpoints": {"reason": CHECKPOINT_REASONS},
     "aisched_gang_restarts": {"reason": RESTART_REASONS},
@@ -129,7 +130,7 @@ def test_autoscaler_direction_follows_the_replica_change(
 
 
 def test_unknown_inference_metric_drops_its_series(metrics: Metrics) -> None:
-    args = {"desired": 2, "on_demand": 1, "spot": 1, "target_per_replica": 10.0}
+    args: dict[str, Any] = {"desired": 2, "on_demand": 1, "spot": 1, "target_per_replica": 10.0}
     metrics.record_inference_service("ml", "chat", metric_per_replica=9.0, **args)
     metrics.record_inference_service("ml", "chat", metric_per_replica=None, **args)
     assert value(metrics, "aisched_inference_metric_per_replica", namespace="ml", service="chat") is None
