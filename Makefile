@@ -55,31 +55,39 @@ generate: venv k8s-binaries ## regenerate the CRDs (crds/ and the chart), dashbo
 
 .PHONY: lint
 lint: venv ## ruff (lint + format check), shellcheck
-	$(BIN)/ruff check operator tests hack
-	$(BIN)/ruff format --check operator tests hack
+	$(BIN)/ruff check operator tests benchmarks
+	$(BIN)/ruff format --check operator tests benchmarks
 	$(BIN)/shellcheck -x hack/*.sh
 
 .PHONY: typecheck
-typecheck: venv ## mypy --strict on the package, import-linter layer contracts
+typecheck: venv ## mypy --strict on the package, tests and benchmarks; import-linter layer contracts
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
 .PHONY: verify
-verify: generate lint typecheck ## regenerate everything and fail on drift; lint; type-check
+verify: generate lint typecheck ## regenerate everything and fail on drift; lint; type-check; one version
+	@app_version=$$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$$/\1/p' helm/aisched/Chart.yaml); \
+	version=$$($(PY) -c 'import aisched; print(aisched.__version__)'); \
+	if [ "$$app_version" != "$$version" ]; then \
+		echo "helm/aisched/Chart.yaml appVersion $$app_version differs from aisched.__version__ $$version"; exit 1; fi
 	@if [ -n "$$(git status --porcelain -- $(GENERATED))" ]; then \
 		git status --porcelain -- $(GENERATED); git diff -- $(GENERATED) | head -50; \
 		echo "generated files differ from the models: run 'make generate' and commit"; exit 1; fi
 
 .PHONY: test-unit
-test-unit: venv tools k8s-binaries ## unit tests: no cluster, no network, no clock
+test-unit: venv ## unit tests: no cluster, no network, no clock, no tools beyond the virtualenv
 	$(BIN)/pytest tests/unit -q; rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
+
+.PHONY: test-tools
+test-tools: venv tools k8s-binaries ## tests that drive real helm and promtool (chart, rules, exposition), no cluster
+	$(BIN)/pytest tests/tools -q; rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 .PHONY: test-integration
 test-integration: venv tools k8s-binaries ## integration tests against the local GPU cluster (small preset)
 	$(BIN)/pytest tests/integration -q; rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 .PHONY: test
-test: verify test-unit test-integration ## everything CI runs: verify, unit, integration
+test: verify test-unit test-tools test-integration ## everything CI runs: verify, unit, tools, integration
 
 .PHONY: bench
 bench: venv k8s-binaries ## benchmarks; figures in benchmarks/results/ (BENCH_ONLY="placement trace": just those)
