@@ -41,9 +41,9 @@ main() {
   "${kubectl[@]}" apply -f "${HACK_DIR}/kwok/stages.yaml"
 
   local nodes
-  nodes="$("${PYTHON}" "${HACK_DIR}/render_nodes.py" --count "${description}")"
+  nodes="$(PYTHONPATH="${REPO_ROOT}/operator" "${PYTHON}" -m aisched.testing.nodes --count "${description}")"
   log "creating ${nodes} fake GPU nodes from ${description}"
-  "${PYTHON}" "${HACK_DIR}/render_nodes.py" "${description}" |
+  PYTHONPATH="${REPO_ROOT}/operator" "${PYTHON}" -m aisched.testing.nodes "${description}" |
     "${kubectl[@]}" apply --server-side --field-manager aisched-cluster -f - >/dev/null
   "${kubectl[@]}" wait --for condition=Ready node --selector nvidia.com/gpu.present=true --timeout 300s >/dev/null
   log "kind cluster ${NAME} has ${nodes} fake GPU nodes; use: kubectl config use-context ${context}"

@@ -21,7 +21,7 @@ MAX_CHECKPOINT_INTERVAL_S = 86400.0
 
 # Slack a Prefer job keeps in reserve per second of remaining work before it stops
 # waiting out spot outages: about the share of time spot V100s were unavailable in
-# the AWS zones of the Can't-Be-Late traces (10-24%). hack/bench/spot.py measured
+# the AWS zones of the Can't-Be-Late traces (10-24%). benchmarks/spot.py measured
 # 0.15-0.3 as equally good and all of them cheaper than waiting to the last moment.
 RESERVE_PER_WORK = 0.2
 
@@ -80,7 +80,7 @@ NOTICE_PRIOR_WEIGHT = 4.0
 # Share of a job's deadline slack one failed notice save may cost. Unsaved work
 # counts against the slack (choose_capacity), so an interval as long as the
 # slack would send the job to on-demand as soon as it had trained that long;
-# half of it keeps the job on spot. hack/bench/spot.py measured 0.25-0.75 alike.
+# half of it keeps the job on spot. benchmarks/spot.py measured 0.25-0.75 alike.
 SLACK_AT_RISK = 0.5
 
 
