@@ -18,7 +18,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from aisched.metrics import Metrics, serve
-from tests.unit.observability.catalog import exercise
+from tests.metrics_catalog import exercise
 
 # Pods exercise() and activity() report in aisched_job_pod_info, and the GPUs they use.
 GPU_PODS = {

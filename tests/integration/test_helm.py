@@ -19,7 +19,8 @@ import yaml
 
 from aisched.testing.cluster import REPO_ROOT, LocalCluster, wait_for
 from tests.operator_permissions import FORBIDDEN, LEASE_NAME, OPERATOR_PERMISSIONS, VERBS, allowed_verbs
-from tests.unit.observability.tools import CHART, INSTALL_MANIFEST, kubernetes_version
+from tests.paths import CHART, INSTALL_MANIFEST
+from tests.tools.binaries import kubernetes_version
 
 pytestmark = pytest.mark.integration
 RELEASE = "aisched"

@@ -26,8 +26,8 @@ import pytest
 import yaml
 
 from aisched.testing.cluster import REPO_ROOT, LocalCluster, free_ports, wait_for
-from tests.unit.observability.catalog import all_queries, load_dashboards, metric_names_in
-from tests.unit.observability.tools import RULES_FILE
+from tests.metrics_catalog import all_queries, load_dashboards, metric_names_in
+from tests.paths import RULES_FILE
 
 pytestmark = pytest.mark.integration
 EXAMPLES = REPO_ROOT / "manifests" / "examples"

@@ -10,8 +10,8 @@ from datetime import datetime
 from typing import Any
 
 import celpy
-from celpy.adapter import json_to_cel
 import jsonschema
+from celpy.adapter import json_to_cel
 
 _CEL = celpy.Environment()
 _FORMATS = jsonschema.FormatChecker()

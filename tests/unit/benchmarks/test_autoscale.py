@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from benchmarks import autoscale, common
 
 SHORT = ["--days", "0.25", "--large-scale", "0"]

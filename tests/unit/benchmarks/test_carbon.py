@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from benchmarks import carbon
 
+from benchmarks import carbon
 from tests.unit.sim.generated import write_grid_intensity, write_philly_trace
 
 

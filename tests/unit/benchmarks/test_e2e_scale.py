@@ -7,6 +7,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+
 from benchmarks import e2e_scale as bench
 from benchmarks.e2e_measure import Costs, process_cpu_seconds
 

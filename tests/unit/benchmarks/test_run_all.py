@@ -5,8 +5,9 @@ from __future__ import annotations
 import pkgutil
 from pathlib import Path
 
-import benchmarks
 import pytest
+
+import benchmarks
 from benchmarks import run_all
 
 HELPERS = {"common", "e2e_measure", "run_all"}

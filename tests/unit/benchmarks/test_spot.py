@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from benchmarks import spot
 
+from benchmarks import spot
 from tests.unit.sim.generated import write_spot_trace
 
 POLICIES = {"aisched", "on_demand", "greedy_spot", "uniform_progress"}

@@ -12,9 +12,9 @@ import pytest
 
 from aisched.policy.carbon import Forecast, IntensityPoint
 from aisched.sources.carbon import CarbonSourceDataError, CarbonSourceHTTPError, WattTimeSource
-from tests.unit.carbon import payloads
-from tests.unit.carbon.conftest import Reply, ScriptedServer
-from tests.unit.carbon.running import FAST, call
+from tests.unit.sources.carbon import payloads
+from tests.unit.sources.carbon.conftest import Reply, ScriptedServer
+from tests.unit.sources.carbon.running import FAST, call
 
 NOW = datetime(2024, 5, 21, 10, 2, tzinfo=UTC)
 

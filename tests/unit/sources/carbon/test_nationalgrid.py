@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from aisched.sources.carbon import CarbonSourceDataError, CarbonSourceError, NationalGridSource
-from tests.unit.carbon import payloads
-from tests.unit.carbon.conftest import Reply, ScriptedServer
-from tests.unit.carbon.running import FAST, call
+from tests.unit.sources.carbon import payloads
+from tests.unit.sources.carbon.conftest import Reply, ScriptedServer
+from tests.unit.sources.carbon.running import FAST, call
 
 START = datetime(2024, 5, 21, 10, 10, tzinfo=UTC)
 END = START + timedelta(hours=1, minutes=30)

@@ -10,7 +10,7 @@ import pytest
 
 from aisched.sources.energy import GpuEnergySource
 from aisched.sources.prometheus import PrometheusError, PrometheusSource
-from tests.unit.carbon.conftest import Reply, ScriptedServer
+from tests.unit.sources.carbon.conftest import Reply, ScriptedServer
 
 END = datetime(2024, 5, 21, 10, 1, tzinfo=UTC)
 START = END - timedelta(minutes=1)

@@ -11,7 +11,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from aisched.metrics import GpuPoolUsage, Metrics
-from tests.unit.observability.tools import DASHBOARDS
+from tests.paths import DASHBOARDS
 
 # Series aisched's queries may use that other exporters (or Prometheus) provide.
 FOREIGN_SERIES = {

@@ -16,9 +16,9 @@ from aisched.sources.carbon import (
     NationalGridSource,
     build_carbon_source,
 )
-from tests.unit.carbon import payloads
-from tests.unit.carbon.conftest import Reply, ScriptedServer
-from tests.unit.carbon.running import FAST
+from tests.unit.sources.carbon import payloads
+from tests.unit.sources.carbon.conftest import Reply, ScriptedServer
+from tests.unit.sources.carbon.running import FAST
 
 T0 = datetime(2024, 5, 21, 10, tzinfo=UTC)
 ROWS = [(10, 0, 200.0, None), (10, 30, 180.0, None), (11, 0, 150.0, None), (11, 30, 120.0, None), (12, 0, 100.0, None)]

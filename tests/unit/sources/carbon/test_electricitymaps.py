@@ -15,9 +15,9 @@ from aisched.sources.carbon import (
     CarbonSourceHTTPError,
     ElectricityMapsSource,
 )
-from tests.unit.carbon import payloads
-from tests.unit.carbon.conftest import Reply, ScriptedServer
-from tests.unit.carbon.running import FAST, call
+from tests.unit.sources.carbon import payloads
+from tests.unit.sources.carbon.conftest import Reply, ScriptedServer
+from tests.unit.sources.carbon.running import FAST, call
 
 START = datetime(2024, 5, 21, 10, 40, tzinfo=UTC)
 

@@ -16,8 +16,8 @@ from aisched.sources.carbon import (
     HttpPolicy,
 )
 from aisched.sources.carbon.base import get_json
-from tests.unit.carbon.conftest import Reply, ScriptedServer
-from tests.unit.carbon.running import FAST
+from tests.unit.sources.carbon.conftest import Reply, ScriptedServer
+from tests.unit.sources.carbon.running import FAST
 
 
 def fetch(server: ScriptedServer | str, policy: HttpPolicy = FAST, waits: list[float] | None = None) -> object:

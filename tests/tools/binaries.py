@@ -1,4 +1,4 @@
-"""The real tools the observability tests drive: promtool (Debian's prometheus package)
+"""The real tools the tools tier drives: promtool (Debian's prometheus package)
 and helm (built by hack/build-k8s-binaries.sh). A test skips, saying how to get the
 tool, only when the tool is absent."""
 
@@ -13,11 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-CHART = REPO_ROOT / "helm" / "aisched"
-DASHBOARDS = CHART / "dashboards"
-RULES_FILE = REPO_ROOT / "manifests" / "prometheus-rules.yaml"
-INSTALL_MANIFEST = REPO_ROOT / "manifests" / "install.yaml"
+from tests.paths import CHART, REPO_ROOT
 
 
 def _cache_bin() -> Path:

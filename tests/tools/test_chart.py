@@ -18,18 +18,8 @@ from pydantic import BaseModel
 from aisched.api.queue import QueueSpec
 from aisched.settings import Settings
 from tests.operator_permissions import OPERATOR_PERMISSIONS
-from tests.unit.observability.tools import (
-    CHART,
-    DASHBOARDS,
-    INSTALL_MANIFEST,
-    REPO_ROOT,
-    RULES_FILE,
-    by_kind,
-    helm,
-    kubernetes_version,
-    render,
-    template,
-)
+from tests.paths import CHART, DASHBOARDS, INSTALL_MANIFEST, REPO_ROOT, RULES_FILE
+from tests.tools.binaries import by_kind, helm, kubernetes_version, render, template
 
 NAMESPACE = "aisched-system"
 VALUES = CHART / "values.yaml"

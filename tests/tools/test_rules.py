@@ -9,8 +9,9 @@ from typing import Any
 
 import yaml
 
-from tests.unit.observability.catalog import known_series, metric_names_in
-from tests.unit.observability.tools import RULES_FILE, by_kind, promtool, render
+from tests.metrics_catalog import known_series, metric_names_in
+from tests.paths import RULES_FILE
+from tests.tools.binaries import by_kind, promtool, render
 
 HERE = Path(__file__).parent
 ALERT_TESTS = HERE / "alerts.test.yaml"
