@@ -1,5 +1,5 @@
 """The Grafana dashboards the chart ships: generated from aisched.dashboards, pointed at a
-Prometheus data source variable, and made of queries promtool parses over metrics
+Prometheus data source variable, and made of queries over metrics
 aisched really exports."""
 
 from __future__ import annotations
