@@ -163,7 +163,8 @@ class CapacityDecision:
     """On-demand because the deadline demands it: every later decision stays on-demand."""
 
 
-def choose_capacity(
+# Over the complexity budget on purpose: a decision table over keyword-only inputs.
+def choose_capacity(  # noqa: PLR0911, PLR0913
     policy: SpotPolicy,
     *,
     now: datetime,

@@ -25,7 +25,7 @@ from aisched.policy.job_status import placed, preempted, queued
 from aisched.policy.placement import GangRequest, place_gang
 from aisched.policy.placement import Placement as PlacementDecision
 from aisched.policy.queueing import QueueQuota
-from aisched.policy.scheduler import JobRequest, schedule
+from aisched.policy.scheduler import JobRequest, ScheduleResult, schedule
 from aisched.policy.spot import CapacityChoice, CapacityDecision, choose_capacity, spot_checkpoint_interval
 
 Phase = TrainingJobPhase
@@ -37,6 +37,19 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         """One scheduling cycle: admit, keep waiting, preempt and resize, as the scheduler decides."""
         now = self.clock()
         snapshot = self.cluster_snapshot()
+        parsed, requests, capacity_of = await self._requests(snapshot, now)
+        queues = [QueueQuota.from_queue(Queue.model_validate(q)) for q in self.queues.values()]
+        started = time.perf_counter()
+        result = schedule(snapshot, requests, queues, now)
+        elapsed = time.perf_counter() - started
+        await self._carry_out_cycle(result, parsed, capacity_of, now=now, elapsed=elapsed)
+        await self._report_queues(result)
+
+    async def _requests(
+        self, snapshot: ClusterSnapshot, now: datetime
+    ) -> tuple[dict[str, tuple[dict[str, Any], TrainingJob]], list[JobRequest], dict[str, CapacityDecision]]:
+        """What the scheduler is asked: every waiting job (unless deferred or waiting for capacity) and every
+        placed one, with the jobs by key and the capacity chosen for each waiting job."""
         doomed = self.inventory.doomed_nodes()
         parsed: dict[str, tuple[dict[str, Any], TrainingJob]] = {}
         requests: list[JobRequest] = []
@@ -68,10 +81,18 @@ class SchedulingCycle(CarbonDeferral, Reporting):
             else:
                 continue
             parsed[key] = (obj, job)
-        queues = [QueueQuota.from_queue(Queue.model_validate(q)) for q in self.queues.values()]
-        started = time.perf_counter()
-        result = schedule(snapshot, requests, queues, now)
-        elapsed = time.perf_counter() - started
+        return parsed, requests, capacity_of
+
+    async def _carry_out_cycle(
+        self,
+        result: ScheduleResult,
+        parsed: dict[str, tuple[dict[str, Any], TrainingJob]],
+        capacity_of: dict[str, CapacityDecision],
+        *,
+        now: datetime,
+        elapsed: float,
+    ) -> None:
+        """Stop the preempted, relaunch the resized, launch the admitted, tell the waiting why."""
         for preemption in result.preempted:
             obj, job = parsed[preemption.key]
             await self._stop_gang(obj, job, now, preemption.reason, preemption.message)
@@ -100,7 +121,6 @@ class SchedulingCycle(CarbonDeferral, Reporting):
             if job.status.reason != waiting.reason:
                 self.kube.post_event(obj, "Normal", waiting.reason, waiting.message)
             await self._write_status(obj, job, queued(job, waiting.reason, waiting.message, now))
-        await self._report_queues(result)
 
     async def _launch(
         self,
