@@ -163,27 +163,34 @@ class CapacityDecision:
     """On-demand because the deadline demands it: every later decision stays on-demand."""
 
 
-# Over the complexity budget on purpose: a decision table over keyword-only inputs.
-def choose_capacity(  # noqa: PLR0911, PLR0913
-    policy: SpotPolicy,
-    *,
-    now: datetime,
-    deadline: datetime | None,
-    remaining_work_s: float,
-    restart_overhead_s: float,
-    spot_available: bool,
-    unsaved_work_s: float = 0.0,
-    decision_period_s: float = 0.0,
-    running_on: CapacityType | None = None,
-    previous: CapacityDecision | None = None,
-    reserve_per_work: float = RESERVE_PER_WORK,
-) -> CapacityDecision:
-    """Where a job should run from `now` until the next decision, `decision_period_s` later.
+@dataclass(frozen=True)
+class SpotJob:
+    """A job as the capacity decision sees it, in seconds.
 
     `remaining_work_s` is the training left; `unsaved_work_s` is what the job did
     on spot since its last checkpoint, which an interruption would throw away;
     `restart_overhead_s` is what a (re)start costs before training moves again
     (node, image, loading the checkpoint); `running_on` is where the gang runs now.
+    """
+
+    remaining_work_s: float
+    restart_overhead_s: float
+    unsaved_work_s: float = 0.0
+    running_on: CapacityType | None = None
+
+
+def choose_capacity(
+    policy: SpotPolicy,
+    job: SpotJob,
+    *,
+    now: datetime,
+    deadline: datetime | None,
+    spot_available: bool,
+    decision_period_s: float = 0.0,
+    previous: CapacityDecision | None = None,
+    reserve_per_work: float = RESERVE_PER_WORK,
+) -> CapacityDecision:
+    """Where JOB should run from `now` until the next decision, `decision_period_s` later.
 
     Prefer with a deadline uses spot, or waits for it, only while a fresh start on
     on-demand would still finish in time if spot failed at the worst moment before
@@ -211,20 +218,32 @@ def choose_capacity(  # noqa: PLR0911, PLR0913
     if deadline is None:
         # The spec reads "spot while the deadline allows": with none, it always does.
         return _spot_or_wait(spot_available, "no deadline")
-    time_left = (deadline - now).total_seconds()
-    slack = time_left - remaining_work_s - unsaved_work_s - decision_period_s - restart_overhead_s
+    return _prefer_before_deadline(
+        job,
+        (deadline - now).total_seconds(),
+        spot_available=spot_available,
+        decision_period_s=decision_period_s,
+        reserve_per_work=reserve_per_work,
+    )
+
+
+def _prefer_before_deadline(
+    job: SpotJob, time_left: float, *, spot_available: bool, decision_period_s: float, reserve_per_work: float
+) -> CapacityDecision:
+    """Prefer with TIME_LEFT seconds to the deadline: spot or waiting while the slack allows."""
+    slack = time_left - job.remaining_work_s - job.unsaved_work_s - decision_period_s - job.restart_overhead_s
     if slack < 0:
         return CapacityDecision(
             CapacityChoice.ON_DEMAND,
             "DeadlineNeedsOnDemand",
-            f"{remaining_work_s:.0f}s of work left and {time_left:.0f}s to the deadline "
+            f"{job.remaining_work_s:.0f}s of work left and {time_left:.0f}s to the deadline "
             "leave no room for a spot interruption: on-demand until done",
             pinned_on_demand=True,
         )
     if spot_available:
         return _spot_or_wait(True, f"{slack:.0f}s of slack before on-demand is needed")
-    reserve = reserve_per_work * remaining_work_s
-    if running_on == CapacityType.ON_DEMAND or slack < reserve:
+    reserve = reserve_per_work * job.remaining_work_s
+    if job.running_on == CapacityType.ON_DEMAND or slack < reserve:
         # Riding the whole outage out on on-demand: stopping half-way would pay
         # another restart for the same outage.
         return CapacityDecision(

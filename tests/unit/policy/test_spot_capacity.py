@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aisched.api.common import CapacityType, SpotPolicy
-from aisched.policy.spot import CapacityChoice, CapacityDecision, choose_capacity
+from aisched.policy.spot import CapacityChoice, CapacityDecision, SpotJob, choose_capacity
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 HOUR = 3600.0
@@ -27,16 +27,16 @@ def decide(
     running_on: CapacityType | None = None,
     previous: CapacityDecision | None = None,
 ) -> CapacityDecision:
+    job = SpotJob(
+        remaining_work_s=work_h * HOUR, restart_overhead_s=600.0, unsaved_work_s=unsaved_h * HOUR, running_on=running_on
+    )
     return choose_capacity(
         policy,
+        job,
         now=T0,
         deadline=None if hours_left is None else T0 + timedelta(hours=hours_left),
-        remaining_work_s=work_h * HOUR,
-        restart_overhead_s=600.0,
         spot_available=spot,
-        unsaved_work_s=unsaved_h * HOUR,
         decision_period_s=60.0,
-        running_on=running_on,
         previous=previous,
     )
 
@@ -165,14 +165,16 @@ def finish_time(job: Job, availability: list[bool], deadline: float, period: flo
             job.preempt()
         previous = choose_capacity(
             SpotPolicy.PREFER,
+            SpotJob(
+                remaining_work_s=job.left,
+                restart_overhead_s=job.restart,
+                unsaved_work_s=job.unsaved if job.on == CapacityType.SPOT else 0.0,
+                running_on=job.on,
+            ),
             now=T0 + timedelta(seconds=elapsed),
             deadline=T0 + timedelta(seconds=deadline),
-            remaining_work_s=job.left,
-            restart_overhead_s=job.restart,
             spot_available=spot,
-            unsaved_work_s=job.unsaved if job.on == CapacityType.SPOT else 0.0,
             decision_period_s=period,
-            running_on=job.on,
             previous=previous,
             reserve_per_work=reserve,
         )
@@ -192,26 +194,21 @@ def finish_time(job: Job, availability: list[bool], deadline: float, period: flo
 @given(
     availability=st.lists(st.booleans(), max_size=400),
     period=st.floats(min_value=10.0, max_value=600.0),
-    work=st.floats(min_value=60.0, max_value=20 * HOUR),
+    job=st.builds(
+        Job,
+        work=st.floats(min_value=60.0, max_value=20 * HOUR),
+        checkpoint_interval=st.floats(min_value=60.0, max_value=4 * HOUR),
+        checkpoint_cost=st.floats(min_value=1.0, max_value=600.0),
+        restart=st.floats(min_value=0.0, max_value=1800.0),
+    ),
     extra_slack=st.floats(min_value=0.0, max_value=2.0),
-    restart=st.floats(min_value=0.0, max_value=1800.0),
-    checkpoint_interval=st.floats(min_value=60.0, max_value=4 * HOUR),
-    checkpoint_cost=st.floats(min_value=1.0, max_value=600.0),
     reserve=st.floats(min_value=0.0, max_value=1.0),
 )
 def test_prefer_never_misses_a_deadline_that_on_demand_could_meet(
-    availability: list[bool],
-    period: float,
-    work: float,
-    extra_slack: float,
-    restart: float,
-    checkpoint_interval: float,
-    checkpoint_cost: float,
-    reserve: float,
+    availability: list[bool], period: float, job: Job, extra_slack: float, reserve: float
 ) -> None:
     # Feasible at submission: starting on on-demand right away, it would finish in time.
-    deadline = restart + work * (1 + extra_slack)
-    job = Job(work, checkpoint_interval, checkpoint_cost, restart)
+    deadline = job.restart + job.work * (1 + extra_slack)
     finished = finish_time(job, availability, deadline, period, reserve)
     assert finished <= deadline + 1e-6 * deadline
     pinned_at = next((i for i, d in enumerate(job.decisions) if d.pinned_on_demand), len(job.decisions))

@@ -18,6 +18,8 @@ from aisched.kube import labels
 from aisched.policy.carbon import (
     CHUNK_ENDED,
     CarbonPlan,
+    DeferrableJob,
+    PlanOptions,
     at_chunk_end,
     current_chunk_end,
     grams_from_joules,
@@ -113,23 +115,24 @@ class CarbonDeferral(JobReconciler):
                 log.warning("no carbon forecast for %s: %s; deferrable jobs start in time", region, error)
                 self.metrics.record_carbon_source_error(CARBON_SOURCE_NAMES[self.settings.carbon.provider])
         created = job.metadata.get("creationTimestamp")
-        return plan_start(
-            forecast,
-            now,
+        deferrable = DeferrableJob(
             work,
             power_w=self.settings.carbon.power_per_gpu(spec.gpu_type) * spec.total_gpus,
             deadline=spec.deadline,
             max_delay=timedelta(seconds=spec.carbon.max_delay_seconds) if spec.carbon.max_delay_seconds else None,
             submitted_at=datetime.fromisoformat(created) if isinstance(created, str) else now,
+            running=running,
+            paused=paused,
+        )
+        options = PlanOptions(
             interruptible=spec.carbon.interruptible,
             threshold_grams_per_kwh=spec.carbon.threshold_grams_per_kwh if spec.carbon.mode == "Threshold" else None,
             min_chunk=timedelta(seconds=self.settings.carbon.min_chunk_seconds),
             chunk_overhead=timedelta(seconds=self.settings.restart_overhead_seconds),
             min_saving_fraction=self.settings.carbon.min_saving_fraction,
             forecast_error=self.settings.carbon.forecast_error,
-            running=running,
-            paused=paused,
         )
+        return plan_start(forecast, now, deferrable, options)
 
     async def _end_chunks(self, now: datetime) -> None:
         """Running gangs whose carbon chunk is over: re-plan, then carry on or pause for the next chunk."""
@@ -171,7 +174,7 @@ class CarbonDeferral(JobReconciler):
         await asyncio.gather(*(self.kube.delete_pod(p.namespace, p.name, grace) for p in pods if not p.terminating))
         events = (("Normal", CHUNK_ENDED, f"checkpointing the gang; {decision.message}"),)
         step = Step(Verb.NOTHING, Phase.CHECKPOINTING, CHUNK_ENDED, decision.message, events=events)
-        await self._carry_out(obj, job, paused, step, pods, now)
+        await self._carry_out(obj, job, paused, step, pods, now=now)
         await self._drop_chunk_end(job)
 
     async def _set_chunk_end(self, obj: dict[str, Any], job: TrainingJob, end: datetime | None) -> None:

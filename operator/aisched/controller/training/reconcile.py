@@ -50,7 +50,7 @@ class JobReconciler(TrainingJobState):
         reporters = self.departed_workers(key, generation) + current
         status = record_checkpoints(status, [(p.labels.get(labels.RANK), p.termination_message) for p in reporters])
         step = next_step(job.spec, status, seen)
-        await self._carry_out(obj, job, status, step, pods, now)
+        await self._carry_out(obj, job, status, step, pods, now=now)
 
     async def _reconcile_now(self, key: JobKey) -> None:
         """Reconcile KEY at once rather than on the next pass, which waits for every other job.
@@ -69,6 +69,7 @@ class JobReconciler(TrainingJobState):
         status: TrainingJobStatus,
         step: Step,
         pods: list[PodRecord],
+        *,
         now: datetime,
     ) -> None:
         namespace, name = job.metadata["namespace"], job.metadata["name"]

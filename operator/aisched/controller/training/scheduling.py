@@ -26,7 +26,7 @@ from aisched.policy.placement import GangRequest, place_gang
 from aisched.policy.placement import Placement as PlacementDecision
 from aisched.policy.queueing import QueueQuota
 from aisched.policy.scheduler import JobRequest, ScheduleResult, schedule
-from aisched.policy.spot import CapacityChoice, CapacityDecision, choose_capacity, spot_checkpoint_interval
+from aisched.policy.spot import CapacityChoice, CapacityDecision, SpotJob, choose_capacity, spot_checkpoint_interval
 
 Phase = TrainingJobPhase
 DEADLINE_NEEDS_ON_DEMAND = "DeadlineNeedsOnDemand"
@@ -100,7 +100,9 @@ class SchedulingCycle(CarbonDeferral, Reporting):
             self.metrics.record_gang_restart("Preemption")
         for resize in result.resized:
             obj, job = parsed[resize.key]
-            await self._launch(obj, job, resize.placement, now, resize.reason, resize.message, None)
+            await self._launch(
+                obj, job, resize.placement, reason=resize.reason, message=resize.message, capacity=None, now=now
+            )
             self.metrics.record_gang_restart("Resize")
         launches: list[Coroutine[Any, Any, None]] = []
         for admission in result.admitted:
@@ -112,7 +114,11 @@ class SchedulingCycle(CarbonDeferral, Reporting):
             if decision is not None and decision.pinned_on_demand and not _was_pinned(job):
                 self.metrics.record_on_demand_fallback()
             message = admitted_message(admission.placement, admission.preempting)
-            launches.append(self._launch(obj, job, admission.placement, now, "Admitted", message, decision))
+            launches.append(
+                self._launch(
+                    obj, job, admission.placement, reason="Admitted", message=message, capacity=decision, now=now
+                )
+            )
         # Admitted gangs never share nodes, so their launches overlap like reconciles do.
         await _at_most(CONCURRENT_RECONCILES, launches)
         for waiting in result.waiting:
@@ -127,10 +133,11 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         obj: dict[str, Any],
         job: TrainingJob,
         placement: PlacementDecision,
-        now: datetime,
+        *,
         reason: str,
         message: str,
         capacity: CapacityDecision | None,
+        now: datetime,
     ) -> None:
         """Record a (new) placement as the gang's next generation; reconcile then creates its pods."""
         namespace, name = job.metadata["namespace"], job.metadata["name"]
@@ -172,12 +179,14 @@ class SchedulingCycle(CarbonDeferral, Reporting):
             pinned = CapacityDecision(CapacityChoice.ON_DEMAND, capacity.reason, capacity.message, True)
         return choose_capacity(
             SpotPolicy(spec.spot.policy),
+            SpotJob(
+                # Conservative: work done before an interruption is not credited, so
+                # the switch to on-demand comes early rather than late.
+                remaining_work_s=float(spec.expected_duration_seconds or 0),
+                restart_overhead_s=self.settings.restart_overhead_seconds,
+            ),
             now=now,
             deadline=spec.deadline,
-            # Conservative: work done before an interruption is not credited, so
-            # the switch to on-demand comes early rather than late.
-            remaining_work_s=float(spec.expected_duration_seconds or 0),
-            restart_overhead_s=self.settings.restart_overhead_seconds,
             spot_available=spot_fits,
             decision_period_s=self.settings.resync_seconds,
             previous=pinned,

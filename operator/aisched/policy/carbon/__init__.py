@@ -6,9 +6,10 @@ the clock or does I/O. The operator, the simulator and the benchmark call the sa
 - :mod:`.forecast`: intensity forecasts as step functions, built from points, shrunk for their error.
 - :mod:`.emissions`: grams of CO2eq from power or energy and intensity.
 - :mod:`.plan`: the plan (`CarbonPlan`, its chunks and reason) and the latest start.
-- :mod:`.planning`: `plan_start`, forecast mode (the cleanest window); its helpers
-  :mod:`.cleanest_chunks` (the cleanest chunks of an interruptible job) and :mod:`.threshold`
-  (threshold mode) work on :mod:`.offsets` and :mod:`.slots`, the forecast in seconds.
+- :mod:`.planning`: `plan_start` (a `DeferrableJob` planned with `PlanOptions`), forecast mode
+  (the cleanest window); its helpers :mod:`.cleanest_chunks` (the cleanest chunks of an
+  interruptible job) and :mod:`.threshold` (threshold mode) work on :mod:`.offsets` and
+  :mod:`.slots`, the forecast in seconds.
 - :mod:`.chunk_ends`: what a job run in chunks does at a chunk's edges, as the operator steps it.
 """
 
@@ -33,7 +34,7 @@ from aisched.policy.carbon.forecast import (
     shrink_forecast,
 )
 from aisched.policy.carbon.plan import CarbonPlan, PlanReason, RunChunk, latest_start
-from aisched.policy.carbon.planning import plan_start
+from aisched.policy.carbon.planning import DeferrableJob, PlanOptions, plan_start
 
 __all__ = [
     "CHUNK_ENDED",
@@ -43,9 +44,11 @@ __all__ = [
     "PAUSED_BETWEEN_CHUNKS",
     "CarbonPlan",
     "ChunkEnd",
+    "DeferrableJob",
     "Forecast",
     "ForecastCoverageError",
     "IntensityPoint",
+    "PlanOptions",
     "PlanReason",
     "RunChunk",
     "at_chunk_end",

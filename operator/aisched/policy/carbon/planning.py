@@ -10,6 +10,7 @@ sequence of re-plans can move a start past it, whatever the forecasts say.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from aisched.policy.carbon.cleanest_chunks import cleanest_chunks
@@ -20,24 +21,45 @@ from aisched.policy.carbon.plan import CarbonPlan, PlanReason, RunChunk, latest_
 from aisched.policy.carbon.threshold import plan_threshold
 
 
-# Over the complexity budget on purpose: every keyword is a knob of the plan; grouping them is open work.
-def plan_start(  # noqa: PLR0913
-    forecast: Forecast | None,
-    now: datetime,
-    expected_duration: timedelta,
-    *,
-    power_w: float,
-    deadline: datetime | None = None,
-    max_delay: timedelta | None = None,
-    submitted_at: datetime | None = None,
-    interruptible: bool = False,
-    threshold_grams_per_kwh: float | None = None,
-    min_chunk: timedelta = timedelta(minutes=30),
-    chunk_overhead: timedelta = timedelta(0),
-    min_saving_fraction: float = 0.0,
-    forecast_error: float = 0.0,
-    running: bool = False,
-    paused: bool = False,
+@dataclass(frozen=True)
+class DeferrableJob:
+    """A deferrable job as the planner sees it: the work it has left, the power it draws, the
+    bounds on its start, and where it stands (`OffsetJob` is the same in seconds from the
+    forecast's start).
+
+    The latest start comes from `deadline` (the work must be done by then) and `max_delay`
+    after `submitted_at` (or after now when that is unknown), whichever is first; a job
+    needs one of them. `running` and `paused` describe a job that already ran some chunks.
+    """
+
+    expected_duration: timedelta
+    power_w: float
+    deadline: datetime | None = None
+    max_delay: timedelta | None = None
+    submitted_at: datetime | None = None
+    running: bool = False
+    paused: bool = False
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """How the planner may run a job: in chunks or in one run, by forecast or by threshold,
+    and the operator's settings that price chunks and doubt forecasts."""
+
+    interruptible: bool = False
+    threshold_grams_per_kwh: float | None = None
+    """Threshold mode when set; forecast mode (the cleanest window) when None."""
+    min_chunk: timedelta = timedelta(minutes=30)
+    chunk_overhead: timedelta = timedelta(0)
+    """What every chunk after the first spends restoring before it does work."""
+    min_saving_fraction: float = 0.0
+    """A deferral that saves less than this share of starting now starts now."""
+    forecast_error: float = 0.0
+    """The forecast's typical error as a fraction of the mean intensity."""
+
+
+def plan_start(
+    forecast: Forecast | None, now: datetime, job: DeferrableJob, options: PlanOptions = PlanOptions()
 ) -> CarbonPlan:
     """Choose when a deferrable job runs.
 
@@ -46,39 +68,40 @@ def plan_start(  # noqa: PLR0913
     is piecewise linear in the start, so its minimum is at `now`, `latest_start`, or a start
     or end on a step boundary; prefix sums price each candidate in O(1)). An interruptible
     job may instead run in chunks in the cleanest steps before the deadline: each chunk
-    lasts at least `min_chunk` (the last may end early when the work is done) and every
-    chunk after the first spends `chunk_overhead` restoring before it does work.
+    lasts at least `options.min_chunk` (the last may end early when the work is done) and every
+    chunk after the first spends `options.chunk_overhead` restoring before it does work.
 
     Threshold mode: start at the first time the forecast is below the threshold (an
     interruptible job runs in every stretch below it), and never later than the latest
     start; the rest of an interruptible job runs as late as the deadline allows.
 
-    `forecast_error` is the forecast's typical error as a fraction of the mean intensity
+    `options.forecast_error` is the forecast's typical error as a fraction of the mean intensity
     (its relative standard deviation). Given it, forecast values after the current step
     are shrunk towards the window's mean by the share of their variance that is signal,
     so that the cleanest-looking times, cleanest partly through forecast error, are not
     trusted more than they deserve against the current step (taken as observed).
 
-    Re-planning a job that already ran: `expected_duration` is the work left; `running`
+    Re-planning a job that already ran: `job.expected_duration` is the work left; `job.running`
     says it runs now (continuing costs nothing, stopping and resuming later costs a
-    `chunk_overhead`), `paused` that it is stopped (any start restores a checkpoint,
+    `chunk_overhead`), `job.paused` that it is stopped (any start restores a checkpoint,
     so the first chunk pays the overhead too). The latest start accounts for that.
 
     With no forecast for `now`, or one too short for a single run, the job starts now:
     nothing says waiting helps, and waiting could only lose the deadline. A forecast that
     ends before `latest_start` is used as far as it goes.
     """
+    power_w, expected_duration = job.power_w, job.expected_duration
     if power_w < 0:
         raise ValueError(f"power must not be negative, got {power_w} W")
     if expected_duration <= timedelta(0):
         raise ValueError(f"expected duration must be positive, got {expected_duration}")
-    if running and paused:
+    if job.running and job.paused:
         raise ValueError("a job is either running or paused, not both")
-    overhead = chunk_overhead.total_seconds()
-    first_now = overhead if paused else 0.0
-    first_later = overhead if running or paused else 0.0
+    overhead = options.chunk_overhead.total_seconds()
+    first_now = overhead if job.paused else 0.0
+    first_later = overhead if job.running or job.paused else 0.0
     fresh_latest = latest_start(
-        now, expected_duration, deadline=deadline, max_delay=max_delay, submitted_at=submitted_at
+        now, expected_duration, deadline=job.deadline, max_delay=job.max_delay, submitted_at=job.submitted_at
     )
     latest = fresh_latest - timedelta(seconds=first_later)
     run_now = expected_duration + timedelta(seconds=first_now)
@@ -96,9 +119,9 @@ def plan_start(  # noqa: PLR0913
             reason=PlanReason.FORECAST_UNAVAILABLE,
             message="no carbon forecast covers now; starting at once",
         )
-    if forecast_error > 0:
-        forecast = shrink_forecast(forecast, now, fresh_latest + expected_duration, forecast_error)
-    job = OffsetJob(
+    if options.forecast_error > 0:
+        forecast = shrink_forecast(forecast, now, fresh_latest + expected_duration, options.forecast_error)
+    offsets = OffsetJob(
         forecast,
         forecast.offset(now),
         expected_duration.total_seconds(),
@@ -109,9 +132,9 @@ def plan_start(  # noqa: PLR0913
         first_now,
         first_later,
     )
-    if threshold_grams_per_kwh is not None:
-        return plan_threshold(job, threshold_grams_per_kwh, interruptible, min_chunk)
-    return _plan_forecast(job, interruptible, min_chunk, min_saving_fraction)
+    if options.threshold_grams_per_kwh is not None:
+        return plan_threshold(offsets, options.threshold_grams_per_kwh, options.interruptible, options.min_chunk)
+    return _plan_forecast(offsets, options.interruptible, options.min_chunk, options.min_saving_fraction)
 
 
 def _start_now(

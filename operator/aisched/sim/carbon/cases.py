@@ -40,6 +40,7 @@ def bucket_of(duration: float) -> str:
 def run_case(
     grid: Grid,
     placed: Sequence[tuple[Job, float]],
+    *,
     error: float,
     interruptible: bool,
     seeds: int,
@@ -51,8 +52,8 @@ def run_case(
         for job, deadline in placed:
             baseline = grid.cost([(job.arrival, job.arrival + job.duration)]) * job.gpus
             outcomes = {
-                "aisched": aisched(view, job, deadline, interruptible, knobs, error),
-                "lwa": lets_wait_awhile(view, job, deadline, interruptible, knobs.overhead),
+                "aisched": aisched(view, job, deadline, interruptible=interruptible, knobs=knobs, error=error),
+                "lwa": lets_wait_awhile(view, job, deadline, interruptible=interruptible, overhead=knobs.overhead),
             }
             for name, runs in outcomes.items():
                 missed = runs[-1][1] > deadline + 1.0

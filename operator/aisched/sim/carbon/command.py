@@ -85,7 +85,9 @@ def run_cases(grid: Grid, args: argparse.Namespace) -> list[dict[str, Any]]:
             for interruptible in (False, True):
                 for error in (float(e) for e in args.errors.split(",")):
                     case_began = time.monotonic()
-                    result = run_case(grid, placed, error, interruptible, args.seeds, knobs)
+                    result = run_case(
+                        grid, placed, error=error, interruptible=interruptible, seeds=args.seeds, knobs=knobs
+                    )
                     case = {"deadline": deadline, "forecast_error": error, "interruptible": interruptible}
                     cases.append({**case, "job_mix": mix, "jobs": len(placed), **result})
                     print(

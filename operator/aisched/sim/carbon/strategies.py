@@ -7,13 +7,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
-from aisched.policy.carbon import RunChunk, plan_start
+from aisched.policy.carbon import DeferrableJob, PlanOptions, RunChunk, plan_start
 from aisched.sim.carbon.grid import EPS, Grid, Job, View
 
 Runs = list[tuple[float, float]]
 
 
-def lets_wait_awhile(view: View, job: Job, deadline: float, interruptible: bool, overhead: float) -> Runs:
+def lets_wait_awhile(view: View, job: Job, deadline: float, *, interruptible: bool, overhead: float) -> Runs:
     step = view.grid.step
     first = int(job.arrival // step)
     n = math.ceil(job.duration / step - 1e-9)
@@ -65,28 +65,29 @@ class Knobs:
     shrink: bool
 
 
-def aisched(view: View, job: Job, deadline: float, interruptible: bool, knobs: Knobs, error: float) -> Runs:
+def aisched(view: View, job: Job, deadline: float, *, interruptible: bool, knobs: Knobs, error: float) -> Runs:
     grid = view.grid
     overhead = knobs.overhead
     t, left = job.arrival, job.duration
     runs: Runs = []
+    options = PlanOptions(
+        interruptible=interruptible,
+        min_chunk=timedelta(seconds=grid.step),
+        chunk_overhead=timedelta(seconds=overhead),
+        min_saving_fraction=knobs.min_saving,
+        forecast_error=error if knobs.shrink else 0.0,
+    )
     for _ in range(10_000):  # re-plans; bounded because every one either runs or waits for a later start
         running = bool(runs) and runs[-1][1] >= t - EPS
         paused = bool(runs) and not running
-        plan = plan_start(
-            view.forecast(t, max(deadline, t + left + overhead)),
-            grid.at(t),
+        left_to_plan = DeferrableJob(
             timedelta(seconds=left),
             power_w=knobs.power_w * job.gpus,
             deadline=grid.at(deadline),
-            interruptible=interruptible,
-            min_chunk=timedelta(seconds=grid.step),
-            chunk_overhead=timedelta(seconds=overhead),
-            min_saving_fraction=knobs.min_saving,
-            forecast_error=error if knobs.shrink else 0.0,
             running=running,
             paused=paused,
         )
+        plan = plan_start(view.forecast(t, max(deadline, t + left + overhead)), grid.at(t), left_to_plan, options)
         if not knobs.replan:
             return follow(plan.chunks, grid, left, overhead)
         first = plan.chunks[0]

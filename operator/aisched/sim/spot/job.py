@@ -101,7 +101,7 @@ class _Run:
 
 
 def simulate_job(
-    policy: Policy, trace: SpotTrace, start_index: int, work_s: float, deadline_s: float, params: Params
+    policy: Policy, trace: SpotTrace, start_index: int, *, work_s: float, deadline_s: float, params: Params
 ) -> JobResult:
     """Run one job from sample `start_index` until its work is done; deadline_s is relative to its start."""
     run, result, gap = _Run(work_s, params.checkpoint_cost_s), JobResult(), trace.gap_s
@@ -125,7 +125,7 @@ def simulate_job(
         if where is Where.SPOT and not up:
             raise AssertionError(f"{policy.name} chose spot where there is none")
         if where is not run.running_on:
-            _move(run, result, where, policy, trace, index, params)
+            _move(run, result, where, policy=policy, trace=trace, index=index, params=params)
         used = _train(run, gap) if run.running_on is not None else 0.0
         if run.running_on is Where.SPOT:
             result.spot_time_s += used
@@ -156,6 +156,7 @@ def _move(
     run: _Run,
     result: JobResult,
     where: Where | None,
+    *,
     policy: Policy,
     trace: SpotTrace,
     index: int,

@@ -10,6 +10,7 @@ from aisched.policy.interruptions import InterruptionPrior, interruption_rate
 from aisched.policy.spot import (
     CapacityChoice,
     CapacityDecision,
+    SpotJob,
     choose_capacity,
     spot_checkpoint_interval,
 )
@@ -103,16 +104,19 @@ class Aisched:
 
     def decide(self, view: JobView) -> Where | None:
         self.slack_s = _safe_slack_s(view)
-        self.previous = choose_capacity(
-            SpotPolicy.PREFER,
-            now=EPOCH + timedelta(seconds=view.elapsed_s),
-            deadline=EPOCH + timedelta(seconds=view.deadline_s),
+        job = SpotJob(
             remaining_work_s=view.remaining_s,
             restart_overhead_s=view.restart_overhead_s,
-            spot_available=view.spot_available,
             unsaved_work_s=view.unsaved_s,
-            decision_period_s=view.period_s,
             running_on=_CAPACITY_TYPE[view.running_on] if view.running_on else None,
+        )
+        self.previous = choose_capacity(
+            SpotPolicy.PREFER,
+            job,
+            now=EPOCH + timedelta(seconds=view.elapsed_s),
+            deadline=EPOCH + timedelta(seconds=view.deadline_s),
+            spot_available=view.spot_available,
+            decision_period_s=view.period_s,
             previous=self.previous,
         )
         return _WHERE[self.previous.choice]

@@ -120,7 +120,9 @@ def run_scenario(traces: Sequence[SpotTrace], jobs_of: dict[str, list[Job]], par
             for bucket in groups:
                 bucket.bound_cost += bound
             for policy in policies(params):
-                result = simulate_job(policy, trace, job.start_index, job.work_s, job.deadline_s, params)
+                result = simulate_job(
+                    policy, trace, job.start_index, work_s=job.work_s, deadline_s=job.deadline_s, params=params
+                )
                 for bucket in groups:
                     bucket.by_policy[policy.name].add(job, result)
     return {

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from functools import partial
 
 from hypothesis import given
 from hypothesis import strategies as st
@@ -13,7 +12,10 @@ from aisched.api.training_job import Deferral, TrainingJobStatus
 from aisched.policy.carbon import (
     CHUNK_ENDED,
     PAUSED_BETWEEN_CHUNKS,
+    CarbonPlan,
+    DeferrableJob,
     Forecast,
+    PlanOptions,
     at_chunk_end,
     current_chunk_end,
     pause_grace_seconds,
@@ -38,9 +40,12 @@ def _run_in_chunks(fc: Forecast, duration: timedelta, deadline: datetime, overhe
 
     Returns when it finished and how many times it paused.
     """
-    plan = partial(
-        plan_start, fc, power_w=POWER_W, deadline=deadline, interruptible=True, min_chunk=STEP, chunk_overhead=overhead
-    )
+    options = PlanOptions(interruptible=True, min_chunk=STEP, chunk_overhead=overhead)
+
+    def plan(now: datetime, left: timedelta, *, running: bool = False, paused: bool = False) -> CarbonPlan:
+        job = DeferrableJob(left, power_w=POWER_W, deadline=deadline, running=running, paused=paused)
+        return plan_start(fc, now, job, options)
+
     now, done, pauses = T0, None, 0
     for _ in range(4 * len(fc.values) + 4):
         left = work_left(duration, done)
@@ -94,7 +99,12 @@ def test_two_clean_windows_make_one_pause() -> None:
 
 def test_at_chunk_end_pauses_until_the_next_chunk_or_carries_on() -> None:
     fc = _forecast(400, 40, 400, 40, 400, 400)
-    deferred = plan_start(fc, T0, STEP * 2, power_w=POWER_W, deadline=fc.end, interruptible=True, min_chunk=STEP)
+    deferred = plan_start(
+        fc,
+        T0,
+        DeferrableJob(STEP * 2, power_w=POWER_W, deadline=fc.end),
+        PlanOptions(interruptible=True, min_chunk=STEP),
+    )
     assert [c.start for c in deferred.chunks] == [T0 + STEP, T0 + 3 * STEP]
     pause = at_chunk_end(deferred, T0)
     assert (pause.pause, pause.until) == (True, T0 + STEP)
@@ -106,7 +116,12 @@ def test_at_chunk_end_pauses_until_the_next_chunk_or_carries_on() -> None:
 
 
 def test_a_source_that_fails_at_a_chunk_end_runs_the_job_to_completion() -> None:
-    plan = plan_start(None, T0, STEP, power_w=POWER_W, deadline=T0 + 4 * STEP, interruptible=True, running=True)
+    plan = plan_start(
+        None,
+        T0,
+        DeferrableJob(STEP, power_w=POWER_W, deadline=T0 + 4 * STEP, running=True),
+        PlanOptions(interruptible=True),
+    )
     decision = at_chunk_end(plan, T0)
     assert (decision.pause, decision.until) == (False, None)
     assert "running to completion" in decision.message

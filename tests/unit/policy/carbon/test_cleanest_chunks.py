@@ -8,41 +8,38 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from aisched.policy.carbon import Forecast, plan_start
+from aisched.policy.carbon import DeferrableJob, Forecast, PlanOptions, plan_start
 from tests.unit.policy.carbon.forecasts import POWER_W, T0, jobs, naive_integral
+
+
+def _minutes(choices: list[int]) -> st.SearchStrategy[timedelta]:
+    return st.sampled_from(choices).map(lambda m: timedelta(minutes=m))
 
 
 @given(
     jobs(),
-    st.sampled_from([0, 2, 10]),
-    st.sampled_from([1, 30, 60, 90]),
-    st.sampled_from([None, 250.0]),
+    st.builds(
+        PlanOptions,
+        chunk_overhead=_minutes([0, 2, 10]),
+        min_chunk=_minutes([1, 30, 60, 90]),
+        threshold_grams_per_kwh=st.sampled_from([None, 250.0]),
+        interruptible=st.booleans(),
+    ),
     st.sampled_from(["fresh", "running", "paused"]),
-    st.booleans(),
 )
 def test_chunks_do_exactly_the_work_and_end_before_the_deadline(
-    job: tuple[Forecast, datetime, timedelta, datetime],
-    overhead_min: int,
-    min_chunk_min: int,
-    threshold: float | None,
-    state: str,
-    interruptible: bool,
+    job: tuple[Forecast, datetime, timedelta, datetime], options: PlanOptions, state: str
 ) -> None:
     fc, now, duration, deadline = job
-    overhead, min_chunk = timedelta(minutes=overhead_min), timedelta(minutes=min_chunk_min)
+    overhead, min_chunk = options.chunk_overhead, options.min_chunk
     assume(deadline >= now + duration + (overhead if state == "paused" else timedelta(0)))
     plan = plan_start(
         fc,
         now,
-        duration,
-        power_w=POWER_W,
-        deadline=deadline,
-        interruptible=interruptible,
-        min_chunk=min_chunk,
-        chunk_overhead=overhead,
-        threshold_grams_per_kwh=threshold,
-        running=state == "running",
-        paused=state == "paused",
+        DeferrableJob(
+            duration, power_w=POWER_W, deadline=deadline, running=state == "running", paused=state == "paused"
+        ),
+        options,
     )
     restores = len(plan.chunks) - 1
     if state == "paused" or (state == "running" and plan.start > now):
@@ -52,7 +49,7 @@ def test_chunks_do_exactly_the_work_and_end_before_the_deadline(
     )
     assert plan.chunks[0].start >= now
     assert plan.end <= deadline + timedelta(milliseconds=1)
-    assert interruptible or len(plan.chunks) == 1
+    assert options.interruptible or len(plan.chunks) == 1
     for before, after in zip(plan.chunks, plan.chunks[1:], strict=False):
         assert before.end < after.start, "chunks are disjoint and separated (else they would be one)"
         assert before.duration >= min_chunk - timedelta(milliseconds=1)
@@ -76,7 +73,10 @@ def test_interruptible_without_overhead_uses_the_cheapest_steps(values: list[flo
 
     def split_cost(overhead: timedelta) -> float:
         plan = plan_start(
-            fc, T0, duration, power_w=POWER_W, deadline=deadline, interruptible=True, chunk_overhead=overhead
+            fc,
+            T0,
+            DeferrableJob(duration, power_w=POWER_W, deadline=deadline),
+            PlanOptions(interruptible=True, chunk_overhead=overhead),
         )
         return sum(naive_integral(fc, c.start, c.end) for c in plan.chunks)
 
@@ -93,11 +93,8 @@ def test_overhead_makes_the_planner_prefer_fewer_chunks() -> None:
         plan = plan_start(
             fc,
             T0,
-            timedelta(hours=3),
-            power_w=POWER_W,
-            deadline=T0 + timedelta(hours=9),
-            interruptible=True,
-            chunk_overhead=overhead,
+            DeferrableJob(timedelta(hours=3), power_w=POWER_W, deadline=T0 + timedelta(hours=9)),
+            PlanOptions(interruptible=True, chunk_overhead=overhead),
         )
         return [(c.start - T0, c.end - T0) for c in plan.chunks]
 

@@ -9,7 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aisched.policy.carbon import Forecast, IntensityPoint, forecast_from_points, plan_start, shrink_forecast
+from aisched.policy.carbon import (
+    DeferrableJob,
+    Forecast,
+    IntensityPoint,
+    PlanOptions,
+    forecast_from_points,
+    plan_start,
+    shrink_forecast,
+)
 from tests.unit.policy.carbon.forecasts import POWER_W, T0, jobs, naive_integral
 
 
@@ -31,7 +39,7 @@ def test_forecast_rejects_nonsense() -> None:
     with pytest.raises(ValueError, match="non-negative"):
         Forecast("GB", T0, timedelta(hours=1), (math.nan,))
     with pytest.raises(ValueError, match="deadline or a maximum delay"):
-        plan_start(None, T0, timedelta(hours=1), power_w=POWER_W)
+        plan_start(None, T0, DeferrableJob(timedelta(hours=1), power_w=POWER_W))
 
 
 @settings(max_examples=30)
@@ -57,5 +65,7 @@ def test_shrinking_keeps_the_current_step_and_the_mean_ahead(
     assert shrunk.values[last:] == fc.values[last:]
     if last - first >= 2:
         assert sum(shrunk.values[first:last]) == pytest.approx(sum(fc.values[first:last]), rel=1e-9, abs=1e-6)
-    plan = plan_start(fc, now, duration, power_w=POWER_W, deadline=deadline, forecast_error=error)
+    plan = plan_start(
+        fc, now, DeferrableJob(duration, power_w=POWER_W, deadline=deadline), PlanOptions(forecast_error=error)
+    )
     assert now <= plan.start <= deadline - duration

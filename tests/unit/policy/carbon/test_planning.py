@@ -8,7 +8,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from aisched.policy.carbon import Forecast, PlanReason, plan_start
+from aisched.policy.carbon import DeferrableJob, Forecast, PlanOptions, PlanReason, plan_start
 from tests.unit.policy.carbon.forecasts import POWER_W, T0, grams, jobs, naive_integral, plan_grams
 
 
@@ -20,11 +20,8 @@ def test_never_starts_after_the_latest_feasible_start(
     plan = plan_start(
         fc,
         now,
-        duration,
-        power_w=POWER_W,
-        deadline=deadline,
-        interruptible=interruptible,
-        threshold_grams_per_kwh=threshold,
+        DeferrableJob(duration, power_w=POWER_W, deadline=deadline),
+        PlanOptions(interruptible=interruptible, threshold_grams_per_kwh=threshold),
     )
     assert now <= plan.start <= deadline - duration
     assert plan.latest_start == deadline - duration
@@ -38,7 +35,7 @@ def test_perfect_forecast_window_is_the_brute_force_optimum(
     fc, now, duration, deadline = job
     last = min(deadline - duration, fc.end - duration)
     assume(last >= now)
-    plan = plan_start(fc, now, duration, power_w=POWER_W, deadline=deadline)
+    plan = plan_start(fc, now, DeferrableJob(duration, power_w=POWER_W, deadline=deadline))
     minutes = int((last - now).total_seconds() // 60)
     brute = min(naive_integral(fc, s, s + duration) for s in (now + timedelta(minutes=m) for m in range(minutes + 1)))
     (chunk,) = plan.chunks
@@ -52,7 +49,9 @@ def test_perfect_forecast_saving_is_never_negative(
 ) -> None:
     fc, now, duration, deadline = job
     assume(now + duration <= fc.end)
-    plan = plan_start(fc, now, duration, power_w=POWER_W, deadline=deadline, interruptible=interruptible)
+    plan = plan_start(
+        fc, now, DeferrableJob(duration, power_w=POWER_W, deadline=deadline), PlanOptions(interruptible=interruptible)
+    )
     immediate = grams(fc, now, now + duration)
     assert plan_grams(fc, plan) <= immediate + 1e-6
     assert plan.saving_grams is not None
@@ -65,8 +64,8 @@ def test_replanning_at_the_planned_start_with_the_same_forecast_starts_then(
     job: tuple[Forecast, datetime, timedelta, datetime],
 ) -> None:
     fc, now, duration, deadline = job
-    first = plan_start(fc, now, duration, power_w=POWER_W, deadline=deadline)
-    again = plan_start(fc, first.start, duration, power_w=POWER_W, deadline=deadline)
+    first = plan_start(fc, now, DeferrableJob(duration, power_w=POWER_W, deadline=deadline))
+    again = plan_start(fc, first.start, DeferrableJob(duration, power_w=POWER_W, deadline=deadline))
     assert again.start == first.start
 
 
@@ -74,14 +73,14 @@ def test_replanning_at_the_planned_start_with_the_same_forecast_starts_then(
 def test_without_a_forecast_the_job_starts_now(job: tuple[Forecast, datetime, timedelta, datetime]) -> None:
     _, now, duration, deadline = job
     assume(deadline > now + duration)
-    plan = plan_start(None, now, duration, power_w=POWER_W, deadline=deadline)
+    plan = plan_start(None, now, DeferrableJob(duration, power_w=POWER_W, deadline=deadline))
     assert plan.start == now
     assert plan.reason is PlanReason.FORECAST_UNAVAILABLE
 
 
 def test_a_forecast_shorter_than_the_run_starts_now() -> None:
     fc = Forecast("GB", T0, timedelta(minutes=30), (300.0, 10.0, 10.0))
-    plan = plan_start(fc, T0, timedelta(hours=4), power_w=POWER_W, deadline=T0 + timedelta(hours=12))
+    plan = plan_start(fc, T0, DeferrableJob(timedelta(hours=4), power_w=POWER_W, deadline=T0 + timedelta(hours=12)))
     assert plan.start == T0
     assert plan.reason is PlanReason.FORECAST_TOO_SHORT
     assert plan.saving_grams is None
@@ -89,7 +88,7 @@ def test_a_forecast_shorter_than_the_run_starts_now() -> None:
 
 def test_a_forecast_that_ends_before_the_latest_start_is_used_as_far_as_it_goes() -> None:
     fc = Forecast("GB", T0, timedelta(hours=1), (400.0, 400.0, 50.0, 60.0, 400.0))
-    plan = plan_start(fc, T0, timedelta(hours=2), power_w=POWER_W, deadline=T0 + timedelta(days=3))
+    plan = plan_start(fc, T0, DeferrableJob(timedelta(hours=2), power_w=POWER_W, deadline=T0 + timedelta(days=3)))
     assert plan.start == T0 + timedelta(hours=2)
     assert plan.reason is PlanReason.CLEANEST_WINDOW
     assert plan.intensity_at_start == 50.0
@@ -101,16 +100,20 @@ def test_a_forecast_that_ends_before_the_latest_start_is_used_as_far_as_it_goes(
 def test_max_delay_counts_from_submission() -> None:
     fc = Forecast("GB", T0, timedelta(hours=1), (400.0, 400.0, 300.0, 10.0, 10.0, 10.0))
     submitted = T0 - timedelta(hours=1)
-    plan = plan_start(fc, T0, timedelta(hours=1), power_w=POWER_W, max_delay=timedelta(hours=3), submitted_at=submitted)
+    plan = plan_start(
+        fc, T0, DeferrableJob(timedelta(hours=1), power_w=POWER_W, max_delay=timedelta(hours=3), submitted_at=submitted)
+    )
     assert plan.latest_start == T0 + timedelta(hours=2)
     assert plan.start == T0 + timedelta(hours=2)
 
 
 def test_past_the_latest_start_the_job_starts_now_and_says_the_deadline_is_lost() -> None:
     fc = Forecast("GB", T0, timedelta(hours=1), (100.0,) * 10)
-    at_latest = plan_start(fc, T0, timedelta(hours=2), power_w=POWER_W, deadline=T0 + timedelta(hours=2))
+    at_latest = plan_start(fc, T0, DeferrableJob(timedelta(hours=2), power_w=POWER_W, deadline=T0 + timedelta(hours=2)))
     late = plan_start(
-        fc, T0 + timedelta(hours=1), timedelta(hours=2), power_w=POWER_W, deadline=T0 + timedelta(hours=2)
+        fc,
+        T0 + timedelta(hours=1),
+        DeferrableJob(timedelta(hours=2), power_w=POWER_W, deadline=T0 + timedelta(hours=2)),
     )
     assert at_latest.reason is PlanReason.LATEST_START_REACHED
     assert late.reason is PlanReason.DEADLINE_UNREACHABLE
@@ -121,7 +124,10 @@ def test_past_the_latest_start_the_job_starts_now_and_says_the_deadline_is_lost(
 def test_small_savings_do_not_defer() -> None:
     fc = Forecast("GB", T0, timedelta(hours=1), (100.0, 99.0, 99.0))
     plan = plan_start(
-        fc, T0, timedelta(hours=1), power_w=POWER_W, deadline=T0 + timedelta(hours=3), min_saving_fraction=0.05
+        fc,
+        T0,
+        DeferrableJob(timedelta(hours=1), power_w=POWER_W, deadline=T0 + timedelta(hours=3)),
+        PlanOptions(min_saving_fraction=0.05),
     )
     assert plan.start == T0
     assert plan.reason is PlanReason.SAVING_TOO_SMALL
@@ -131,8 +137,10 @@ def test_a_dip_no_bigger_than_the_forecast_error_does_not_defer() -> None:
     values = (198.0, 204.0, 198.0, 202.0, 185.0, 201.0, 199.0, 203.0)
     fc = Forecast("GB", T0, timedelta(hours=1), values)
     deadline = T0 + timedelta(hours=8)
-    trusting = plan_start(fc, T0, timedelta(hours=1), power_w=POWER_W, deadline=deadline)
-    doubting = plan_start(fc, T0, timedelta(hours=1), power_w=POWER_W, deadline=deadline, forecast_error=0.1)
+    trusting = plan_start(fc, T0, DeferrableJob(timedelta(hours=1), power_w=POWER_W, deadline=deadline))
+    doubting = plan_start(
+        fc, T0, DeferrableJob(timedelta(hours=1), power_w=POWER_W, deadline=deadline), PlanOptions(forecast_error=0.1)
+    )
     assert trusting.start == T0 + timedelta(hours=4)
     assert doubting.start == T0
     assert doubting.reason is PlanReason.NOW_IS_CLEANEST
