@@ -240,6 +240,7 @@ def measure(
     create: Callable[[dict[str, Any]], object],
     objects: list[dict[str, Any]],
     pods: int,
+    *,
     threads: int,
     timeout: float,
 ) -> tuple[dict[str, float], BindWatch]:
@@ -291,7 +292,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
             operator_pid = operator.process.pid if operator.process else None
             before = costs(api, cluster, operator_pid)
-            sent, watched = measure(core, create_job, jobs, pods, args.concurrency, args.timeout)
+            sent, watched = measure(core, create_job, jobs, pods, threads=args.concurrency, timeout=args.timeout)
             aisched_costs = costs(api, cluster, operator_pid).since(before)
         except BaseException:
             print(f"operator log (tail):\n{operator.log_tail()}", file=sys.stderr)
@@ -309,8 +310,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             lambda pod: core.create_namespaced_pod(NAMESPACE, pod),
             plain,
             pods,
-            args.concurrency,
-            args.timeout,
+            threads=args.concurrency,
+            timeout=args.timeout,
         )
         baseline = {**arm_report(shapes, sent, watched, topology), **costs(api, cluster, None).since(before)}
         aisched.update(aisched_costs)

@@ -190,18 +190,14 @@ def test_kubectl_and_helm_talk_to_the_cluster(cluster: LocalCluster, namespace: 
 
 
 @pytest.mark.parametrize(
-    ("phase", "exit_code", "expected_code", "expected_reason"),
-    [("Succeeded", None, 0, "Completed"), ("Failed", None, 1, "Error"), ("Failed", 137, 137, "Error")],
+    ("phase", "exit_code", "expected"),
+    [("Succeeded", None, (0, "Completed")), ("Failed", None, (1, "Error")), ("Failed", 137, (137, "Error"))],
 )
 def test_fake_exit_ends_the_pod_with_the_termination_message(
-    api_client: client.ApiClient,
-    core: client.CoreV1Api,
-    namespace: str,
-    phase: Any,
-    exit_code: int | None,
-    expected_code: int,
-    expected_reason: str,
+    api_client: client.ApiClient, namespace: str, phase: Any, exit_code: int | None, expected: tuple[int, str]
 ) -> None:
+    """EXPECTED: the container's exit code and reason."""
+    core = client.CoreV1Api(api_client)
     core.create_namespaced_pod(namespace, gpu_pod("worker", 1))
     running_pod(core, "worker", namespace)
 
@@ -214,11 +210,7 @@ def test_fake_exit_ends_the_pod_with_the_termination_message(
     pod = wait_for(ended, 60, "the pod to end")
     assert pod.status.phase == phase
     terminated = pod.status.container_statuses[0].state.terminated
-    assert (terminated.exit_code, terminated.reason, terminated.message) == (
-        expected_code,
-        expected_reason,
-        '{"step": 1200}',
-    )
+    assert (terminated.exit_code, terminated.reason, terminated.message) == (*expected, '{"step": 1200}')
 
 
 def test_a_deleted_pod_stops_its_containers_before_it_goes(

@@ -169,30 +169,27 @@ def capacity_types_of_pods(cluster: LocalCluster, namespace: str, name: str) -> 
 
 
 @pytest.mark.parametrize(
-    ("slack", "capacity", "node_capacity", "reason", "why"),
+    ("slack", "capacity", "condition"),
     [
         # A minute of slack: less than one restart after an interruption costs (5 minutes by default).
-        (timedelta(minutes=1), "OnDemand", "on-demand", "DeadlineNeedsOnDemand", "deadline"),
-        (timedelta(hours=3), "Spot", "spot", "SpotAvailable", "slack"),
+        (timedelta(minutes=1), ("OnDemand", "on-demand"), ("DeadlineNeedsOnDemand", "deadline")),
+        (timedelta(hours=3), ("Spot", "spot"), ("SpotAvailable", "slack")),
     ],
     ids=["close-deadline-on-demand", "comfortable-deadline-spot"],
 )
 def test_a_prefer_job_runs_on_demand_only_when_its_deadline_needs_it(
-    cluster: LocalCluster,
-    namespace: str,
-    slack: timedelta,
-    capacity: str,
-    node_capacity: str,
-    reason: str,
-    why: str,
+    cluster: LocalCluster, namespace: str, slack: timedelta, capacity: tuple[str, str], condition: tuple[str, str]
 ) -> None:
+    """CAPACITY: the placement's capacity type and its nodes' label; CONDITION: its reason and a word of its message."""
+    placement_capacity, node_capacity = capacity
+    reason, why = condition
     apply(cluster, namespace, deadline_job("deadlined", slack))
     status = wait_phase(cluster, namespace, "deadlined", "Running")["status"]
-    assert status["placement"]["capacityType"] == capacity
+    assert status["placement"]["capacityType"] == placement_capacity
     assert capacity_types_of_pods(cluster, namespace, "deadlined") == {node_capacity}
-    condition = capacity_condition(status)
-    assert condition["reason"] == reason, condition
-    assert why in condition["message"]
+    seen = capacity_condition(status)
+    assert seen["reason"] == reason, seen
+    assert why in seen["message"]
 
 
 def test_when_spot_is_gone_a_job_short_of_slack_goes_on_demand_and_one_with_room_waits(

@@ -204,9 +204,9 @@ def _place_new(
         # on-demand pool would turn every new replica into a floor replica.
         wants_on_demand = on_demand + floor_unmet < floor or request.spot_policy == SpotPolicy.NEVER
         preferred = CapacityType.ON_DEMAND if wants_on_demand else CapacityType.SPOT
-        node = _best_node(snapshot, free, zones, per_node, request, preferred)
+        node = _best_node(snapshot, free, zones, per_node, request, capacity=preferred)
         if node is None and _may_fall_back(request, wants_on_demand):
-            node = _best_node(snapshot, free, zones, per_node, request, _other(preferred))
+            node = _best_node(snapshot, free, zones, per_node, request, capacity=_other(preferred))
             if wants_on_demand and node is not None:
                 floor_unmet += 1
         if node is None:
@@ -237,6 +237,7 @@ def _best_node(
     zones: Counter[str | None],
     per_node: Counter[str],
     request: ServingRequest,
+    *,
     capacity: CapacityType,
 ) -> Node | None:
     candidates = [

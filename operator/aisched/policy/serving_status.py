@@ -49,8 +49,8 @@ def observed_status(
     desired: int,
     replicas: Sequence[ObservedReplica],
     plan: ServingPlan,
-    now: datetime,
     *,
+    now: datetime,
     current_hash: str,
     selector: str,
 ) -> InferenceServiceStatus:
@@ -79,8 +79,8 @@ def observed_status(
         available,
         "MinimumReplicasAvailable" if available else "MinimumReplicasUnavailable",
         f"{ready} of {desired} replica(s) ready; at least {min_available} must be",
-        service,
-        now,
+        service=service,
+        now=now,
     )
     done = updated == len(live) == ready == desired
     if plan.reason in (PlanReason.INSUFFICIENT_CAPACITY, PlanReason.ON_DEMAND_FLOOR_UNMET):
@@ -92,7 +92,13 @@ def observed_status(
     else:
         reason, message = plan.reason.value, plan.message
     status.conditions = set_service_condition(
-        status, "Progressing", plan.reason != PlanReason.INSUFFICIENT_CAPACITY, reason, message, service, now
+        status,
+        "Progressing",
+        plan.reason != PlanReason.INSUFFICIENT_CAPACITY,
+        reason,
+        message,
+        service=service,
+        now=now,
     )
     status.phase = serving_phase(desired, len(live), ready, min_available, done)
     return status
@@ -121,6 +127,7 @@ def set_service_condition(
     true: bool,
     reason: str,
     message: str,
+    *,
     service: InferenceService,
     now: datetime,
 ) -> list[Condition]:

@@ -157,6 +157,20 @@ class _SmallestDomains:
         return level_rank(placement.level if placement is not None else None)
 
 
+@dataclass(slots=True)
+class _RunLog:
+    """What one policy's run records as it goes, for its report."""
+
+    start: dict[str, float] = field(default_factory=dict)
+    finish: dict[str, float] = field(default_factory=dict)
+    busy_log: list[tuple[float, int]] = field(default_factory=lambda: [(0.0, 0)])
+    tight: int = 0
+    """Multi-GPU starts in the tightest domain their shape could ever get."""
+    multi: int = 0
+    """Multi-GPU starts."""
+    preemptions: int = 0
+
+
 def _run(
     policy: Policy, jobs: Sequence[SimJob], smallest: _SmallestDomains, buckets: int, progress: Progress | None
 ) -> PolicyReport:
@@ -164,10 +178,8 @@ def _run(
     completions: list[tuple[float, int, str]] = []
     by_key = {j.key: j for j in jobs}
     runs: dict[str, int] = {}
-    start: dict[str, float] = {}
-    finish: dict[str, float] = {}
-    busy, busy_log = 0, [(0.0, 0)]
-    tight = multi = preemptions = 0
+    log = _RunLog()
+    busy = 0
     next_arrival, events = 0, 2 * len(jobs)
     while next_arrival < len(jobs) or completions:
         now = min(
@@ -179,7 +191,7 @@ def _run(
             if runs.get(key) == run:  # not a run that was preempted
                 policy.finish(by_key[key])
                 busy -= by_key[key].gpus
-                finish[key] = now
+                log.finish[key] = now
         while next_arrival < len(jobs) and jobs[next_arrival].arrival <= now:
             policy.submit(jobs[next_arrival], now)
             next_arrival += 1
@@ -187,36 +199,25 @@ def _run(
         for job in outcome.stopped:
             busy -= job.gpus
             runs[job.key] += 1
-            preemptions += 1
+            log.preemptions += 1
         for started in outcome.started:
             job = started.job
             busy += job.gpus
-            start[job.key] = now
+            log.start[job.key] = now
             runs[job.key] = runs.get(job.key, 0) + 1
             heapq.heappush(completions, (now + job.duration, runs[job.key], job.key))
             if job.gpus > 1:
-                multi += 1
+                log.multi += 1
                 placed = policy.snapshot.tightest_domain(started.nodes).level
-                tight += level_rank(placed) <= smallest.rank(job)
-        busy_log.append((now, busy))
+                log.tight += level_rank(placed) <= smallest.rank(job)
+        log.busy_log.append((now, busy))
         if progress is not None:
-            progress(policy.name, next_arrival + len(finish), events, now)
-    return _report(policy.name, jobs, start, finish, busy_log, total_gpus, tight, multi, preemptions, buckets)
+            progress(policy.name, next_arrival + len(log.finish), events, now)
+    return _report(policy.name, jobs, log, total_gpus=total_gpus, buckets=buckets)
 
 
-# Over the complexity budget on purpose: the simulator entry point; an options object is open work.
-def _report(  # noqa: PLR0913, PLR0917
-    name: str,
-    jobs: Sequence[SimJob],
-    start: dict[str, float],
-    finish: dict[str, float],
-    busy_log: list[tuple[float, int]],
-    total_gpus: int,
-    tight: int,
-    multi: int,
-    preemptions: int,
-    buckets: int,
-) -> PolicyReport:
+def _report(name: str, jobs: Sequence[SimJob], log: _RunLog, *, total_gpus: int, buckets: int) -> PolicyReport:
+    start, finish, busy_log = log.start, log.finish, log.busy_log
     done = [j for j in jobs if j.key in finish]
     jct = sorted(finish[j.key] - j.arrival for j in done)
     multi_jct = [finish[j.key] - j.arrival for j in done if j.gpus > 1]
@@ -233,9 +234,9 @@ def _report(  # noqa: PLR0913, PLR0917
         p95_jct_s=jct[min(len(jct) - 1, math.ceil(0.95 * len(jct)) - 1)] if jct else 0.0,
         avg_queue_s=sum(queued) / len(queued) if queued else 0.0,
         avg_jct_multi_gpu_s=sum(multi_jct) / len(multi_jct) if multi_jct else 0.0,
-        in_smallest_domain=tight / multi if multi else None,
+        in_smallest_domain=log.tight / log.multi if log.multi else None,
         makespan_s=makespan,
-        preemptions=preemptions,
+        preemptions=log.preemptions,
         timeline=tuple(
             (
                 makespan * i / buckets,

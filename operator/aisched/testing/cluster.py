@@ -189,6 +189,7 @@ def make_pod_exit(
     name: str,
     namespace: str,
     phase: Literal["Succeeded", "Failed"],
+    *,
     message: str | None = None,
     exit_code: int | None = None,
 ) -> None:

@@ -133,23 +133,16 @@ def test_models_and_crd_agree_on_generated_training_jobs(obj: dict[str, Any]) ->
     assert _model_accepts(obj) == (not server_errors), server_errors
 
 
-@settings(max_examples=150, deadline=None)
-@given(
-    minimum=st.integers(min_value=-1, max_value=4),
-    maximum=st.integers(min_value=0, max_value=4),
-    zero=st.booleans(),
-    metric=st.sampled_from(["RequestsPerSecond", "PromQL", "Bogus"]),
-    query=st.sampled_from([None, "sum(rate(x[1m]))"]),
-    surge=st.integers(min_value=0, max_value=1),
-    unavailable=st.integers(min_value=0, max_value=1),
-)
-def test_models_and_crd_agree_on_generated_inference_services(
-    minimum: int, maximum: int, zero: bool, metric: str, query: str | None, surge: int, unavailable: int
-) -> None:
-    metric_spec: dict[str, Any] = {"type": metric, "targetPerReplica": 5}
+@st.composite
+def inference_service_specs(draw: st.DrawFn) -> dict[str, Any]:
+    metric_spec: dict[str, Any] = {
+        "type": draw(st.sampled_from(["RequestsPerSecond", "PromQL", "Bogus"])),
+        "targetPerReplica": 5,
+    }
+    query = draw(st.sampled_from([None, "sum(rate(x[1m]))"]))
     if query:
         metric_spec["query"] = query
-    obj = {
+    return {
         "apiVersion": "aisched.io/v1alpha1",
         "kind": "InferenceService",
         "metadata": {"name": "s"},
@@ -157,14 +150,22 @@ def test_models_and_crd_agree_on_generated_inference_services(
             "gpusPerReplica": 1,
             "template": DEFAULT_TEMPLATE,
             "autoscaling": {
-                "minReplicas": minimum,
-                "maxReplicas": maximum,
-                "scaleToZero": zero,
+                "minReplicas": draw(st.integers(min_value=-1, max_value=4)),
+                "maxReplicas": draw(st.integers(min_value=0, max_value=4)),
+                "scaleToZero": draw(st.booleans()),
                 "metric": metric_spec,
             },
-            "rollout": {"maxSurge": surge, "maxUnavailable": unavailable},
+            "rollout": {
+                "maxSurge": draw(st.integers(min_value=0, max_value=1)),
+                "maxUnavailable": draw(st.integers(min_value=0, max_value=1)),
+            },
         },
     }
+
+
+@settings(max_examples=150, deadline=None)
+@given(inference_service_specs())
+def test_models_and_crd_agree_on_generated_inference_services(obj: dict[str, Any]) -> None:
     server_errors = server_rejections(CRDS["InferenceService"], obj)
     assert _model_accepts(obj) == (not server_errors), server_errors
 

@@ -27,6 +27,7 @@ def node(
     name: str,
     zone: str,
     capacity: CapacityType = ON_DEMAND,
+    *,
     gpus: int = 8,
     used: int = 0,
     product: str = "NVIDIA-H100",
@@ -210,31 +211,33 @@ def test_request_from_spec() -> None:
     assert ServingRequest.from_spec(spec) == ServingRequest(2, "NVIDIA-L4", SpotPolicy.PREFER, 3)
 
 
-@given(
-    zones=st.integers(1, 4),
-    nodes_per_zone=st.integers(1, 4),
-    gpus=st.sampled_from([1, 2, 4, 8]),
-    used=st.lists(st.integers(0, 8), min_size=16, max_size=16),
-    spot_mask=st.lists(st.booleans(), min_size=16, max_size=16),
-    desired=st.integers(0, 40),
-    policy=st.sampled_from(list(SpotPolicy)),
-    floor=st.integers(0, 5),
-)
-def test_plans_fit_and_account_for_every_replica(
-    zones: int,
-    nodes_per_zone: int,
-    gpus: int,
-    used: list[int],
-    spot_mask: list[bool],
-    desired: int,
-    policy: SpotPolicy,
-    floor: int,
-) -> None:
+@st.composite
+def clusters(draw: st.DrawFn) -> ClusterSnapshot:
+    """Up to four zones of up to four 8-GPU nodes, each spot or on-demand and partly used."""
+    zones, nodes_per_zone = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    used = draw(st.lists(st.integers(0, 8), min_size=16, max_size=16))
+    spot_mask = draw(st.lists(st.booleans(), min_size=16, max_size=16))
     names = [(f"z{z}", f"z{z}-n{i}") for z in range(zones) for i in range(nodes_per_zone)]
-    cluster = ClusterSnapshot(
+    return ClusterSnapshot(
         node(name, zone, SPOT if spot_mask[k] else ON_DEMAND, used=used[k]) for k, (zone, name) in enumerate(names)
     )
-    plan = plan_serving([], desired, request(policy, floor, gpus), cluster)
+
+
+@given(
+    cluster=clusters(),
+    desired=st.integers(0, 40),
+    serving=st.builds(
+        request,
+        policy=st.sampled_from(list(SpotPolicy)),
+        floor=st.integers(0, 5),
+        gpus=st.sampled_from([1, 2, 4, 8]),
+    ),
+)
+def test_plans_fit_and_account_for_every_replica(
+    cluster: ClusterSnapshot, desired: int, serving: ServingRequest
+) -> None:
+    gpus, policy, floor = serving.gpus_per_replica, serving.spot_policy, serving.min_on_demand_replicas
+    plan = plan_serving([], desired, serving, cluster)
     assert len(plan.start) + plan.unplaced == desired
     taken = Counter[str]()
     for s in plan.start:

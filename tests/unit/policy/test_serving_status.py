@@ -48,7 +48,7 @@ def observe(
         desired,
         replicas,
         plan or ServingPlan(),
-        T0,
+        now=T0,
         current_hash=CURRENT,
         selector="sel=chat",
     )
@@ -116,7 +116,7 @@ def test_a_desired_replica_count_set_by_the_autoscaler_is_kept() -> None:
         2,
         [],
         ServingPlan(),
-        T0,
+        now=T0,
         current_hash=CURRENT,
         selector="s",
     )
@@ -124,30 +124,31 @@ def test_a_desired_replica_count_set_by_the_autoscaler_is_kept() -> None:
 
 
 @pytest.mark.parametrize(
-    ("desired", "live", "ready", "min_available", "done", "phase"),
+    ("counts", "done", "phase"),
     [
-        (0, 0, 0, 0, True, "Idle"),
-        (0, 1, 1, 0, False, "Progressing"),
-        (2, 2, 2, 1, True, "Running"),
-        (2, 2, 0, 1, False, "Pending"),
-        (3, 3, 1, 2, False, "Degraded"),
-        (3, 3, 2, 2, False, "Progressing"),
+        # counts: (desired, live, ready, min_available)
+        ((0, 0, 0, 0), True, "Idle"),
+        ((0, 1, 1, 0), False, "Progressing"),
+        ((2, 2, 2, 1), True, "Running"),
+        ((2, 2, 0, 1), False, "Pending"),
+        ((3, 3, 1, 2), False, "Degraded"),
+        ((3, 3, 2, 2), False, "Progressing"),
     ],
 )
-def test_phase(desired: int, live: int, ready: int, min_available: int, done: bool, phase: str) -> None:
-    assert serving_phase(desired, live, ready, min_available, done) == phase
+def test_phase(counts: tuple[int, int, int, int], done: bool, phase: str) -> None:
+    assert serving_phase(*counts, done) == phase
 
 
 def test_a_condition_moves_its_transition_time_only_when_its_status_changes() -> None:
     service = a_service(generation=7)
     status = InferenceServiceStatus()
-    status.conditions = set_service_condition(status, "Available", True, "A", "first", service, T0)
+    status.conditions = set_service_condition(status, "Available", True, "A", "first", service=service, now=T0)
     later = T0 + timedelta(minutes=1)
-    status.conditions = set_service_condition(status, "Available", True, "B", "second", service, later)
+    status.conditions = set_service_condition(status, "Available", True, "B", "second", service=service, now=later)
     same = find_condition(status, "Available")
     assert same is not None
     assert (same.reason, same.message, same.last_transition_time, same.observed_generation) == ("B", "second", T0, 7)
-    status.conditions = set_service_condition(status, "Available", False, "C", "third", service, later)
+    status.conditions = set_service_condition(status, "Available", False, "C", "third", service=service, now=later)
     flipped = find_condition(status, "Available")
     assert flipped is not None and flipped.last_transition_time == later
     assert find_condition(status, "Progressing") is None

@@ -124,7 +124,7 @@ class ServiceAutoscaler:
         status.current_metric_value = decision.metric_per_replica
         active = decision.reason != ReasonCode.METRIC_UNAVAILABLE
         status.conditions = set_service_condition(
-            status, "ScalingActive", active, decision.reason, message, service, now
+            status, "ScalingActive", active, decision.reason, message, service=service, now=now
         )
         if self.metrics is not None:
             self.metrics.record_autoscaler_decision(current, decision.replicas, decision.reason)

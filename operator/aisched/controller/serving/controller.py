@@ -181,7 +181,7 @@ class InferenceServiceController:
         else:
             status.desired_replicas, status.current_metric_value = desired, None
             status.conditions = set_service_condition(
-                status, "ScalingActive", False, "AutoscalingDisabled", MANUAL_SCALING, service, now
+                status, "ScalingActive", False, "AutoscalingDisabled", MANUAL_SCALING, service=service, now=now
             )
         plan = await self.placement.place(obj, service, desired, snapshot)
         observed = observed_status(
@@ -190,7 +190,7 @@ class InferenceServiceController:
             desired,
             self.replicas.of(key),
             plan,
-            now,
+            now=now,
             current_hash=template_hash(service),
             selector=service_selector(str(service.metadata["name"])),
         )

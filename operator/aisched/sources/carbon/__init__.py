@@ -65,7 +65,7 @@ def build_carbon_source(settings: CarbonSettings, client: httpx.AsyncClient) -> 
                 settings.watttime_login_url,
                 settings.watttime_username,
                 settings.api_key_file,
-                policy,
+                policy=policy,
                 signal_type=settings.watttime_signal_type,
             )
         case "nationalgrid":

@@ -71,8 +71,8 @@ class WattTimeSource:
         login_url: str,
         username: str | None,
         password_file: Path | None,
-        policy: HttpPolicy,
         *,
+        policy: HttpPolicy,
         signal_type: str = "co2_moer",
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+from dataclasses import replace
 
 import httpx
 import pytest
@@ -30,7 +31,7 @@ def fetch(server: ScriptedServer | str, policy: HttpPolicy = FAST, waits: list[f
     async def go() -> object:
         async with httpx.AsyncClient(trust_env=False) as client:
             return await get_json(
-                client, f"{base}/thing", source="test", what="get a thing", policy=policy, sleep=record
+                client, f"{base}/thing", source="test", what="get a thing", policy=replace(policy, sleep=record)
             )
 
     return asyncio.run(go())

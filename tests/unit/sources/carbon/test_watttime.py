@@ -25,7 +25,7 @@ def make(server: ScriptedServer, tmp_path: Path) -> Callable[[httpx.AsyncClient]
 
     def build(client: httpx.AsyncClient) -> WattTimeSource:
         return WattTimeSource(
-            client, f"{server.url}/v3", f"{server.url}/login", "alice", password, FAST, clock=lambda: NOW
+            client, f"{server.url}/v3", f"{server.url}/login", "alice", password, policy=FAST, clock=lambda: NOW
         )
 
     return build
