@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import kopf
+from kubernetes.client import ApiClient
 from prometheus_client import CollectorRegistry
 
 from aisched.controller.handlers import register
@@ -99,8 +100,7 @@ def _configure_kopf(settings: kopf.OperatorSettings) -> None:
     settings.watching.connect_timeout = 10
 
 
-# Over the complexity budget on purpose: start-up wiring in order; issue 16 reworks it (deadlines, fencing).
-async def _operate(settings: Settings, standalone: bool) -> int:  # noqa: PLR0915
+async def _operate(settings: Settings, standalone: bool) -> int:
     heartbeat = _Heartbeat()
     asyncio.get_running_loop().create_task(heartbeat.tick_forever())
     _serve_health(settings.health_port, heartbeat)
@@ -111,16 +111,7 @@ async def _operate(settings: Settings, standalone: bool) -> int:  # noqa: PLR091
     kube = KubeClient(api_client, events_per_second=settings.events_per_second, event_burst=settings.event_burst)
     elector = None
     if settings.leader_election and not standalone:
-        elector = LeaseElector(
-            api_client,
-            settings.leader_namespace,
-            settings.leader_lease_name,
-            replica_identity(),
-            lease_seconds=settings.leader_lease_seconds,
-            renew_deadline_seconds=settings.leader_renew_deadline_seconds,
-            retry_seconds=settings.leader_retry_seconds,
-        )
-        await elector.acquire()
+        elector = await _acquire_lease(settings, api_client)
     metrics.record_leadership(True)
 
     inventory = Inventory(settings)
@@ -141,6 +132,35 @@ async def _operate(settings: Settings, standalone: bool) -> int:  # noqa: PLR091
         prometheus=_prometheus(settings.autoscaler),
         metrics=metrics,
     )
+    registry = _kopf_registry(settings, kube, inventory, jobs=jobs, serving=serving, carbon_client=carbon_client)
+    return await _run_kopf(registry, settings, elector)
+
+
+async def _acquire_lease(settings: Settings, api_client: ApiClient) -> LeaseElector:
+    """Wait until this replica holds the leader Lease."""
+    elector = LeaseElector(
+        api_client,
+        settings.leader_namespace,
+        settings.leader_lease_name,
+        replica_identity(),
+        lease_seconds=settings.leader_lease_seconds,
+        renew_deadline_seconds=settings.leader_renew_deadline_seconds,
+        retry_seconds=settings.leader_retry_seconds,
+    )
+    await elector.acquire()
+    return elector
+
+
+def _kopf_registry(
+    operator_settings: Settings,
+    kube: KubeClient,
+    inventory: Inventory,
+    *,
+    jobs: TrainingJobController,
+    serving: InferenceServiceController,
+    carbon_client: httpx.AsyncClient,
+) -> kopf.OperatorRegistry:
+    """Our handlers, and the hooks that fill the caches and run the controllers once kopf starts."""
     registry = kopf.OperatorRegistry()
     register(registry, inventory, jobs, serving)
     background: list[asyncio.Task[None]] = []
@@ -183,7 +203,11 @@ async def _operate(settings: Settings, standalone: bool) -> int:  # noqa: PLR091
             except Exception:
                 log.exception("relisting nodes and pods failed; the watches keep going")
 
-    operator_settings = settings
+    return registry
+
+
+async def _run_kopf(registry: kopf.OperatorRegistry, settings: Settings, elector: LeaseElector | None) -> int:
+    """Run kopf until it ends (0), or, under leader election, until the lease is lost (1)."""
     stop_flag = asyncio.Event()
     kopf_task = asyncio.create_task(
         kopf.operator(

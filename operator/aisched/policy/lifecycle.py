@@ -79,8 +79,8 @@ FINISHED = (Phase.SUCCEEDED, Phase.FAILED)
 HOLDS_GPUS = (Phase.PLACING, Phase.RUNNING, Phase.CHECKPOINTING, Phase.RESTARTING)
 
 
-# Over the complexity budget on purpose: a decision table: one return per case, in precedence order.
-def next_step(spec: TrainingJobSpec, status: TrainingJobStatus, seen: Observation) -> Step:  # noqa: PLR0911
+def next_step(spec: TrainingJobSpec, status: TrainingJobStatus, seen: Observation) -> Step:
+    """What to do about a job next; the cases in precedence order, the first that applies wins."""
     phase = Phase(status.phase) if status.phase else None
     if phase in FINISHED:
         return _after_finish(spec, status, seen)
@@ -90,6 +90,11 @@ def next_step(spec: TrainingJobSpec, status: TrainingJobStatus, seen: Observatio
         return _suspend(phase, seen)
     if phase == Phase.SUSPENDED:
         return Step(Verb.NOTHING, Phase.QUEUED, "Resumed", "suspend set to false; waiting for placement")
+    return _in_flight(spec, status, phase, seen)
+
+
+def _in_flight(spec: TrainingJobSpec, status: TrainingJobStatus, phase: Phase | None, seen: Observation) -> Step:
+    """A job neither finished nor suspended: its active deadline first, then where its gang is."""
     if deadline_step := _active_deadline(spec, status, seen):
         return deadline_step
     if phase in (Phase.CHECKPOINTING, Phase.RESTARTING):
@@ -165,9 +170,16 @@ def _wind_down(phase: Phase, status: TrainingJobStatus, seen: Observation) -> St
     )
 
 
-# Over the complexity budget on purpose: a decision table: one return per case, in precedence order.
-def _placed(spec: TrainingJobSpec, status: TrainingJobStatus, phase: Phase, seen: Observation) -> Step:  # noqa: PLR0911
+def _placed(spec: TrainingJobSpec, status: TrainingJobStatus, phase: Phase, seen: Observation) -> Step:
     expected = status.replicas or spec.replicas
+    return _gang_ended(spec, status, phase, seen, expected) or _gang_coming_up(status, phase, seen, expected)
+
+
+def _gang_ended(
+    spec: TrainingJobSpec, status: TrainingJobStatus, phase: Phase, seen: Observation, expected: int
+) -> Step | None:
+    """The placed gang is over, for now or for good: a node reclaimed, a worker failed or lost,
+    or every worker done. None while it goes on."""
     placement_nodes = status.placement.nodes if status.placement else []
     # Capacity going away: checkpoint and move before the node disappears.
     doomed = sorted(
@@ -205,6 +217,12 @@ def _placed(spec: TrainingJobSpec, status: TrainingJobStatus, phase: Phase, seen
             finished=True,
             events=(("Normal", "Completed", f"all {expected} workers succeeded"),),
         )
+    return None
+
+
+def _gang_coming_up(status: TrainingJobStatus, phase: Phase, seen: Observation, expected: int) -> Step:
+    """Bring the placed gang up: create and ungate its workers, place it again when they cannot
+    be bound, and say when all of them run."""
     # Creating or ungating workers leaves the job Placing, as the scheduler wrote it: no status write.
     if len(seen.workers) < expected:
         return Step(Verb.CREATE_WORKERS)

@@ -13,6 +13,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 CHECKPOINT_DIR_ENV = "AISCHED_CHECKPOINT_DIR"
 CHECKPOINT_INTERVAL_ENV = "AISCHED_CHECKPOINT_INTERVAL_SECONDS"
@@ -141,29 +142,42 @@ def parse_checkpoint_report(text: str | None) -> CheckpointReport | None:
     return None
 
 
-# Over the complexity budget on purpose: one return per malformed field: the parser says which.
-def _parse_report_line(line: str) -> CheckpointReport | None:  # noqa: PLR0911
-    try:
-        document = json.loads(line)
-    except ValueError:
-        return None
-    if not isinstance(document, dict):
+def _parse_report_line(line: str) -> CheckpointReport | None:
+    """The report on LINE; None when it is not one, whatever is wrong with it."""
+    document = _json_object(line)
+    if document is None:
         return None
     step, path = document.get("step"), document.get("path")
     duration, stamp = document.get("durationSeconds", 0.0), document.get("time")
     if type(step) is not int or step < 0 or not isinstance(stamp, str):
         return None
-    if path is not None and not isinstance(path, str):
+    if (path is not None and not isinstance(path, str)) or not _finite_seconds(duration):
         return None
-    if isinstance(duration, bool) or not isinstance(duration, int | float) or not math.isfinite(duration):
+    time = _aware_time(stamp)
+    if time is None:
         return None
+    return CheckpointReport(step=step, path=path, time=time.astimezone(UTC), duration_seconds=float(duration))
+
+
+def _json_object(line: str) -> dict[str, Any] | None:
+    try:
+        document = json.loads(line)
+    except ValueError:
+        return None
+    return document if isinstance(document, dict) else None
+
+
+def _finite_seconds(value: object) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int | float) and math.isfinite(value)
+
+
+def _aware_time(stamp: str) -> datetime | None:
+    """STAMP as a time with its offset; None when it is not one."""
     try:
         time = datetime.fromisoformat(stamp)
     except ValueError:
         return None
-    if time.tzinfo is None:
-        return None
-    return CheckpointReport(step=step, path=path, time=time.astimezone(UTC), duration_seconds=float(duration))
+    return time if time.tzinfo is not None else None
 
 
 def _rfc3339(time: datetime) -> str:

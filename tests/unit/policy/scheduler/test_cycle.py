@@ -11,9 +11,11 @@ from hypothesis import given, settings
 from aisched.api.common import TopologyLevel
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.placement import Placement
-from aisched.policy.scheduler import GROWN, SHRUNK, JobRequest, schedule
+from aisched.policy.scheduler import GROWN, SHRUNK, JobRequest, ScheduleResult, schedule
 from tests.unit.policy.gangs import H100
 from tests.unit.policy.scheduler.cycles import T0, Scenario, keys, scenarios
+
+Placements = dict[str, Placement | None]
 
 
 @settings(max_examples=150, deadline=None)
@@ -28,8 +30,7 @@ def test_a_cycle_is_deterministic_and_leaves_the_snapshot_as_it_was(scenario: Sc
 
 @settings(max_examples=200, deadline=None)
 @given(scenarios())
-# Over the complexity budget on purpose: one invariant check over a whole cycle result.
-def test_decisions_fit_the_cluster_respect_priorities_and_quotas(scenario: Scenario) -> None:  # noqa: PLR0912, PLR0915
+def test_decisions_fit_the_cluster_respect_priorities_and_quotas(scenario: Scenario) -> None:
     snapshot = ClusterSnapshot(scenario.nodes)
     result = schedule(snapshot, scenario.jobs, scenario.queues, T0)
     jobs = {j.key: j for j in scenario.jobs}
@@ -37,13 +38,27 @@ def test_decisions_fit_the_cluster_respect_priorities_and_quotas(scenario: Scena
     admitted, waiting, preempted = keys(result)
     assert sorted(admitted + waiting) == sorted(pending_keys)  # every pending job told once
 
+    # Where every gang runs once the decisions are carried out, each decision checked on the way.
     final = {j.key: j.placement for j in scenario.jobs if j.running}
+    _check_preemptions(result, jobs, final)
+    _check_resizes(result, jobs, preempted, final)
+    _check_admissions(result, jobs, snapshot, final)
+    _assert_nothing_overcommitted(scenario, final)
+    _assert_quotas_hold(scenario, jobs, preempted, final)
+
+
+def _check_preemptions(result: ScheduleResult, jobs: dict[str, JobRequest], final: Placements) -> None:
     for preemption in result.preempted:
         victim, by = jobs[preemption.key], jobs[preemption.by]
         assert victim.running
         assert victim.priority < by.priority  # only lower priority
         assert preemption.key in next(a.preempting for a in result.admitted if a.key == preemption.by)
         del final[preemption.key]  # the whole gang goes
+
+
+def _check_resizes(
+    result: ScheduleResult, jobs: dict[str, JobRequest], preempted: list[str], final: Placements
+) -> None:
     for resize in result.resized:
         job = jobs[resize.key]
         assert job.running and job.elastic
@@ -56,6 +71,11 @@ def test_decisions_fit_the_cluster_respect_priorities_and_quotas(scenario: Scena
         else:
             assert resize.reason == GROWN
         final[resize.key] = resize.placement
+
+
+def _check_admissions(
+    result: ScheduleResult, jobs: dict[str, JobRequest], snapshot: ClusterSnapshot, final: Placements
+) -> None:
     for admission in result.admitted:
         job = jobs[admission.key]
         low = job.min_replicas if job.elastic and job.min_replicas else job.replicas
@@ -70,7 +90,9 @@ def test_decisions_fit_the_cluster_respect_priorities_and_quotas(scenario: Scena
             assert [*TopologyLevel].index(tight) <= [*TopologyLevel].index(job.required_level)
         final[admission.key] = admission.placement
 
-    # nothing over-committed once every decision is carried out
+
+def _assert_nothing_overcommitted(scenario: Scenario, final: Placements) -> None:
+    """Nothing over-committed once every decision is carried out."""
     after = ClusterSnapshot(replace(n, used_gpus=0) for n in scenario.nodes)
     other_pods = {n.name: n.used_gpus for n in scenario.nodes}
     for job in scenario.jobs:
@@ -84,7 +106,11 @@ def test_decisions_fit_the_cluster_respect_priorities_and_quotas(scenario: Scena
     for node in after.nodes():
         assert node.used_gpus <= node.allocatable_gpus, node
 
-    # quotas hold, except borrowing within its limit and from quota the cohort left idle
+
+def _assert_quotas_hold(
+    scenario: Scenario, jobs: dict[str, JobRequest], preempted: list[str], final: Placements
+) -> None:
+    """Quotas hold, except borrowing within its limit and from quota the cohort left idle."""
     quotas = {q.name: q for q in scenario.queues}
     used_before = _usage(scenario.jobs, {j.key: j.placement for j in scenario.jobs}, H100)[0]
     used, used_h100 = _usage(scenario.jobs, final, H100)
