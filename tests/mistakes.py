@@ -136,6 +136,45 @@ MISTAKES: list[Mistake] = [
         "TrainingJob names are at most 48 characters",
     ),
     Mistake(
+        "name not a host name",
+        a_training_job("ranks.v2").obj(),
+        "starting with a letter and ending with a letter or digit",
+    ),
+    Mistake(
+        "expected duration beyond a year",
+        a_training_job().set("expectedDurationSeconds", 10**12).obj(),
+        "less than or equal to 31622400",
+    ),
+    Mistake(
+        "run policy deadline beyond a year",
+        a_training_job().set("runPolicy.activeDeadlineSeconds", 2**63 - 1).obj(),
+        "less than or equal to 31622400",
+    ),
+    Mistake(
+        "GPU type not a label value",
+        a_training_job().gpu_type("NVIDIA H100").obj(),
+        "should match",
+        "should match pattern",
+    ),
+    Mistake(
+        "toleration with an unknown effect",
+        a_training_job().set("template.spec.tolerations", [{"key": "gpu", "effect": "Never"}]).obj(),
+        'Unsupported value: "Never"',
+        "effect must be NoSchedule, PreferNoSchedule or NoExecute",
+    ),
+    Mistake(
+        "node selector value not a string",
+        a_training_job().set("template.spec.nodeSelector", {"pool": 1}).obj(),
+        "must be of type string",
+        "template.spec.nodeSelector[pool] must be a string",
+    ),
+    Mistake(
+        "env entry without a name",
+        a_training_job().set("template.spec.containers", [{"name": "t", "image": "i", "env": [{"value": "1"}]}]).obj(),
+        "Required value",
+        "template.spec.containers[0].env[0] needs a name",
+    ),
+    Mistake(
         "priority above the maximum",
         a_training_job().priority(2_000_000_000).obj(),
         "less than or equal to 1000000000",

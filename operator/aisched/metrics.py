@@ -357,7 +357,8 @@ class Metrics:
         )
         self.reconcile_errors = Counter(
             f"{PREFIX}_reconcile_errors",
-            f"Reconciles that raised, by kind ({_values(RECONCILED_KINDS)}).",
+            f"Reconciles that raised, and objects a cluster-wide stage (the scheduling cycle, emissions, "
+            f"chunk ends, reporting) failed on, by kind ({_values(RECONCILED_KINDS)}).",
             ["kind"],
             registry=r,
         )
@@ -555,6 +556,10 @@ class Metrics:
         self.reconcile_duration.labels(_check("kind", kind, RECONCILED_KINDS)).observe(seconds)
         if failed:
             self.reconcile_errors.labels(kind).inc()
+
+    def record_reconcile_error(self, kind: str) -> None:
+        """One object's share of a cluster-wide stage failed (the scheduling cycle's, the emissions')."""
+        self.reconcile_errors.labels(_check("kind", kind, RECONCILED_KINDS)).inc()
 
     def record_leadership(self, leader: bool) -> None:
         """Set on every Lease change; a standby drops cluster state so only the leader reports it."""

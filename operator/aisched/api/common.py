@@ -12,29 +12,59 @@ from pydantic.alias_generators import to_camel
 GROUP: Final = "aisched.io"
 VERSION: Final = "v1alpha1"
 API_VERSION: Final = "aisched.io/v1alpha1"
+# The longest duration a spec may give (a leap year): longer is a typo, and any time the API
+# server admits plus or minus it stays within the years a `datetime` can hold but for the edges.
+MAX_DURATION_SECONDS: Final = 366 * 86400
 
 # A pod template is validated in full by the API server when the operator
 # creates pods from it; the CRD keeps it open (the one place unknown fields
 # belong) but insists on the containers, so an empty template fails at apply.
+# The parts the operator reads or merges into the workers (tolerations, node
+# selector, labels, annotations, each container's env and resources) are typed,
+# so a template the operator could not build pods from is refused at apply,
+# with the field named, rather than failing at every launch.
 _OPEN_OBJECT: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+_STRING_MAP: dict[str, Any] = {"type": "object", "additionalProperties": {"type": "string"}}
+# A resource quantity: 8, "8", "500m", "1Gi"; the API server checks the syntax when it creates the pod.
+_QUANTITY_MAP: dict[str, Any] = {"type": "object", "additionalProperties": {"x-kubernetes-int-or-string": True}}
+# "" as a pod takes it: the operator Equal, every effect.
+TOLERATION_OPERATORS = ("Equal", "Exists", "")
+TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute", "")
+_TOLERATION: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "key": {"type": "string"},
+        "operator": {"type": "string", "enum": list(TOLERATION_OPERATORS)},
+        "value": {"type": "string"},
+        "effect": {"type": "string", "enum": list(TAINT_EFFECTS)},
+        "tolerationSeconds": {"type": "integer"},
+    },
+}
+_CONTAINER: dict[str, Any] = {
+    **_OPEN_OBJECT,
+    "required": ["name", "image"],
+    "properties": {
+        "name": {"type": "string", "minLength": 1},
+        "image": {"type": "string", "minLength": 1},
+        "env": {
+            "type": "array",
+            "items": {**_OPEN_OBJECT, "required": ["name"], "properties": {"name": {"type": "string", "minLength": 1}}},
+        },
+        "resources": {**_OPEN_OBJECT, "properties": {"limits": _QUANTITY_MAP, "requests": _QUANTITY_MAP}},
+    },
+}
 POD_TEMPLATE_SCHEMA: dict[str, Any] = {
     **_OPEN_OBJECT,
     "required": ["spec"],
     "properties": {
-        "metadata": _OPEN_OBJECT,
+        "metadata": {**_OPEN_OBJECT, "properties": {"labels": _STRING_MAP, "annotations": _STRING_MAP}},
         "spec": {
             **_OPEN_OBJECT,
             "required": ["containers"],
             "properties": {
-                "containers": {
-                    "type": "array",
-                    "minItems": 1,
-                    "items": {
-                        **_OPEN_OBJECT,
-                        "required": ["name", "image"],
-                        "properties": {"name": {"type": "string"}, "image": {"type": "string"}},
-                    },
-                }
+                "containers": {"type": "array", "minItems": 1, "items": _CONTAINER},
+                "tolerations": {"type": "array", "items": _TOLERATION},
+                "nodeSelector": _STRING_MAP,
             },
         },
     },
@@ -81,13 +111,79 @@ class ApiModel(BaseModel):
 
 
 def _check_pod_template(template: dict[str, Any]) -> dict[str, Any]:
-    containers = (template.get("spec") or {}).get("containers")
-    if not containers:
+    """The rules of POD_TEMPLATE_SCHEMA, with its messages, so the model and the CRD agree."""
+    spec = template.get("spec")
+    if not isinstance(spec, dict):
+        raise ValueError("template.spec must be an object")
+    containers = spec.get("containers")
+    if not isinstance(containers, list) or not containers:
         raise ValueError("template.spec.containers needs at least one container")
     for index, container in enumerate(containers):
-        if not isinstance(container, dict) or not container.get("name") or not container.get("image"):
-            raise ValueError(f"template.spec.containers[{index}] needs a name and an image")
+        where = f"template.spec.containers[{index}]"
+        if (
+            not isinstance(container, dict)
+            or not _is_text(container.get("name"))
+            or not _is_text(container.get("image"))
+        ):
+            raise ValueError(f"{where} needs a name and an image")
+        _check_env(container.get("env", []), f"{where}.env")
+        resources = container.get("resources", {})
+        _check_object(resources, f"{where}.resources")
+        for kind in ("limits", "requests"):
+            amounts = resources.get(kind, {})
+            _check_object(amounts, f"{where}.resources.{kind}")
+            for resource, amount in amounts.items():
+                if isinstance(amount, bool) or not isinstance(amount, int | str):
+                    raise ValueError(f"{where}.resources.{kind}[{resource}] must be an integer or a string")
+    _check_tolerations(spec.get("tolerations", []))
+    _check_string_map(spec.get("nodeSelector", {}), "template.spec.nodeSelector")
+    metadata = template.get("metadata", {})
+    _check_object(metadata, "template.metadata")
+    for field in ("labels", "annotations"):
+        _check_string_map(metadata.get(field, {}), f"template.metadata.{field}")
     return template
+
+
+def _is_text(value: Any) -> bool:
+    return isinstance(value, str) and value != ""
+
+
+def _check_object(value: Any, where: str) -> None:
+    if not isinstance(value, dict):
+        raise ValueError(f"{where} must be an object")
+
+
+def _check_string_map(value: Any, where: str) -> None:
+    _check_object(value, where)
+    for key, item in value.items():
+        if not isinstance(item, str):
+            raise ValueError(f"{where}[{key}] must be a string")
+
+
+def _check_env(env: Any, where: str) -> None:
+    if not isinstance(env, list):
+        raise ValueError(f"{where} must be a list")
+    for index, item in enumerate(env):
+        if not isinstance(item, dict) or not _is_text(item.get("name")):
+            raise ValueError(f"{where}[{index}] needs a name")
+
+
+def _check_tolerations(tolerations: Any) -> None:
+    if not isinstance(tolerations, list):
+        raise ValueError("template.spec.tolerations must be a list")
+    for index, toleration in enumerate(tolerations):
+        where = f"template.spec.tolerations[{index}]"
+        _check_object(toleration, where)
+        for field in ("key", "value"):
+            if not isinstance(toleration.get(field, ""), str):
+                raise ValueError(f"{where}.{field} must be a string")
+        if toleration.get("operator", "Equal") not in TOLERATION_OPERATORS:
+            raise ValueError(f"{where}.operator must be Equal or Exists")
+        if toleration.get("effect", "NoSchedule") not in TAINT_EFFECTS:
+            raise ValueError(f"{where}.effect must be NoSchedule, PreferNoSchedule or NoExecute")
+        seconds = toleration.get("tolerationSeconds", 0)
+        if isinstance(seconds, bool) or not isinstance(seconds, int):
+            raise ValueError(f"{where}.tolerationSeconds must be an integer")
 
 
 def defaulted_to(model: type[ApiModel]) -> Any:

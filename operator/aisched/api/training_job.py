@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
@@ -10,6 +11,7 @@ from pydantic import Field, model_validator
 
 from aisched.api.common import (
     API_VERSION,
+    MAX_DURATION_SECONDS,
     TOPOLOGY_ORDER,
     ApiModel,
     CapacityType,
@@ -24,6 +26,16 @@ from aisched.api.common import (
 )
 
 MAX_NAME_LENGTH = 48  # leaves room for "-worker-NNNN" in pod and Service names
+# The headless Service takes the job's name (a DNS-1035 label: a letter first) and each
+# worker's host name is `<name>-worker-<rank>` (a DNS label: no dots, 63 characters at most).
+NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+_NAME_MESSAGE = (
+    f"TrainingJob names are at most {MAX_NAME_LENGTH} characters of lowercase letters, digits and '-', "
+    "starting with a letter and ending with a letter or digit: the workers' host names and the headless "
+    "Service are named after them"
+)
+# A node label value (nvidia.com/gpu.product): 63 characters, alphanumeric at both ends.
+LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
 
 _LEVEL_RANK_CEL = "{'Node': 0, 'NVLinkDomain': 1, 'Rack': 2, 'Zone': 3}"
 
@@ -152,10 +164,16 @@ class RunPolicy(ApiModel):
         default=3, ge=0, le=100, description="Gang restarts after worker failures before Failed."
     )
     active_deadline_seconds: int | None = Field(
-        default=None, ge=1, description="Fail the job when it has been running longer than this."
+        default=None,
+        ge=1,
+        le=MAX_DURATION_SECONDS,
+        description="Fail the job when it has been running longer than this (at most a year).",
     )
     ttl_seconds_after_finished: int | None = Field(
-        default=None, ge=0, description="Delete the job this long after it succeeds or fails."
+        default=None,
+        ge=0,
+        le=MAX_DURATION_SECONDS,
+        description="Delete the job this long after it succeeds or fails (at most a year).",
     )
 
 
@@ -206,7 +224,8 @@ class TrainingJobSpec(ApiModel):
     )
     gpu_type: str | None = Field(
         default=None,
-        max_length=128,
+        max_length=63,
+        pattern=LABEL_VALUE_PATTERN,
         description="GPU product (node label nvidia.com/gpu.product), e.g. NVIDIA-H100-80GB-HBM3.",
     )
     template: PodTemplate
@@ -215,7 +234,10 @@ class TrainingJobSpec(ApiModel):
     priority: int = Field(default=0, ge=-1_000_000, le=1_000_000_000, description="Higher runs first and may preempt.")
     deadline: datetime | None = Field(default=None, description="When the job must be finished (RFC 3339).")
     expected_duration_seconds: int | None = Field(
-        default=None, ge=1, description="How long the job runs at full size, for deadline planning."
+        default=None,
+        ge=1,
+        le=MAX_DURATION_SECONDS,
+        description="How long the job runs at full size, for deadline planning (at most a year).",
     )
     checkpoint: CheckpointSpec | None = None
     spot: SpotSpec = defaulted_to(SpotSpec)
@@ -286,19 +308,20 @@ class TrainingJobStatus(ApiModel):
         default_factory=list,
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
-    replicas: int | None = Field(default=None, description="Workers in the current gang.")
-    ready_replicas: int | None = None
+    replicas: int | None = Field(default=None, ge=0, description="Workers in the current gang.")
+    ready_replicas: int | None = Field(default=None, ge=0)
     selector: str | None = Field(default=None, description="Label selector of the workers (scale).")
-    gpus: int | None = Field(default=None, description="GPUs the current gang holds.")
+    gpus: int | None = Field(default=None, ge=0, description="GPUs the current gang holds.")
     placement: Placement | None = None
     gang_generation: int | None = Field(
-        default=None, description="Incremented on every (re)start of the gang; names its pods."
+        default=None, ge=0, description="Incremented on every (re)start of the gang; names its pods."
     )
-    restarts: int | None = None
-    interruptions: int | None = None
-    lost_work_seconds: float | None = None
+    restarts: int | None = Field(default=None, ge=0)
+    interruptions: int | None = Field(default=None, ge=0)
+    lost_work_seconds: float | None = Field(default=None, ge=0)
     saved_on_notice: int | None = Field(
         default=None,
+        ge=0,
         description="Interruptions whose notice the workers' checkpoint landed in; the more, the less often "
         "the operator has them checkpoint on their own.",
     )
@@ -312,6 +335,7 @@ class TrainingJobStatus(ApiModel):
     )
     chunk_work_done_seconds: float | None = Field(
         default=None,
+        ge=0,
         description="Interruptible carbon-aware jobs: work done in the chunks that ended, taken off "
         "expectedDurationSeconds when the rest is planned.",
     )
@@ -328,9 +352,8 @@ class TrainingJob(ApiModel):
 
     model_config = validated_by(
         cel(
-            f"size(self.metadata.name) <= {MAX_NAME_LENGTH}",
-            f"TrainingJob names are at most {MAX_NAME_LENGTH} characters: "
-            "worker pods and the headless Service are named after them",
+            f"size(self.metadata.name) <= {MAX_NAME_LENGTH} && self.metadata.name.matches('{NAME_PATTERN}')",
+            _NAME_MESSAGE,
         )
     )
 
@@ -342,9 +365,8 @@ class TrainingJob(ApiModel):
 
     @model_validator(mode="after")
     def _name_fits_child_objects(self) -> TrainingJob:
-        if len(str(self.metadata.get("name", ""))) > MAX_NAME_LENGTH:
-            raise ValueError(
-                f"TrainingJob names are at most {MAX_NAME_LENGTH} characters: "
-                "worker pods and the headless Service are named after them"
-            )
+        name = self.metadata.get("name")
+        # No name yet: one generated by the API server (generateName) is checked there.
+        if name is not None and (len(str(name)) > MAX_NAME_LENGTH or not re.fullmatch(NAME_PATTERN, str(name))):
+            raise ValueError(_NAME_MESSAGE)
         return self

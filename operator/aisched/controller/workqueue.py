@@ -32,6 +32,44 @@ log = logging.getLogger(__name__)
 K = TypeVar("K", bound=Hashable)
 
 
+class FailureBackoff(Generic[K]):
+    """client-go's per-item exponential backoff: base, 2 x base, 4 x base, ... up to the maximum.
+
+    `failed` counts a key's failure and returns how long it should wait; `waiting` says
+    whether that wait is still running, on the event loop's clock; `succeeded` starts
+    the key over. The work queue backs off failed reconciles with one; a stage that goes
+    over every key (the scheduling cycle) keeps its own, so that a key failing there
+    waits out its backoff even while its reconciles succeed.
+    """
+
+    def __init__(self, *, base_seconds: float = 1.0, max_seconds: float = 300.0) -> None:
+        self.base_seconds = base_seconds
+        self.max_seconds = max_seconds
+        self._failures: dict[K, int] = {}
+        """Consecutive failures per key: the exponent of its backoff."""
+        self._due: dict[K, float] = {}
+        """Loop time at which each failed key's wait is over."""
+
+    def failed(self, key: K) -> float:
+        failures = self._failures.get(key, 0)
+        self._failures[key] = failures + 1
+        # Capped before the power so that a key failing for days cannot overflow the float.
+        delay = min(self.max_seconds, self.base_seconds * 2.0 ** min(failures, 64))
+        self._due[key] = asyncio.get_running_loop().time() + delay
+        return delay
+
+    def waiting(self, key: K) -> bool:
+        due = self._due.get(key)
+        return due is not None and asyncio.get_running_loop().time() < due
+
+    def succeeded(self, key: K) -> None:
+        self._failures.pop(key, None)
+        self._due.pop(key, None)
+
+    def failures(self, key: K) -> int:
+        return self._failures.get(key, 0)
+
+
 class WorkQueue(Generic[K]):
     """Dirty keys, per-key wake-up timers, backoff on failure and a periodic resync."""
 
@@ -51,8 +89,10 @@ class WorkQueue(Generic[K]):
         self._wake = asyncio.Event()
         self._timers: dict[K, tuple[float, asyncio.TimerHandle]] = {}
         """Per key: the loop time its wake-up is due, and the handle that fires it."""
-        self._failures: dict[K, int] = {}
-        """Consecutive failed reconciles per key: the exponent of its backoff."""
+        self._backoff: FailureBackoff[K] = FailureBackoff(
+            base_seconds=base_backoff_seconds, max_seconds=max_backoff_seconds
+        )
+        """Consecutive failed reconciles per key, and how long each waits."""
         self._next_resync: float | None = None
         """Loop time of the next resync; the first is one period after the loop first waits."""
 
@@ -87,7 +127,7 @@ class WorkQueue(Generic[K]):
         pending = self._timers.pop(key, None)
         if pending is not None:
             pending[1].cancel()
-        self._failures.pop(key, None)
+        self._backoff.succeeded(key)
 
     def pending_timers(self) -> int:
         return len(self._timers)
@@ -155,11 +195,11 @@ class WorkQueue(Generic[K]):
                     await reconcile(key)
                 except Exception:
                     failed = True
-                    delay = self._backoff(key)
+                    delay = self._backoff.failed(key)
                     log.exception("reconciling %s %s failed; retrying in %.3g s", self.name, _describe(key), delay)
                     self.add_after(key, delay)
                 else:
-                    self._failures.pop(key, None)
+                    self._backoff.succeeded(key)
                 if on_done is not None:
                     try:
                         on_done(key, time.perf_counter() - started, failed)
@@ -167,13 +207,6 @@ class WorkQueue(Generic[K]):
                         log.exception("recording the reconcile of %s %s failed", self.name, _describe(key))
 
         await asyncio.gather(*(one(key) for key in ordered))
-
-    def _backoff(self, key: K) -> float:
-        """client-go's per-item exponential backoff: base, 2 x base, 4 x base, ... up to the maximum."""
-        failures = self._failures.get(key, 0)
-        self._failures[key] = failures + 1
-        # Capped before the power so that a key failing for days cannot overflow the float.
-        return min(self.max_backoff_seconds, self.base_backoff_seconds * 2.0 ** min(failures, 64))
 
 
 def _describe(key: Hashable) -> str:

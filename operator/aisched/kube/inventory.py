@@ -8,6 +8,7 @@ dropped watch missed, so it converges after restarts and missed events.
 
 from __future__ import annotations
 
+import logging
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -15,8 +16,11 @@ from typing import Any
 
 from aisched.api import TopologyLevel
 from aisched.kube import labels
+from aisched.kube.quantities import whole_gpus
 from aisched.policy.cluster import ClusterSnapshot, Node, NodeLabelKeys, Taint, node_from_labels
 from aisched.settings import Settings
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -52,15 +56,46 @@ class PodRecord:
         return (self.namespace, name) if name else None
 
 
-def _quantity(value: Any) -> int:
+# Readers of the parts of a watched object the inventory uses. A watch hands over whatever
+# an object holds; a field of the wrong type reads as absent, so that one odd node or pod
+# costs its own accuracy and never the watch handler (and with it every other object).
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _items(value: Any) -> list[dict[str, Any]]:
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _string_map(value: Any) -> dict[str, str]:
+    return {str(k): v for k, v in _mapping(value).items() if isinstance(v, str)}
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _timestamp(value: Any) -> datetime | None:
     try:
-        return int(str(value))
+        return datetime.fromisoformat(value) if isinstance(value, str) and value else None
     except ValueError:
-        return 0
+        return None
 
 
-def _timestamp(value: str | None) -> datetime | None:
-    return datetime.fromisoformat(value) if value else None
+def _taints(value: Any, node: str) -> list[Taint]:
+    taints = []
+    for taint in _items(value):
+        try:
+            taints.append(Taint.from_dict(taint))
+        except (KeyError, ValueError):
+            log.warning("node %s: ignoring taint %r, which is none the scheduler knows", node, taint)
+    return taints
 
 
 @dataclass
@@ -89,24 +124,38 @@ class Inventory:
 
     # -- nodes --------------------------------------------------------------
 
-    def upsert_node(self, obj: dict[str, Any]) -> Node:
-        metadata, spec, status = obj["metadata"], obj.get("spec", {}), obj.get("status", {})
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-        node = node_from_labels(
-            metadata["name"],
-            labels=metadata.get("labels") or {},
-            taints=[Taint.from_dict(t) for t in spec.get("taints") or []],
-            allocatable_gpus=_quantity((status.get("allocatable") or {}).get(self.settings.gpu_resource, 0)),
-            used_gpus=0,  # filled from the pods when a snapshot is taken
-            schedulable=ready and not spec.get("unschedulable"),
-            keys=self._label_keys,
-        )
+    def upsert_node(self, obj: dict[str, Any]) -> Node | None:
+        """Record a node as a watch or a list shows it; None (and a log line) for one that cannot be read."""
+        try:
+            node, ready = self._node_from_object(obj)
+        except Exception:
+            log.exception(
+                "cannot read node %r; keeping what was known of it", _mapping(obj.get("metadata")).get("name")
+            )
+            return None
         self.nodes[node.name] = node
         if ready:
             self._not_ready.discard(node.name)
         else:
             self._not_ready.add(node.name)
         return node
+
+    def _node_from_object(self, obj: dict[str, Any]) -> tuple[Node, bool]:
+        metadata, spec, status = obj["metadata"], _mapping(obj.get("spec")), _mapping(obj.get("status"))
+        name = metadata["name"]
+        conditions = _items(status.get("conditions"))
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+        allocatable = _mapping(status.get("allocatable")).get(self.settings.gpu_resource, 0)
+        node = node_from_labels(
+            name,
+            labels=_string_map(metadata.get("labels")),
+            taints=_taints(spec.get("taints"), name),
+            allocatable_gpus=whole_gpus(allocatable, round_up=False),
+            used_gpus=0,  # filled from the pods when a snapshot is taken
+            schedulable=ready and not spec.get("unschedulable"),
+            keys=self._label_keys,
+        )
+        return node, ready
 
     def delete_node(self, name: str) -> None:
         self.nodes.pop(name, None)
@@ -131,48 +180,59 @@ class Inventory:
     # -- pods ---------------------------------------------------------------
 
     def pod_from_object(self, obj: dict[str, Any]) -> PodRecord:
-        metadata, spec, status = obj["metadata"], obj.get("spec", {}), obj.get("status", {})
+        metadata, spec, status = obj["metadata"], _mapping(obj.get("spec")), _mapping(obj.get("status"))
         resource = self.settings.gpu_resource
 
         def requested(container: dict[str, Any]) -> int:
-            resources = container.get("resources") or {}
-            amount = (resources.get("requests") or {}).get(resource) or (resources.get("limits") or {}).get(resource)
-            return _quantity(amount or 0)
+            resources = _mapping(container.get("resources"))
+            amount = _mapping(resources.get("requests")).get(resource) or _mapping(resources.get("limits")).get(
+                resource
+            )
+            return whole_gpus(amount or 0, round_up=True)
 
         # Init containers run one at a time before the others, as the scheduler counts them.
         gpus = max(
-            sum(requested(c) for c in spec.get("containers") or []),
-            max((requested(c) for c in spec.get("initContainers") or []), default=0),
+            sum(requested(c) for c in _items(spec.get("containers"))),
+            max((requested(c) for c in _items(spec.get("initContainers"))), default=0),
         )
         exit_code, message = None, None
-        for container_status in status.get("containerStatuses") or []:
-            terminated = (container_status.get("state") or {}).get("terminated")
+        for container_status in _items(status.get("containerStatuses")):
+            terminated = _mapping(_mapping(container_status.get("state")).get("terminated"))
             if terminated:
-                if exit_code is None or terminated.get("exitCode", 0) != 0:
-                    exit_code = terminated.get("exitCode")
-                message = terminated.get("message") or message
-        conditions = {c.get("type"): c for c in status.get("conditions") or []}
+                code = _int_or_none(terminated.get("exitCode"))
+                if exit_code is None or (code is not None and code != 0):
+                    exit_code = code
+                message = _text(terminated.get("message")) or message
+        conditions = {c.get("type"): c for c in _items(status.get("conditions"))}
         scheduled = conditions.get("PodScheduled", {})
         unschedulable = scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable"
         return PodRecord(
             namespace=metadata["namespace"],
             name=metadata["name"],
-            node=spec.get("nodeName"),
+            node=_text(spec.get("nodeName")),
             gpus=gpus,
-            phase=status.get("phase", "Pending"),
-            labels=metadata.get("labels") or {},
+            phase=_text(status.get("phase")) or "Pending",
+            labels=_string_map(metadata.get("labels")),
             terminating=metadata.get("deletionTimestamp") is not None,
             gated=bool(spec.get("schedulingGates")),
-            disruption_target=conditions.get("DisruptionTarget", {}).get("status") == "True",
+            disruption_target=_mapping(conditions.get("DisruptionTarget")).get("status") == "True",
             exit_code=exit_code,
             termination_message=message,
-            pinned_node=(spec.get("nodeSelector") or {}).get("kubernetes.io/hostname"),
+            pinned_node=_text(_mapping(spec.get("nodeSelector")).get("kubernetes.io/hostname")),
             unschedulable_since=_timestamp(scheduled.get("lastTransitionTime")) if unschedulable else None,
-            unschedulable_message=scheduled.get("message") if unschedulable else None,
+            unschedulable_message=_text(scheduled.get("message")) if unschedulable else None,
         )
 
-    def upsert_pod(self, obj: dict[str, Any]) -> PodRecord:
-        record = self.pod_from_object(obj)
+    def upsert_pod(self, obj: dict[str, Any]) -> PodRecord | None:
+        """Record a pod as a watch or a list shows it; None (and a log line) for one that cannot be read."""
+        try:
+            record = self.pod_from_object(obj)
+        except Exception:
+            metadata = _mapping(obj.get("metadata"))
+            log.exception(
+                "cannot read pod %r/%r; keeping what was known of it", metadata.get("namespace"), metadata.get("name")
+            )
+            return None
         self._forget_pod((record.namespace, record.name))
         key = (record.namespace, record.name)
         self.pods[key] = record

@@ -81,16 +81,58 @@ def interruption_lost_work(status: TrainingJobStatus) -> float:
 
 def queued(job: TrainingJob, reason: str, message: str, now: datetime) -> TrainingJobStatus:
     """The job waits for placement: Queued, and not Admitted, for REASON."""
-    status = job.status.model_copy(deep=True)
+    return _waiting(job.status, reason, message, now, job.metadata.get("generation"))
+
+
+def _waiting(
+    current: TrainingJobStatus, reason: str, message: str, now: datetime, generation: int | None
+) -> TrainingJobStatus:
+    status = current.model_copy(deep=True)
     status.phase, status.reason, status.message = Phase.QUEUED, reason, message
-    status.observed_generation = job.metadata.get("generation")
+    status.observed_generation = generation
     status.queued_time = status.queued_time or now
     status.conditions = set_condition(
+        status.conditions, "Admitted", ConditionStatus.FALSE, reason, message, now=now, generation=generation
+    )
+    return status
+
+
+# Why the scheduler left a job out of its cycle: its spec is one this operator cannot read
+# (an object stored before an upgrade tightened the schema), or handling it failed.
+INVALID_SPEC = "InvalidSpec"
+CANNOT_SCHEDULE = "CannotSchedule"
+# The condition a placed gang the scheduler cannot handle carries: it runs on, out of the
+# scheduler's reach (neither preempted nor resized) until its spec is fixed.
+SCHEDULABLE = "Schedulable"
+PENDING_PHASES = (None, Phase.QUEUED, Phase.DEFERRED)
+
+
+def set_aside(
+    current: TrainingJobStatus, reason: str, message: str, now: datetime, generation: int | None
+) -> TrainingJobStatus:
+    """The scheduler left the job out of its cycle for REASON: a pending job waits, Queued and not
+    Admitted; a gang already placed keeps its phase and is marked not Schedulable."""
+    if current.phase in PENDING_PHASES:
+        return _waiting(current, reason, message, now, generation)
+    status = current.model_copy(deep=True)
+    status.conditions = set_condition(
+        status.conditions, SCHEDULABLE, ConditionStatus.FALSE, reason, message, now=now, generation=generation
+    )
+    return status
+
+
+def taken_back(job: TrainingJob, now: datetime) -> TrainingJobStatus:
+    """A placed gang the scheduler had set aside is in its reach again (no change for any other job)."""
+    flagged = next((c for c in job.status.conditions if c.type == SCHEDULABLE), None)
+    if flagged is None or flagged.status == ConditionStatus.TRUE:
+        return job.status
+    status = job.status.model_copy(deep=True)
+    status.conditions = set_condition(
         status.conditions,
-        "Admitted",
-        ConditionStatus.FALSE,
-        reason,
-        message,
+        SCHEDULABLE,
+        ConditionStatus.TRUE,
+        "SpecAccepted",
+        "the scheduler handles the job again",
         now=now,
         generation=job.metadata.get("generation"),
     )

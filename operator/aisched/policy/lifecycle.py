@@ -15,6 +15,7 @@ from enum import StrEnum
 from aisched.api.training_job import TrainingJobPhase as Phase
 from aisched.api.training_job import TrainingJobSpec, TrainingJobStatus
 from aisched.policy.carbon import CHUNK_ENDED, PAUSED_BETWEEN_CHUNKS
+from aisched.policy.saturating_time import time_after
 from aisched.workload.contract import CHECKPOINTED_EXIT_CODE
 
 
@@ -113,7 +114,7 @@ def _after_finish(spec: TrainingJobSpec, status: TrainingJobStatus, seen: Observ
     ttl = spec.run_policy.ttl_seconds_after_finished
     if ttl is None or status.completion_time is None:
         return Step(Verb.NOTHING)
-    expires = status.completion_time + timedelta(seconds=ttl)
+    expires = time_after(status.completion_time, timedelta(seconds=ttl))
     if seen.now >= expires:
         return Step(Verb.DELETE_JOB, reason="TTLExpired", message=f"deleted {ttl}s after it finished")
     return Step(Verb.NOTHING, requeue_after=expires - seen.now)

@@ -61,6 +61,8 @@ def _schema_errors(schema: dict[str, Any], value: Any) -> list[str]:
             node = {k: strict(v) for k, v in node.items()}
             if "properties" in node and not node.get("x-kubernetes-preserve-unknown-fields"):
                 node["additionalProperties"] = False
+            if node.get("x-kubernetes-int-or-string"):
+                node["type"] = ["integer", "string"]
         elif isinstance(node, list):
             node = [strict(v) for v in node]
         return node

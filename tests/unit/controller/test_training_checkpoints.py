@@ -53,6 +53,7 @@ def reports(pods: list[PodRecord]) -> list[WorkerReport]:
 def deleted(controller: TrainingJobController, pod: dict[str, Any]) -> PodRecord:
     """The watch events of a worker that stops and is deleted before the reconcile loop runs."""
     record = controller.inventory.upsert_pod(pod)
+    assert record is not None
     controller.pod_changed(record)
     controller.inventory.delete_pod(record.namespace, record.name)
     controller.pod_changed(record)

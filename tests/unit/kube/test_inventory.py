@@ -2,8 +2,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from aisched.api import CapacityType
 from aisched.kube.inventory import Inventory
+from aisched.kube.quantities import MAX_GPUS_PER_OBJECT
 from aisched.settings import Settings
 
 
@@ -79,6 +82,7 @@ def test_labels_give_topology_product_and_capacity_type() -> None:
             "status": {"allocatable": {"nvidia.com/gpu": "8"}, "conditions": [{"type": "Ready", "status": "True"}]},
         }
     )
+    assert record is not None
     assert record.capacity_type == CapacityType.SPOT
     assert (record.zone, record.rack, record.nvlink_domain) == ("z1", "r1", "c1")
     assert record.gpu_product == "NVIDIA-H100-80GB-HBM3"
@@ -101,6 +105,7 @@ def test_termination_message_and_unschedulable_reason_are_read() -> None:
     obj = pod("w", "n1", 1, phase="Failed")
     obj["status"]["containerStatuses"] = [{"state": {"terminated": {"exitCode": 75, "message": '{"step": 10}'}}}]
     record = inventory.upsert_pod(obj)
+    assert record is not None
     assert (record.exit_code, record.termination_message) == (75, '{"step": 10}')
     stuck = pod("s", None, 1, phase="Pending")
     stuck["status"]["conditions"] = [
@@ -112,4 +117,86 @@ def test_termination_message_and_unschedulable_reason_are_read() -> None:
             "message": "0/3 nodes are available",
         }
     ]
-    assert inventory.upsert_pod(stuck).unschedulable_message == "0/3 nodes are available"
+    stuck_record = inventory.upsert_pod(stuck)
+    assert stuck_record is not None
+    assert stuck_record.unschedulable_message == "0/3 nodes are available"
+
+
+@pytest.mark.parametrize(
+    ("quantity", "pod_gpus", "node_gpus"),
+    [
+        ("1.5", 2, 1),  # part of a GPU holds a whole one, and offers none
+        ("abc", 0, 0),
+        ("", 0, 0),
+        ("-1", 0, 0),
+        ("1000m", 1, 1),
+        ("2k", 2000, 2000),
+        ("1e400", MAX_GPUS_PER_OBJECT, MAX_GPUS_PER_OBJECT),
+        ("9" * 40, MAX_GPUS_PER_OBJECT, MAX_GPUS_PER_OBJECT),  # a typo must not size every snapshot
+        ([], 0, 0),
+        ({"x": 1}, 0, 0),
+        (True, 0, 0),
+    ],
+)
+def test_a_malformed_quantity_counts_as_what_it_can_mean_and_raises_nothing(
+    quantity: Any, pod_gpus: int, node_gpus: int
+) -> None:
+    inventory = Inventory(Settings())
+    odd_node = node("odd")
+    odd_node["status"]["allocatable"]["nvidia.com/gpu"] = quantity
+    inventory.replace_nodes([odd_node, node("n1")])
+    assert inventory.nodes["odd"].allocatable_gpus == node_gpus
+    record = inventory.upsert_pod(
+        pod("p", "n1", 0)
+        | {
+            "spec": {
+                "nodeName": "n1",
+                "containers": [{"name": "c", "resources": {"requests": {"nvidia.com/gpu": quantity}}}],
+            }
+        }
+    )
+    assert record is not None and record.gpus == pod_gpus
+    assert inventory.used_gpus("n1") == pod_gpus
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        {"spec": "nope"},
+        {"spec": {"containers": "nope", "initContainers": [None, 3], "nodeSelector": []}},
+        {"status": {"conditions": {"type": "Ready"}, "containerStatuses": [{"state": []}, 5]}},
+        {"status": {"containerStatuses": [{"state": {"terminated": {"exitCode": "75", "message": 3}}}]}},
+        {
+            "status": {
+                "phase": 7,
+                "conditions": [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "lastTransitionTime": "yesterday",
+                    }
+                ],
+            }
+        },
+        {"metadata": {"namespace": "ns", "name": "p", "labels": {"aisched.io/job-name": 5}}},
+    ],
+)
+def test_a_pod_with_odd_contents_is_read_as_far_as_it_goes(odd: dict[str, Any]) -> None:
+    inventory = Inventory(Settings())
+    obj = pod("p", "n1", 2)
+    for part, value in odd.items():
+        obj[part] = value if not isinstance(value, dict) else {**obj.get(part, {}), **value}
+    record = inventory.upsert_pod(obj)
+    assert record is not None and record.name == "p"
+
+
+def test_an_object_that_cannot_be_read_at_all_leaves_the_others_alone() -> None:
+    inventory = Inventory(Settings())
+    inventory.replace_nodes([{"status": {}}, node("n1", taints=[{"key": "k", "effect": "Sometimes"}])])
+    assert set(inventory.nodes) == {"n1"}
+    assert inventory.nodes["n1"].taints == ()  # a taint no scheduler knows is left out
+    inventory.replace_pods([{"metadata": {"name": "no-namespace"}}, pod("fine", "n1", 3)])
+    assert inventory.used_gpus("n1") == 3
+    assert inventory.upsert_pod({"metadata": "nope"}) is None
+    assert inventory.upsert_node({"metadata": {"name": "n2"}, "spec": [], "status": 3}) is not None

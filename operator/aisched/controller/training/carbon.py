@@ -12,8 +12,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from aisched.api import TrainingJob, TrainingJobPhase
+from aisched.controller.training.isolation import CHUNK_ENDS, EMISSIONS
 from aisched.controller.training.reconcile import JobReconciler
-from aisched.controller.training.state import PLURAL, start_now_requested
+from aisched.controller.training.state import PLURAL, JobKey, start_now_requested
 from aisched.kube import labels
 from aisched.policy.carbon import (
     CHUNK_ENDED,
@@ -31,7 +32,7 @@ from aisched.policy.carbon import (
 from aisched.policy.job_messages import deferred_message
 from aisched.policy.job_status import deferred, pausing_at_chunk_end, queued, with_chunk_end, with_emissions
 from aisched.policy.lifecycle import Step, Verb
-from aisched.sources.carbon import CarbonSourceError
+from aisched.sources.carbon import CachedCarbonSource, CarbonSourceError
 from aisched.sources.prometheus import PrometheusError
 
 log = logging.getLogger(__name__)
@@ -119,7 +120,10 @@ class CarbonDeferral(JobReconciler):
             work,
             power_w=self.settings.carbon.power_per_gpu(spec.gpu_type) * spec.total_gpus,
             deadline=spec.deadline,
-            max_delay=timedelta(seconds=spec.carbon.max_delay_seconds) if spec.carbon.max_delay_seconds else None,
+            # 0 is a delay too (start at once): only an unset one is none.
+            max_delay=(
+                timedelta(seconds=spec.carbon.max_delay_seconds) if spec.carbon.max_delay_seconds is not None else None
+            ),
             submitted_at=datetime.fromisoformat(created) if isinstance(created, str) else now,
             running=running,
             paused=paused,
@@ -136,18 +140,21 @@ class CarbonDeferral(JobReconciler):
 
     async def _end_chunks(self, now: datetime) -> None:
         """Running gangs whose carbon chunk is over: re-plan, then carry on or pause for the next chunk."""
-        for obj in list(self.jobs.values()):
+        for key, obj in list(self.jobs.items()):
             job = self._read(obj)
             if job is None or job.status.phase != Phase.RUNNING or job.status.chunk_end is None:
                 continue
-            if not (job.spec.carbon.deferrable and job.spec.carbon.interruptible) or start_now_requested(job):
-                await self._set_chunk_end(obj, job, None)
-            elif now >= job.status.chunk_end:
-                await self._end_chunk(obj, job, now)
-            else:
-                # A job keeps one wake-up, the earliest asked for: one for its chunk's end
-                # may have given way to an earlier one, so it is asked for again every pass.
-                self._wake_at(job, job.status.chunk_end, now)
+            if self._sits_out(CHUNK_ENDS, key):
+                continue
+            with self._isolated(CHUNK_ENDS, key):
+                if not (job.spec.carbon.deferrable and job.spec.carbon.interruptible) or start_now_requested(job):
+                    await self._set_chunk_end(obj, job, None)
+                elif now >= job.status.chunk_end:
+                    await self._end_chunk(obj, job, now)
+                else:
+                    # A job keeps one wake-up, the earliest asked for: one for its chunk's end
+                    # may have given way to an earlier one, so it is asked for again every pass.
+                    self._wake_at(job, job.status.chunk_end, now)
 
     async def _end_chunk(self, obj: dict[str, Any], job: TrainingJob, now: datetime) -> None:
         status = job.status
@@ -198,28 +205,47 @@ class CarbonDeferral(JobReconciler):
             if job is None or job.status.phase != Phase.RUNNING or job.status.start_time is None:
                 self._emissions_marks.pop(key, None)
                 continue
-            since = self._emissions_marks.setdefault(key, max(job.status.start_time, now - EMISSIONS_PERIOD))
-            if now - since < EMISSIONS_PERIOD:
+            if self._sits_out(EMISSIONS, key):
                 continue
-            region = job.spec.carbon.region or self.settings.carbon.region
-            if region not in intensities:
-                try:
-                    intensities[region] = (await self.carbon.current(region)).grams_per_kwh
-                    self.metrics.record_grid_intensity(region, intensities[region] or 0.0)
-                except CarbonSourceError as error:
-                    log.warning("no carbon intensity for %s: %s", region, error)
-                    intensities[region] = None
-            intensity = intensities[region]
-            if intensity is None:
-                continue
-            joules = await self._measured_energy(job, since, now)
-            if joules is None:
-                watts = self.settings.carbon.power_per_gpu(job.spec.gpu_type) * (job.status.gpus or 0)
-                joules = watts * (now - since).total_seconds()
-            grams = grams_from_joules(joules, intensity)
-            self._emissions_marks[key] = now
-            self.metrics.record_carbon("TrainingJob", emitted_grams=grams)
-            await self._write_status(obj, job, with_emissions(job.status, grams))
+            with self._isolated(EMISSIONS, key):
+                await self._account_job_emissions(
+                    self.carbon, key, obj, job, started=job.status.start_time, now=now, intensities=intensities
+                )
+
+    async def _account_job_emissions(
+        self,
+        carbon: CachedCarbonSource,
+        key: JobKey,
+        obj: dict[str, Any],
+        job: TrainingJob,
+        *,
+        started: datetime,
+        now: datetime,
+        intensities: dict[str, float | None],
+    ) -> None:
+        """JOB's emissions since its mark; INTENSITIES holds each region's, asked for once a pass."""
+        since = self._emissions_marks.setdefault(key, max(started, now - EMISSIONS_PERIOD))
+        if now - since < EMISSIONS_PERIOD:
+            return
+        region = job.spec.carbon.region or self.settings.carbon.region
+        if region not in intensities:
+            try:
+                intensities[region] = (await carbon.current(region)).grams_per_kwh
+                self.metrics.record_grid_intensity(region, intensities[region] or 0.0)
+            except CarbonSourceError as error:
+                log.warning("no carbon intensity for %s: %s", region, error)
+                intensities[region] = None
+        intensity = intensities[region]
+        if intensity is None:
+            return
+        joules = await self._measured_energy(job, since, now)
+        if joules is None:
+            watts = self.settings.carbon.power_per_gpu(job.spec.gpu_type) * (job.status.gpus or 0)
+            joules = watts * (now - since).total_seconds()
+        grams = grams_from_joules(joules, intensity)
+        self._emissions_marks[key] = now
+        self.metrics.record_carbon("TrainingJob", emitted_grams=grams)
+        await self._write_status(obj, job, with_emissions(job.status, grams))
 
     async def _measured_energy(self, job: TrainingJob, start: datetime, end: datetime) -> float | None:
         """Joules the job's GPUs used over [start, end) as DCGM measured them; None without a measurement."""

@@ -35,6 +35,7 @@ class TrainingJobController(SchedulingCycle):
         self._departed.pop((namespace, name), None)
         self.metrics.forget_job(namespace, name)
         self.queue.forget((namespace, name))  # no wake-up or retry for a job that is gone
+        self._forget_failures((namespace, name))
         self.queue.wake()  # its GPUs are free for whoever waits
 
     def queue_seen(self, obj: dict[str, Any]) -> None:

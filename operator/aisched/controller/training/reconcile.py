@@ -12,7 +12,8 @@ from typing import Any
 
 from aisched.api import TrainingJob, TrainingJobPhase
 from aisched.api.training_job import TrainingJobStatus
-from aisched.controller.training.state import PLURAL, JobKey, TrainingJobState
+from aisched.controller.training.isolation import JobIsolation
+from aisched.controller.training.state import PLURAL, JobKey
 from aisched.kube import labels
 from aisched.kube.builders import GangLaunch, WorkerSlot, build_headless_service, build_worker_pod
 from aisched.kube.inventory import PodRecord
@@ -23,7 +24,7 @@ from aisched.policy.lifecycle import Observation, Step, Verb, Worker, WorkerPhas
 Phase = TrainingJobPhase
 
 
-class JobReconciler(TrainingJobState):
+class JobReconciler(JobIsolation):
     async def reconcile(self, key: JobKey) -> None:
         obj = self.jobs.get(key)
         if obj is None:

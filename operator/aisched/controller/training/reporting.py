@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
+from typing import Any
 
-from aisched.api import Queue, TrainingJobPhase
-from aisched.controller.training.state import TrainingJobState
+from aisched.api import Queue, TrainingJob, TrainingJobPhase
+from aisched.controller.training.isolation import REPORTING, JobIsolation
+from aisched.controller.training.state import JobKey
 from aisched.metrics import GpuPoolUsage
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.deadlines import deadline_slack_seconds
-from aisched.policy.scheduler import ScheduleResult
+from aisched.policy.scheduler import QueueUsage, ScheduleResult
 
+log = logging.getLogger(__name__)
 Phase = TrainingJobPhase
 # How often the per-job and cluster gauges are refreshed: a pass over every job, well
 # under Prometheus' scrape interval, and not once per cycle when hundreds of jobs arrive.
 REPORT_PERIOD = timedelta(seconds=5)
 
 
-class Reporting(TrainingJobState):
+class Reporting(JobIsolation):
     async def _report_if_due(self, settled: bool) -> None:
         """Report once a period has passed since the last report, or when the jobs have SETTLED
         (nothing is waiting to be reconciled), so the gauges show a burst's outcome at once."""
@@ -31,45 +35,58 @@ class Reporting(TrainingJobState):
         census: dict[tuple[str, str], int] = {}
         gangs_by_level: dict[str, int] = {}
         pending_sizes: list[int] = []
-        for (namespace, name), obj in self.jobs.items():
+        for key, obj in self.jobs.items():
             job = self._read(obj)
-            if job is None:
+            if job is None or self._sits_out(REPORTING, key):
                 continue
-            phase = str(job.status.phase or Phase.QUEUED)  # new jobs wait like queued ones
-            census[(job.spec.queue, phase)] = census.get((job.spec.queue, phase), 0) + 1
-            if phase == Phase.QUEUED:
-                pending_sizes.append(job.spec.gpus_per_replica)
-                self.metrics.record_job_pending(namespace, name, job.spec.queue, job.status.queued_time or self.clock())
-            if phase == Phase.RUNNING and job.status.placement:
-                level = str(job.status.placement.level or "Cluster")
-                gangs_by_level[level] = gangs_by_level.get(level, 0) + 1
-            if job.spec.deadline is not None and phase not in (Phase.SUCCEEDED, Phase.FAILED):
-                remaining = float(job.spec.expected_duration_seconds or 0)
-                self.metrics.record_deadline_slack(
-                    namespace, name, deadline_slack_seconds(job.spec.deadline, self.clock(), remaining)
-                )
-            pods = [p.name for p in self.inventory.pods_of_job(namespace, name)]
-            self.metrics.record_job_pods(namespace, name, "TrainingJob", pods)
+            with self._isolated(REPORTING, key):
+                phase = str(job.status.phase or Phase.QUEUED)  # new jobs wait like queued ones
+                census[(job.spec.queue, phase)] = census.get((job.spec.queue, phase), 0) + 1
+                if phase == Phase.QUEUED:
+                    pending_sizes.append(job.spec.gpus_per_replica)
+                if phase == Phase.RUNNING and job.status.placement:
+                    level = str(job.status.placement.level or "Cluster")
+                    gangs_by_level[level] = gangs_by_level.get(level, 0) + 1
+                self._report_job(key, job, phase)
         self.metrics.record_jobs(census)
         self.metrics.record_running_gangs(gangs_by_level)
         self.metrics.record_gpu_pools(_gpu_pools(self.cluster_snapshot(), min(pending_sizes, default=None)))
+
+    def _report_job(self, key: JobKey, job: TrainingJob, phase: str) -> None:
+        namespace, name = key
+        if phase == Phase.QUEUED:
+            self.metrics.record_job_pending(namespace, name, job.spec.queue, job.status.queued_time or self.clock())
+        if job.spec.deadline is not None and phase not in (Phase.SUCCEEDED, Phase.FAILED):
+            remaining = float(job.spec.expected_duration_seconds or 0)
+            self.metrics.record_deadline_slack(
+                namespace, name, deadline_slack_seconds(job.spec.deadline, self.clock(), remaining)
+            )
+        pods = [p.name for p in self.inventory.pods_of_job(namespace, name)]
+        self.metrics.record_job_pods(namespace, name, "TrainingJob", pods)
 
     async def _report_queues(self, result: ScheduleResult) -> None:
         for name, usage in result.queues.items():
             obj = self.queues.get(name)
             if obj is None:
                 continue
-            queue = Queue.model_validate(obj)
-            self.metrics.record_queue(
-                name, nominal_gpus=queue.spec.nominal_gpus, used_gpus=usage.used_gpus, borrowed_gpus=usage.borrowed_gpus
-            )
-            status = queue.status.model_copy(deep=True)
-            status.used_gpus, status.borrowed_gpus = usage.used_gpus, usage.borrowed_gpus
-            status.admitted_jobs, status.pending_jobs = usage.admitted_jobs, usage.pending_jobs
-            status.observed_generation = obj["metadata"].get("generation")
-            if status != queue.status:
-                await self.kube.patch_status("queues", None, name, status.to_wire())
-                self.queues[name] = {**obj, "status": status.to_wire()}
+            # One Queue whose status cannot be written (or read) leaves the others' to be written.
+            try:
+                await self._report_queue(name, obj, usage)
+            except Exception:
+                log.exception("reporting the usage of Queue %s failed; the next cycle tries again", name)
+
+    async def _report_queue(self, name: str, obj: dict[str, Any], usage: QueueUsage) -> None:
+        queue = Queue.model_validate(obj)
+        self.metrics.record_queue(
+            name, nominal_gpus=queue.spec.nominal_gpus, used_gpus=usage.used_gpus, borrowed_gpus=usage.borrowed_gpus
+        )
+        status = queue.status.model_copy(deep=True)
+        status.used_gpus, status.borrowed_gpus = usage.used_gpus, usage.borrowed_gpus
+        status.admitted_jobs, status.pending_jobs = usage.admitted_jobs, usage.pending_jobs
+        status.observed_generation = obj["metadata"].get("generation")
+        if status != queue.status:
+            await self.kube.patch_status("queues", None, name, status.to_wire())
+            self.queues[name] = {**obj, "status": status.to_wire()}
 
 
 def _gpu_pools(snapshot: ClusterSnapshot, smallest_pending_replica: int | None) -> list[GpuPoolUsage]:

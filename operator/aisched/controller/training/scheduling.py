@@ -3,15 +3,21 @@
 The scheduler (`policy.scheduler`) decides who is admitted, preempted, resized or
 keeps waiting; this layer builds its requests (capacity type, excluded nodes),
 launches the admitted gangs, stops the preempted ones and writes why others wait.
+Each job's part, from its request to its decision carried out, is guarded on its
+own: a job the cycle cannot handle is set aside, and the cycle goes on without it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from datetime import datetime
 from typing import Any
+
+from pydantic import ValidationError
 
 from aisched.api import CapacityType, Queue, SpotPolicy, TrainingJob, TrainingJobPhase
 from aisched.controller.training.carbon import CarbonDeferral
@@ -28,19 +34,23 @@ from aisched.policy.queueing import QueueQuota
 from aisched.policy.scheduler import JobRequest, ScheduleResult, schedule
 from aisched.policy.spot import CapacityChoice, CapacityDecision, SpotJob, choose_capacity, spot_checkpoint_interval
 
+log = logging.getLogger(__name__)
 Phase = TrainingJobPhase
 DEADLINE_NEEDS_ON_DEMAND = "DeadlineNeedsOnDemand"
 
 
 class SchedulingCycle(CarbonDeferral, Reporting):
     async def schedule(self) -> None:
-        """One scheduling cycle: admit, keep waiting, preempt and resize, as the scheduler decides."""
+        """One scheduling cycle: admit, keep waiting, preempt and resize, as the scheduler decides.
+
+        Each job is read into the cycle, and each decision carried out, inside its own guard:
+        a job the cycle cannot handle is set aside (`isolation.py`) and every other job goes on.
+        """
         now = self.clock()
         snapshot = self.cluster_snapshot()
         parsed, requests, capacity_of = await self._requests(snapshot, now)
-        queues = [QueueQuota.from_queue(Queue.model_validate(q)) for q in self.queues.values()]
         started = time.perf_counter()
-        result = schedule(snapshot, requests, queues, now)
+        result = await self._decide(snapshot, requests, parsed, now)
         elapsed = time.perf_counter() - started
         await self._carry_out_cycle(result, parsed, capacity_of, now=now, elapsed=elapsed)
         await self._report_queues(result)
@@ -48,39 +58,32 @@ class SchedulingCycle(CarbonDeferral, Reporting):
     async def _requests(
         self, snapshot: ClusterSnapshot, now: datetime
     ) -> tuple[dict[str, tuple[dict[str, Any], TrainingJob]], list[JobRequest], dict[str, CapacityDecision]]:
-        """What the scheduler is asked: every waiting job (unless deferred or waiting for capacity) and every
-        placed one, with the jobs by key and the capacity chosen for each waiting job."""
+        """What the scheduler is asked: every waiting job (unless deferred, waiting for capacity or set
+        aside) and every placed one, with the jobs by key and the capacity chosen for each waiting job."""
         doomed = self.inventory.doomed_nodes()
         parsed: dict[str, tuple[dict[str, Any], TrainingJob]] = {}
         requests: list[JobRequest] = []
         capacity_of: dict[str, CapacityDecision] = {}
-        for obj in self.jobs.values():
-            job = self._read(obj)
-            if job is None:
+        for key, obj in list(self.jobs.items()):
+            if self._still_set_aside(key, obj):
                 continue
-            key = f"{job.metadata['namespace']}/{job.metadata['name']}"
-            phase = job.status.phase
-            # A new job (no phase yet) is first written Queued only if this cycle cannot place it.
-            if phase in (None, Phase.QUEUED, Phase.DEFERRED) and not job.spec.suspend:
-                if await self._defer(obj, job, now):
-                    continue
-                capacity = self._choose_capacity(job, snapshot, doomed, now)
-                if capacity.choice == CapacityChoice.WAIT:
-                    await self._write_status(obj, job, queued(job, capacity.reason, capacity.message, now))
-                    continue
-                capacity_of[key] = capacity
-                spot = capacity.choice == CapacityChoice.SPOT
-                types = (CapacityType.SPOT,) if spot else (CapacityType.ON_DEMAND,)
-                requests.append(JobRequest.from_training_job(job, capacity_types=types, excluded_nodes=doomed))
-            elif phase in (Phase.PLACING, Phase.RUNNING) and job.status.placement and job.status.placement.nodes:
-                placement = PlacementDecision.of_nodes(job.status.placement.nodes, job.spec.gpus_per_replica, snapshot)
-                types = (placement.capacity_type,) if placement.capacity_type else (CapacityType.ON_DEMAND,)
-                requests.append(
-                    JobRequest.from_training_job(job, capacity_types=types, placement=placement, excluded_nodes=doomed)
-                )
-            else:
+            job = self._parse_once(obj)
+            if isinstance(job, ValidationError):  # a CRD older or looser than this operator let it in
+                await self._set_aside(obj, None, job, now)
                 continue
-            parsed[key] = (obj, job)
+            try:
+                entry = await self._enter_cycle(obj, job, snapshot, doomed, now)
+                await self._taken_back(key, obj, job, now)
+            except Exception as error:
+                await self._set_aside(obj, job, error, now)
+                continue
+            if entry is None:
+                continue
+            request, capacity = entry
+            requests.append(request)
+            if capacity is not None:
+                capacity_of[request.key] = capacity
+            parsed[request.key] = (obj, job)
         return parsed, requests, capacity_of
 
     async def _carry_out_cycle(
@@ -92,19 +95,29 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         now: datetime,
         elapsed: float,
     ) -> None:
-        """Stop the preempted, relaunch the resized, launch the admitted, tell the waiting why."""
+        """Stop the preempted, relaunch the resized, launch the admitted, tell the waiting why; each job's
+        share is guarded on its own."""
         for preemption in result.preempted:
             obj, job = parsed[preemption.key]
-            await self._stop_gang(obj, job, now, preemption.reason, preemption.message)
-            self.metrics.record_preemption(job.spec.queue)
-            self.metrics.record_gang_restart("Preemption")
+            stop = functools.partial(self._stop_gang, obj, job, now, preemption.reason, preemption.message)
+            if await self._carried_out(obj, job, now, stop):
+                self.metrics.record_preemption(job.spec.queue)
+                self.metrics.record_gang_restart("Preemption")
         for resize in result.resized:
             obj, job = parsed[resize.key]
-            await self._launch(
-                obj, job, resize.placement, reason=resize.reason, message=resize.message, capacity=None, now=now
+            relaunch = functools.partial(
+                self._launch,
+                obj,
+                job,
+                resize.placement,
+                reason=resize.reason,
+                message=resize.message,
+                capacity=None,
+                now=now,
             )
-            self.metrics.record_gang_restart("Resize")
-        launches: list[Coroutine[Any, Any, None]] = []
+            if await self._carried_out(obj, job, now, relaunch):
+                self.metrics.record_gang_restart("Resize")
+        launches: list[Coroutine[Any, Any, bool]] = []
         for admission in result.admitted:
             obj, job = parsed[admission.key]
             self.metrics.record_placement(elapsed, placed=True)
@@ -114,19 +127,105 @@ class SchedulingCycle(CarbonDeferral, Reporting):
             if decision is not None and decision.pinned_on_demand and not _was_pinned(job):
                 self.metrics.record_on_demand_fallback()
             message = admitted_message(admission.placement, admission.preempting)
-            launches.append(
-                self._launch(
-                    obj, job, admission.placement, reason="Admitted", message=message, capacity=decision, now=now
-                )
+            launch = functools.partial(
+                self._launch,
+                obj,
+                job,
+                admission.placement,
+                reason="Admitted",
+                message=message,
+                capacity=decision,
+                now=now,
             )
+            launches.append(self._carried_out(obj, job, now, launch))
         # Admitted gangs never share nodes, so their launches overlap like reconciles do.
         await _at_most(CONCURRENT_RECONCILES, launches)
         for waiting in result.waiting:
             obj, job = parsed[waiting.key]
             self.metrics.record_placement(elapsed, placed=False)
-            if job.status.reason != waiting.reason:
-                self.kube.post_event(obj, "Normal", waiting.reason, waiting.message)
-            await self._write_status(obj, job, queued(job, waiting.reason, waiting.message, now))
+            wait = functools.partial(self._keep_waiting, obj, job, waiting.reason, waiting.message, now)
+            await self._carried_out(obj, job, now, wait)
+
+    async def _enter_cycle(
+        self, obj: dict[str, Any], job: TrainingJob, snapshot: ClusterSnapshot, doomed: frozenset[str], now: datetime
+    ) -> tuple[JobRequest, CapacityDecision | None] | None:
+        """What JOB asks of this cycle, and the capacity chosen for it; None when it sits this one out."""
+        phase = job.status.phase
+        # A new job (no phase yet) is first written Queued only if this cycle cannot place it.
+        if phase in (None, Phase.QUEUED, Phase.DEFERRED) and not job.spec.suspend:
+            if await self._defer(obj, job, now):
+                return None
+            capacity = self._choose_capacity(job, snapshot, doomed, now)
+            if capacity.choice == CapacityChoice.WAIT:
+                await self._write_status(obj, job, queued(job, capacity.reason, capacity.message, now))
+                return None
+            spot = capacity.choice == CapacityChoice.SPOT
+            types = (CapacityType.SPOT,) if spot else (CapacityType.ON_DEMAND,)
+            return JobRequest.from_training_job(job, capacity_types=types, excluded_nodes=doomed), capacity
+        if phase in (Phase.PLACING, Phase.RUNNING) and job.status.placement and job.status.placement.nodes:
+            placement = PlacementDecision.of_nodes(job.status.placement.nodes, job.spec.gpus_per_replica, snapshot)
+            types = (placement.capacity_type,) if placement.capacity_type else (CapacityType.ON_DEMAND,)
+            request = JobRequest.from_training_job(
+                job, capacity_types=types, placement=placement, excluded_nodes=doomed
+            )
+            return request, None
+        return None
+
+    async def _decide(
+        self,
+        snapshot: ClusterSnapshot,
+        requests: list[JobRequest],
+        parsed: dict[str, tuple[dict[str, Any], TrainingJob]],
+        now: datetime,
+    ) -> ScheduleResult:
+        """The scheduler's decision. Should it raise, each job it raises on alone is set aside
+        (and dropped from PARSED), and it decides for the others without them."""
+        quotas = self._queue_quotas()
+        try:
+            return schedule(snapshot, requests, quotas, now)
+        except Exception:
+            log.exception("the scheduler raised on this cycle's jobs; trying each alone for the one it cannot take")
+        culprits: list[tuple[str, Exception]] = []
+        for request in requests:
+            try:
+                schedule(snapshot, [request], quotas, now)  # leaves the snapshot as it found it, raising or not
+            except Exception as error:
+                culprits.append((request.key, error))
+        for key, raised in culprits:
+            obj, job = parsed.pop(key)
+            await self._set_aside(obj, job, raised, now)
+        # With no one job to blame this raises, and the stage fails as a whole, to be tried next pass.
+        return schedule(snapshot, [r for r in requests if r.key in parsed], quotas, now)
+
+    def _queue_quotas(self) -> list[QueueQuota]:
+        """The quotas of the Queues this operator can read; the jobs of one it cannot wait, as for a missing queue."""
+        quotas = []
+        for name, obj in self.queues.items():
+            try:
+                quotas.append(QueueQuota.from_queue(Queue.model_validate(obj)))
+            except ValidationError as error:
+                if self._refused_queues.get(name) is not obj:  # once per version of the object, not per cycle
+                    log.error("cannot read Queue %s: %s; its jobs wait as for a queue that does not exist", name, error)
+                    self._refused_queues[name] = obj
+        return quotas
+
+    async def _carried_out(
+        self, obj: dict[str, Any], job: TrainingJob, now: datetime, action: Callable[[], Awaitable[None]]
+    ) -> bool:
+        """Carry out one job's share of the cycle's decision; a failure sets that job aside, and no other."""
+        try:
+            await action()
+        except Exception as error:
+            await self._set_aside(obj, job, error, now)
+            return False
+        return True
+
+    async def _keep_waiting(
+        self, obj: dict[str, Any], job: TrainingJob, reason: str, message: str, now: datetime
+    ) -> None:
+        if job.status.reason != reason:
+            self.kube.post_event(obj, "Normal", reason, message)
+        await self._write_status(obj, job, queued(job, reason, message, now))
 
     async def _launch(
         self,
@@ -241,11 +340,11 @@ def _was_pinned(job: TrainingJob) -> bool:
     return any(c.type == "Capacity" and c.reason == DEADLINE_NEEDS_ON_DEMAND for c in job.status.conditions)
 
 
-async def _at_most(limit: int, calls: list[Coroutine[Any, Any, None]]) -> None:
+async def _at_most(limit: int, calls: list[Coroutine[Any, Any, bool]]) -> None:
     """Await CALLS concurrently, at most LIMIT at a time."""
     slots = asyncio.Semaphore(limit)
 
-    async def bounded(call: Coroutine[Any, Any, None]) -> None:
+    async def bounded(call: Coroutine[Any, Any, bool]) -> None:
         async with slots:
             await call
 

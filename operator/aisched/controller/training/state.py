@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from aisched.api import TrainingJob
 from aisched.api.training_job import TrainingJobStatus
-from aisched.controller.workqueue import WorkQueue
+from aisched.controller.workqueue import FailureBackoff, WorkQueue
 from aisched.kube import labels
 from aisched.kube.client import KubeClient
 from aisched.kube.inventory import Inventory, PodRecord
@@ -59,7 +59,15 @@ class TrainingJobState:
     # Workers deleted right after they stopped: their checkpoint reports outlive the pods.
     _departed: dict[JobKey, dict[str, PodRecord]] = field(default_factory=dict)
     # Each cycle reads every job several times; an object is parsed once, until the next watch event replaces it.
-    _parsed: dict[JobKey, tuple[dict[str, Any], TrainingJob | None]] = field(default_factory=dict)
+    # An object the model refuses is kept with what the model said, for the condition that tells its user.
+    _parsed: dict[JobKey, tuple[dict[str, Any], TrainingJob | ValidationError]] = field(default_factory=dict)
+    # Jobs a cluster-wide stage failed on, per (stage, job): each waits out its backoff before that
+    # stage tries it again; the generation of each job the scheduling cycle set aside, so a new
+    # spec is tried at once.
+    _stage_backoff: FailureBackoff[tuple[str, JobKey]] = field(default_factory=FailureBackoff)
+    _set_aside_generation: dict[JobKey, object] = field(default_factory=dict)
+    # Queue objects the model refuses, each version logged once.
+    _refused_queues: dict[str, dict[str, Any]] = field(default_factory=dict)
     _reported_at: datetime | None = None
     # Set by every mark; a pass during which no job was marked reports at once: the jobs have settled.
     _marked_during_cycle: bool = False
@@ -73,14 +81,26 @@ class TrainingJobState:
         self.queue = WorkQueue(name="TrainingJob", resync_seconds=self.settings.resync_seconds)
 
     def _read(self, obj: dict[str, Any]) -> TrainingJob | None:
-        """OBJ as a model; the models are shared, so callers copy before they change one."""
+        """OBJ as a model; the models are shared, so callers copy before they change one.
+
+        None for an object the model refuses (`_refusal` says why).
+        """
+        parsed = self._parse_once(obj)
+        return parsed if isinstance(parsed, TrainingJob) else None
+
+    def _refusal(self, obj: dict[str, Any]) -> ValidationError | None:
+        """Why the model refuses OBJ; None when it reads it."""
+        parsed = self._parse_once(obj)
+        return parsed if isinstance(parsed, ValidationError) else None
+
+    def _parse_once(self, obj: dict[str, Any]) -> TrainingJob | ValidationError:
         key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
         cached = self._parsed.get(key)
         if cached is not None and cached[0] is obj:
             return cached[1]
-        job = _parse(obj)
-        self._parsed[key] = (obj, job)
-        return job
+        parsed = _parse(obj)
+        self._parsed[key] = (obj, parsed)
+        return parsed
 
     async def _write_status(self, obj: dict[str, Any], job: TrainingJob, status: TrainingJobStatus) -> None:
         if status == job.status:
@@ -129,10 +149,11 @@ def start_now_requested(job: TrainingJob) -> bool:
     return str((job.metadata.get("annotations") or {}).get(labels.START_NOW, "")).lower() == "true"
 
 
-def _parse(obj: dict[str, Any]) -> TrainingJob | None:
+def _parse(obj: dict[str, Any]) -> TrainingJob | ValidationError:
     try:
         return TrainingJob.model_validate(obj)
     except ValidationError as error:
-        # The API server validated it; this means our model and the CRD differ.
+        # The API server validated it: the CRD installed is older or looser than this
+        # operator's model (an object stored before an upgrade tightened a bound).
         log.error("cannot read TrainingJob %s: %s", obj.get("metadata", {}).get("name"), error)
-        return None
+        return error

@@ -40,8 +40,11 @@ class ChunkEnd:
 
 def work_left(expected_duration: timedelta, done_seconds: float | None) -> timedelta | None:
     """The work still to do; None once the expected duration is used up (then it runs to completion)."""
-    left = expected_duration - timedelta(seconds=done_seconds or 0.0)
-    return left if left > timedelta(0) else None
+    # Compared as seconds: work done (from a status anyone may write) can lie beyond what a timedelta holds.
+    done = max(0.0, done_seconds or 0.0)
+    if done >= expected_duration.total_seconds():
+        return None
+    return expected_duration - timedelta(seconds=done)
 
 
 def current_chunk_end(plan: CarbonPlan, now: datetime) -> datetime | None:

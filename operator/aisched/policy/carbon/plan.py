@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from aisched.policy.saturating_time import time_after, time_before
+
 
 @dataclass(frozen=True, slots=True)
 class RunChunk:
@@ -88,9 +90,9 @@ def latest_start(
     """The last start that still finishes by the deadline and within the maximum delay."""
     bounds = []
     if deadline is not None:
-        bounds.append(deadline - expected_duration)
+        bounds.append(time_before(deadline, expected_duration))
     if max_delay is not None:
-        bounds.append((submitted_at or now) + max_delay)
+        bounds.append(time_after(submitted_at or now, max_delay))
     if not bounds:
         raise ValueError("a deferrable job needs a deadline or a maximum delay")
     return min(bounds)

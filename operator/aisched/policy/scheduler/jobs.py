@@ -9,6 +9,7 @@ from aisched.api.common import CapacityType, TopologyLevel
 from aisched.api.training_job import TrainingJob
 from aisched.policy.cluster import Toleration
 from aisched.policy.placement import GangRequest, Placement
+from aisched.policy.saturating_time import seconds_duration
 
 _LONG_AGO = datetime.min.replace(tzinfo=UTC)  # a job with no creation time yet queues first among equals
 
@@ -78,7 +79,7 @@ class JobRequest:
             capacity_types=capacity_types,
             excluded_nodes=excluded_nodes,
             expected_duration=(
-                timedelta(seconds=spec.expected_duration_seconds) if spec.expected_duration_seconds else None
+                seconds_duration(spec.expected_duration_seconds) if spec.expected_duration_seconds else None
             ),
             placement=placement,
             started=job.status.start_time if placement is not None else None,

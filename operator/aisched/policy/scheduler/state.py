@@ -15,6 +15,7 @@ from aisched.api.queue import DEFAULT_QUEUE
 from aisched.policy.cluster import ClusterSnapshot, DomainId
 from aisched.policy.placement import GangRequest, Placement, Unplaceable, place_gang
 from aisched.policy.queueing import QueueQuota, QuotaLedger
+from aisched.policy.saturating_time import time_after
 from aisched.policy.scheduler.jobs import JobRequest
 from aisched.policy.scheduler.results import (
     Admission,
@@ -60,7 +61,7 @@ class CycleState:
         self.running: dict[str, RunningGang] = {}
         for job in jobs:
             if job.placement is not None:
-                end = job.started + job.expected_duration if job.started and job.expected_duration else None
+                end = time_after(job.started, job.expected_duration) if job.started and job.expected_duration else None
                 self.running[job.key] = RunningGang(job, job.placement, end)
                 self.ledger.charge(job.queue, job.placement.total_gpus, job.placement.gpu_type)
         self.admitted: list[Admission] = []
@@ -95,7 +96,7 @@ class CycleState:
         if (
             reservation.start is not None
             and job.expected_duration is not None
-            and self.now + job.expected_duration <= reservation.start
+            and time_after(self.now, job.expected_duration) <= reservation.start
         ):
             return frozenset()
         return reservation.nodes
@@ -132,7 +133,7 @@ class CycleState:
         self.snapshot.allocate(placement.gpus_by_node())
         self.ledger.charge(job.queue, placement.total_gpus, placement.gpu_type)
         self.admitted.append(Admission(job.key, placement, preempting))
-        end = self.now + job.expected_duration if job.expected_duration else None
+        end = time_after(self.now, job.expected_duration) if job.expected_duration else None
         self.running[job.key] = RunningGang(job, placement, end, admitted_now=True)
 
     def result(self) -> ScheduleResult:
