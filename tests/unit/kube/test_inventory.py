@@ -64,7 +64,7 @@ def test_relist_replaces_whatever_the_watch_missed() -> None:
 
 def test_labels_give_topology_product_and_capacity_type() -> None:
     inventory = Inventory(Settings())
-    record = inventory.upsert_node(
+    assert inventory.upsert_node(
         {
             "metadata": {
                 "name": "n1",
@@ -79,6 +79,7 @@ def test_labels_give_topology_product_and_capacity_type() -> None:
             "status": {"allocatable": {"nvidia.com/gpu": "8"}, "conditions": [{"type": "Ready", "status": "True"}]},
         }
     )
+    record = inventory.nodes["n1"]
     assert record.capacity_type == CapacityType.SPOT
     assert (record.zone, record.rack, record.nvlink_domain) == ("z1", "r1", "c1")
     assert record.gpu_product == "NVIDIA-H100-80GB-HBM3"
@@ -96,13 +97,16 @@ def test_interruption_taints_and_not_ready_nodes_are_doomed() -> None:
     assert inventory.doomed_nodes() == {"notice", "sick"}
 
 
+OURS = {"aisched.io/kind": "TrainingJob", "aisched.io/job-name": "llm"}
+
+
 def test_termination_message_and_unschedulable_reason_are_read() -> None:
     inventory = Inventory(Settings())
-    obj = pod("w", "n1", 1, phase="Failed")
+    obj = pod("w", "n1", 1, phase="Failed", labels=dict(OURS))
     obj["status"]["containerStatuses"] = [{"state": {"terminated": {"exitCode": 75, "message": '{"step": 10}'}}}]
     record = inventory.upsert_pod(obj)
     assert (record.exit_code, record.termination_message) == (75, '{"step": 10}')
-    stuck = pod("s", None, 1, phase="Pending")
+    stuck = pod("s", None, 1, phase="Pending", labels=dict(OURS))
     stuck["status"]["conditions"] = [
         {
             "type": "PodScheduled",
