@@ -229,6 +229,14 @@ class Settings(BaseSettings):
     relist_seconds: float = Field(
         default=300.0, gt=0, description="Full relist of nodes and pods, repairing anything a watch missed."
     )
+    list_page_size: int = Field(
+        default=500,
+        ge=1,
+        le=10_000,
+        description="Objects per page of the node and pod lists (at start-up and each relist): each page is "
+        "reduced to what placement needs before the next is read, so a large cluster is never held as JSON "
+        "at once, and the API server serves it in bounded chunks (client-go's default page is 500).",
+    )
     default_queue: str = Field(default="default", description="Queue for jobs that name none.")
     gpu_resource: str = Field(default="nvidia.com/gpu", description="Extended resource of a GPU.")
     gpu_product_label: str = Field(default="nvidia.com/gpu.product", description="Node label naming the GPU product.")

@@ -174,6 +174,10 @@ def _check_tolerations(tolerations: Any) -> None:
     for index, toleration in enumerate(tolerations):
         where = f"template.spec.tolerations[{index}]"
         _check_object(toleration, where)
+        # The API server prunes (or, validating strictly, refuses) any other field: never stored.
+        unknown = sorted(set(toleration) - set(_TOLERATION["properties"]))
+        if unknown:
+            raise ValueError(f"{where} has unknown fields {unknown}")
         for field in ("key", "value"):
             if not isinstance(toleration.get(field, ""), str):
                 raise ValueError(f"{where}.{field} must be a string")

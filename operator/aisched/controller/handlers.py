@@ -25,17 +25,17 @@ def register(
     @kopf.on.event("", "v1", "nodes", registry=registry)
     async def node_event(event: kopf.RawEvent, name: str, **_: Any) -> None:
         if event["type"] == "DELETED":
-            inventory.delete_node(name)
+            changed = inventory.delete_node(name, _resource_version(event))
         else:
-            inventory.upsert_node(dict(event["object"]))
-        jobs.nodes_changed()
-        serving.nodes_changed()
+            changed = inventory.upsert_node(dict(event["object"]))
+        if changed:  # a heartbeat changes nothing placement sees, and wakes nobody
+            jobs.node_changed(name)
+            serving.node_changed(name)
 
     @kopf.on.event("", "v1", "pods", registry=registry)
     async def pod_event(event: kopf.RawEvent, name: str, namespace: str | None, **_: Any) -> None:
         if event["type"] == "DELETED":
-            record = inventory.pods.get((namespace or "", name))
-            inventory.delete_pod(namespace or "", name)
+            record = inventory.delete_pod(namespace or "", name, _resource_version(event))
         else:
             record = inventory.upsert_pod(dict(event["object"]))
         jobs.pod_changed(record)
@@ -61,3 +61,8 @@ def register(
             serving.service_gone(namespace or "", name)
         else:
             serving.service_seen(dict(event["object"]))
+
+
+def _resource_version(event: kopf.RawEvent) -> str | None:
+    version = (event["object"].get("metadata") or {}).get("resourceVersion")
+    return str(version) if version else None

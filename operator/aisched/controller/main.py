@@ -18,6 +18,7 @@ from kubernetes.client import ApiClient
 from prometheus_client import CollectorRegistry
 
 from aisched.controller.handlers import register
+from aisched.controller.relist import relist
 from aisched.controller.serving import InferenceServiceController
 from aisched.controller.training import TrainingJobController
 from aisched.kube.client import KubeClient, load_api_client
@@ -173,10 +174,7 @@ def _kopf_registry(
     @kopf.on.startup(registry=registry)
     async def start(settings: kopf.OperatorSettings, **_: object) -> None:
         _configure_kopf(settings)
-        inventory.replace_nodes(await kube.list_nodes())
-        pods = await kube.list_pods()
-        inventory.replace_pods(pods)
-        serving.replace_pods(pods)
+        await relist(kube, inventory, jobs, serving, page_size=operator_settings.list_page_size)
         await kube.ensure_queue(operator_settings.default_queue, nominal_gpus=1_000_000)
         background.append(asyncio.create_task(jobs.run(), name="trainingjobs"))
         background.append(asyncio.create_task(serving.run(), name="inferenceservices"))
@@ -195,11 +193,7 @@ def _kopf_registry(
         while True:
             await asyncio.sleep(operator_settings.relist_seconds)
             try:
-                inventory.replace_nodes(await kube.list_nodes())
-                pods = await kube.list_pods()
-                inventory.replace_pods(pods)
-                serving.replace_pods(pods)
-                jobs.nodes_changed()
+                await relist(kube, inventory, jobs, serving, page_size=operator_settings.list_page_size)
             except Exception:
                 log.exception("relisting nodes and pods failed; the watches keep going")
 

@@ -15,7 +15,8 @@ import json
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -26,6 +27,19 @@ from aisched.kube.events import EventRecorder
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 API_THREADS = 32  # concurrent API calls; also the size of the connection pool
+LIST_ATTEMPTS = 3  # a list whose continue token keeps expiring is given up, for the next relist
+
+
+class ListExpiredError(Exception):
+    """A paginated list kept outliving its continue token."""
+
+
+@dataclass(frozen=True)
+class Listing(Generic[T]):
+    """Every object of a kind, converted, and the resourceVersion the list was read at."""
+
+    items: list[T]
+    resource_version: str
 
 
 def load_api_client() -> client.ApiClient:
@@ -64,16 +78,49 @@ class KubeClient:
 
     # -- reads (relists that repair the watch-fed caches) -------------------
 
-    async def list_nodes(self) -> list[dict[str, Any]]:
-        return await self._items(self.core.list_node)
+    async def list_nodes(self, convert: Callable[[dict[str, Any]], T], *, page_size: int) -> Listing[T]:
+        return await self._list(self.core.list_node, convert, page_size)
 
-    async def list_pods(self) -> list[dict[str, Any]]:
-        return await self._items(self.core.list_pod_for_all_namespaces)
+    async def list_pods(self, convert: Callable[[dict[str, Any]], T], *, page_size: int) -> Listing[T]:
+        return await self._list(self.core.list_pod_for_all_namespaces, convert, page_size)
 
-    async def _items(self, method: Any) -> list[dict[str, Any]]:
-        response = await self._call(method, _preload_content=False)
-        items: list[dict[str, Any]] = json.loads(response.data)["items"]
-        return items
+    async def list_custom(self, plural: str, convert: Callable[[dict[str, Any]], T], *, page_size: int) -> Listing[T]:
+        """Every object of one of our kinds, in every namespace."""
+        method = functools.partial(self.custom.list_cluster_custom_object, GROUP, VERSION, plural)
+        return await self._list(method, convert, page_size)
+
+    async def _list(self, method: Any, convert: Callable[[dict[str, Any]], T], page_size: int) -> Listing[T]:
+        """Every object, PAGE_SIZE at a time, each page CONVERTed before the next is read.
+
+        Only the converted items are held, never the whole list's JSON. A continue
+        token that expired between pages (410 Gone: the list took longer than etcd
+        keeps its compaction window) restarts the list from the beginning.
+        """
+        for _ in range(LIST_ATTEMPTS):
+            try:
+                return await self._list_once(method, convert, page_size)
+            except ApiException as error:
+                if error.status != 410:
+                    raise
+                log.warning("a paginated list's continue token expired; listing again from the start")
+        raise ListExpiredError(f"the list expired {LIST_ATTEMPTS} times in a row")
+
+    async def _list_once(self, method: Any, convert: Callable[[dict[str, Any]], T], page_size: int) -> Listing[T]:
+        items: list[T] = []
+        token, version = None, ""
+        while True:
+            kwargs: dict[str, Any] = {"limit": page_size, "_preload_content": False}
+            if token:
+                kwargs["_continue"] = token
+            response = await self._call(method, **kwargs)
+            page = json.loads(response.data)
+            items.extend(convert(obj) for obj in page.get("items") or [])
+            metadata = page.get("metadata") or {}
+            # Every page of one list is served at the first page's version.
+            version = version or metadata.get("resourceVersion") or ""
+            token = metadata.get("continue")
+            if not token:
+                return Listing(items, version)
 
     # -- writes -------------------------------------------------------------
 

@@ -2,112 +2,49 @@
 
 Every node's GPUs, product, topology labels, capacity type, taints and health;
 every pod's GPU requests (all pods, not only ours). Watch events keep it
-current; a periodic relist (`replace_nodes`/`replace_pods`) repairs whatever a
+current; a periodic relist (`relist_nodes`/`relist_pods`) repairs whatever a
 dropped watch missed, so it converges after restarts and missed events.
+
+A relist never puts back older state than the watch already gave: each object's
+resourceVersion is remembered (`versions.py`), a listed copy older than the one
+held is dropped, and only objects last seen no later than the list are deleted
+when the list leaves them out.
+
+What is kept of each object is what placement and the job lifecycle read, not
+the object: a large cluster has a hundred thousand pods, most of them not ours.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from typing import Any
 
 from aisched.api import TopologyLevel
-from aisched.kube import labels
-from aisched.kube.quantities import whole_gpus
-from aisched.policy.cluster import ClusterSnapshot, Node, NodeLabelKeys, Taint, node_from_labels
+from aisched.kube.records import NodeRecord, PodKey, PodRecord, read_node, read_pod
+from aisched.kube.versions import VersionLedger
+from aisched.policy.cluster import ClusterSnapshot, Node, NodeLabelKeys
 from aisched.settings import Settings
 
+__all__ = ["Inventory", "NodeRecord", "PodKey", "PodRecord"]
+
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class PodRecord:
-    namespace: str
-    name: str
-    node: str | None
-    gpus: int
-    phase: str
-    labels: dict[str, str]
-    terminating: bool
-    gated: bool
-    disruption_target: bool
-    exit_code: int | None = None
-    termination_message: str | None = None
-    unschedulable_since: datetime | None = None
-    unschedulable_message: str | None = None
-
-    pinned_node: str | None = None  # nodeSelector kubernetes.io/hostname: where it will bind
-
-    @property
-    def gpu_node(self) -> str | None:
-        """The node whose GPUs this pod holds, or is about to: bound, or pinned and waiting to bind."""
-        return self.node or self.pinned_node
-
-    @property
-    def holds_gpus(self) -> bool:
-        return self.gpu_node is not None and self.phase not in ("Succeeded", "Failed")
-
-    @property
-    def job_key(self) -> tuple[str, str] | None:
-        name = self.labels.get(labels.JOB_NAME)
-        return (self.namespace, name) if name else None
-
-
-# Readers of the parts of a watched object the inventory uses. A watch hands over whatever
-# an object holds; a field of the wrong type reads as absent, so that one odd node or pod
-# costs its own accuracy and never the watch handler (and with it every other object).
-
-
-def _mapping(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def _items(value: Any) -> list[dict[str, Any]]:
-    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
-
-
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-def _string_map(value: Any) -> dict[str, str]:
-    return {str(k): v for k, v in _mapping(value).items() if isinstance(v, str)}
-
-
-def _int_or_none(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _timestamp(value: Any) -> datetime | None:
-    try:
-        return datetime.fromisoformat(value) if isinstance(value, str) and value else None
-    except ValueError:
-        return None
-
-
-def _taints(value: Any, node: str) -> list[Taint]:
-    taints = []
-    for taint in _items(value):
-        try:
-            taints.append(Taint.from_dict(taint))
-        except (KeyError, ValueError):
-            log.warning("node %s: ignoring taint %r, which is none the scheduler knows", node, taint)
-    return taints
 
 
 @dataclass
 class Inventory:
     settings: Settings
     nodes: dict[str, Node] = field(default_factory=dict)
-    pods: dict[tuple[str, str], PodRecord] = field(default_factory=dict)
-    _pods_by_node: dict[str, set[tuple[str, str]]] = field(default_factory=lambda: defaultdict(set))
-    _pods_by_job: dict[tuple[str, str], set[tuple[str, str]]] = field(default_factory=lambda: defaultdict(set))
+    pods: dict[PodKey, PodRecord] = field(default_factory=dict)
+    _pods_by_node: dict[str, set[PodKey]] = field(default_factory=lambda: defaultdict(set))
+    _pods_by_job: dict[tuple[str, str], set[PodKey]] = field(default_factory=lambda: defaultdict(set))
 
     _label_keys: NodeLabelKeys = field(init=False)
     _not_ready: set[str] = field(default_factory=set)
+    _node_versions: VersionLedger[str] = field(default_factory=VersionLedger)
+    _pod_versions: VersionLedger[PodKey] = field(default_factory=VersionLedger)
 
     def __post_init__(self) -> None:
         topology = self.settings.topology
@@ -124,47 +61,57 @@ class Inventory:
 
     # -- nodes --------------------------------------------------------------
 
-    def upsert_node(self, obj: dict[str, Any]) -> Node | None:
-        """Record a node as a watch or a list shows it; None (and a log line) for one that cannot be read."""
+    def node_from_object(self, obj: dict[str, Any]) -> NodeRecord | None:
+        """OBJ as the inventory keeps it; None (and a log line) for a node that cannot be read."""
         try:
-            node, ready = self._node_from_object(obj)
+            return read_node(obj, self._label_keys, self.settings.gpu_resource)
         except Exception:
-            log.exception(
-                "cannot read node %r; keeping what was known of it", _mapping(obj.get("metadata")).get("name")
-            )
+            log.exception("cannot read node %r; keeping what was known of it", _name_of(obj))
             return None
-        self.nodes[node.name] = node
-        if ready:
-            self._not_ready.discard(node.name)
+
+    def upsert_node(self, obj: dict[str, Any]) -> bool:
+        """A node's watch event; True when it changed in a way placement sees (not a heartbeat)."""
+        record = self.node_from_object(obj)
+        return record is not None and self.put_node(record)
+
+    def put_node(self, record: NodeRecord) -> bool:
+        """Keep RECORD unless we hold a newer copy; True when what placement sees changed."""
+        name = record.node.name
+        if self._node_versions.is_stale(name, record.resource_version):
+            return False
+        self._node_versions.saw(name, record.resource_version)
+        changed = self.nodes.get(name) != record.node or (name in self._not_ready) == record.ready
+        self.nodes[name] = record.node
+        if record.ready:
+            self._not_ready.discard(name)
         else:
-            self._not_ready.add(node.name)
-        return node
+            self._not_ready.add(name)
+        return changed
 
-    def _node_from_object(self, obj: dict[str, Any]) -> tuple[Node, bool]:
-        metadata, spec, status = obj["metadata"], _mapping(obj.get("spec")), _mapping(obj.get("status"))
-        name = metadata["name"]
-        conditions = _items(status.get("conditions"))
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-        allocatable = _mapping(status.get("allocatable")).get(self.settings.gpu_resource, 0)
-        node = node_from_labels(
-            name,
-            labels=_string_map(metadata.get("labels")),
-            taints=_taints(spec.get("taints"), name),
-            allocatable_gpus=whole_gpus(allocatable, round_up=False),
-            used_gpus=0,  # filled from the pods when a snapshot is taken
-            schedulable=ready and not spec.get("unschedulable"),
-            keys=self._label_keys,
-        )
-        return node, ready
-
-    def delete_node(self, name: str) -> None:
-        self.nodes.pop(name, None)
+    def delete_node(self, name: str, resource_version: str | None = None) -> bool:
+        """A node's deletion; False when we held a newer copy (the event is older) or no node."""
+        if self._node_versions.is_stale(name, resource_version):
+            return False
+        self._node_versions.deleted(name, resource_version)
         self._not_ready.discard(name)
+        return self.nodes.pop(name, None) is not None
 
-    def replace_nodes(self, objects: list[dict[str, Any]]) -> None:
-        self.nodes, self._not_ready = {}, set()
-        for obj in objects:
-            self.upsert_node(obj)
+    def relist_nodes(self, records: Iterable[NodeRecord], list_version: str) -> list[str]:
+        """Every node as of LIST_VERSION; the names of those that changed or went."""
+        self._node_versions.begin_relist(list_version)
+        listed, changed = set(), []
+        for record in records:
+            listed.add(record.node.name)
+            if self.put_node(record):
+                changed.append(record.node.name)
+        for name in self._node_versions.absent(listed, list_version):
+            self.delete_node(name, list_version)
+            changed.append(name)
+        return changed
+
+    def replace_nodes(self, objects: Iterable[dict[str, Any]], list_version: str = "") -> list[str]:
+        records = (self.node_from_object(obj) for obj in objects)
+        return self.relist_nodes((r for r in records if r is not None), list_version)
 
     def doomed_nodes(self) -> frozenset[str]:
         """Nodes whose workloads must move: an interruption notice, or NotReady."""
@@ -179,88 +126,93 @@ class Inventory:
 
     # -- pods ---------------------------------------------------------------
 
-    def pod_from_object(self, obj: dict[str, Any]) -> PodRecord:
-        metadata, spec, status = obj["metadata"], _mapping(obj.get("spec")), _mapping(obj.get("status"))
-        resource = self.settings.gpu_resource
-
-        def requested(container: dict[str, Any]) -> int:
-            resources = _mapping(container.get("resources"))
-            amount = _mapping(resources.get("requests")).get(resource) or _mapping(resources.get("limits")).get(
-                resource
-            )
-            return whole_gpus(amount or 0, round_up=True)
-
-        # Init containers run one at a time before the others, as the scheduler counts them.
-        gpus = max(
-            sum(requested(c) for c in _items(spec.get("containers"))),
-            max((requested(c) for c in _items(spec.get("initContainers"))), default=0),
-        )
-        exit_code, message = None, None
-        for container_status in _items(status.get("containerStatuses")):
-            terminated = _mapping(_mapping(container_status.get("state")).get("terminated"))
-            if terminated:
-                code = _int_or_none(terminated.get("exitCode"))
-                if exit_code is None or (code is not None and code != 0):
-                    exit_code = code
-                message = _text(terminated.get("message")) or message
-        conditions = {c.get("type"): c for c in _items(status.get("conditions"))}
-        scheduled = conditions.get("PodScheduled", {})
-        unschedulable = scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable"
-        return PodRecord(
-            namespace=metadata["namespace"],
-            name=metadata["name"],
-            node=_text(spec.get("nodeName")),
-            gpus=gpus,
-            phase=_text(status.get("phase")) or "Pending",
-            labels=_string_map(metadata.get("labels")),
-            terminating=metadata.get("deletionTimestamp") is not None,
-            gated=bool(spec.get("schedulingGates")),
-            disruption_target=_mapping(conditions.get("DisruptionTarget")).get("status") == "True",
-            exit_code=exit_code,
-            termination_message=message,
-            pinned_node=_text(_mapping(spec.get("nodeSelector")).get("kubernetes.io/hostname")),
-            unschedulable_since=_timestamp(scheduled.get("lastTransitionTime")) if unschedulable else None,
-            unschedulable_message=_text(scheduled.get("message")) if unschedulable else None,
-        )
+    def pod_from_object(self, obj: dict[str, Any]) -> PodRecord | None:
+        """OBJ as the inventory keeps it; None (and a log line) for a pod that cannot be read."""
+        try:
+            return read_pod(obj, self.settings.gpu_resource)
+        except Exception:
+            log.exception("cannot read pod %r; keeping what was known of it", _name_of(obj))
+            return None
 
     def upsert_pod(self, obj: dict[str, Any]) -> PodRecord | None:
-        """Record a pod as a watch or a list shows it; None (and a log line) for one that cannot be read."""
-        try:
-            record = self.pod_from_object(obj)
-        except Exception:
-            metadata = _mapping(obj.get("metadata"))
-            log.exception(
-                "cannot read pod %r/%r; keeping what was known of it", metadata.get("namespace"), metadata.get("name")
-            )
+        """A pod's watch event; the record held afterwards (ours, when the event was older)."""
+        record = self.pod_from_object(obj)
+        if record is None:
             return None
-        self._forget_pod((record.namespace, record.name))
+        self.put_pod(record)
+        return self.pods.get((record.namespace, record.name), record)
+
+    def put_pod(self, record: PodRecord) -> bool:
+        """Keep RECORD unless we hold a newer copy; True when what we hold changed."""
         key = (record.namespace, record.name)
+        if self._pod_versions.is_stale(key, record.resource_version):
+            return False
+        self._pod_versions.saw(key, record.resource_version)
+        old = self._forget_pod(key)
         self.pods[key] = record
         if record.gpu_node:
             self._pods_by_node[record.gpu_node].add(key)
         if record.job_key:
             self._pods_by_job[record.job_key].add(key)
-        return record
+        return old != record
 
-    def delete_pod(self, namespace: str, name: str) -> None:
-        self._forget_pod((namespace, name))
+    def delete_pod(self, namespace: str, name: str, resource_version: str | None = None) -> PodRecord | None:
+        """A pod's deletion: the record it removed, or None (no such pod, or we hold a newer one)."""
+        key = (namespace, name)
+        if self._pod_versions.is_stale(key, resource_version):
+            return None
+        self._pod_versions.deleted(key, resource_version)
+        return self._forget_pod(key)
 
-    def replace_pods(self, objects: list[dict[str, Any]]) -> None:
-        self.pods, self._pods_by_node, self._pods_by_job = {}, defaultdict(set), defaultdict(set)
-        for obj in objects:
-            self.upsert_pod(obj)
+    def relist_pods(self, records: Iterable[PodRecord], list_version: str) -> list[PodRecord]:
+        """Every pod as of LIST_VERSION; the records that changed, and those removed (as they were)."""
+        self._pod_versions.begin_relist(list_version)
+        listed, changed = set(), []
+        for record in records:
+            listed.add((record.namespace, record.name))
+            if self.put_pod(record):
+                changed.append(record)
+        for namespace, name in self._pod_versions.absent(listed, list_version):
+            removed = self.delete_pod(namespace, name, list_version)
+            if removed is not None:
+                changed.append(removed)
+        return changed
 
-    def _forget_pod(self, key: tuple[str, str]) -> None:
+    def replace_pods(self, objects: Iterable[dict[str, Any]], list_version: str = "") -> list[PodRecord]:
+        records = (self.pod_from_object(obj) for obj in objects)
+        return self.relist_pods((r for r in records if r is not None), list_version)
+
+    def _forget_pod(self, key: PodKey) -> PodRecord | None:
         old = self.pods.pop(key, None)
         if old is None:
-            return
+            return None
         if old.gpu_node:
-            self._pods_by_node[old.gpu_node].discard(key)
+            _discard(self._pods_by_node, old.gpu_node, key)
         if old.job_key:
-            self._pods_by_job[old.job_key].discard(key)
+            _discard(self._pods_by_job, old.job_key, key)
+        return old
 
     def pods_of_job(self, namespace: str, name: str) -> list[PodRecord]:
         return [self.pods[key] for key in sorted(self._pods_by_job.get((namespace, name), ()))]
 
+    def pods_on_node(self, node: str) -> list[PodRecord]:
+        """Pods bound or pinned to NODE."""
+        return [self.pods[key] for key in self._pods_by_node.get(node, ())]
+
     def used_gpus(self, node: str) -> int:
         return sum(self.pods[key].gpus for key in self._pods_by_node.get(node, ()) if self.pods[key].holds_gpus)
+
+
+def _discard(index: dict[Any, set[PodKey]], at: Any, key: PodKey) -> None:
+    keys = index.get(at)
+    if keys is not None:
+        keys.discard(key)
+        if not keys:
+            del index[at]  # nodes and jobs come and go: no empty sets left behind
+
+
+def _name_of(obj: dict[str, Any]) -> str:
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict):
+        return "?"
+    return f"{metadata.get('namespace') or ''}/{metadata.get('name')}".lstrip("/")

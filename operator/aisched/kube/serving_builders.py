@@ -42,7 +42,7 @@ class ReplicaSlot:
     template_hash: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ServingPod:
     """What the controller needs to know of one replica's pod."""
 
@@ -59,8 +59,8 @@ class ServingPod:
     terminating: bool
     gpus: int
     unschedulable_since: datetime | None = None
-    resource_version: int = 0
-    """etcd's revision in practice; compared only to keep the newer of a relist and a watch event."""
+    resource_version: str = ""
+    """Compared only to keep the newer of a relist and a watch event (`kube.versions`); empty for a pod we built."""
 
     @property
     def finished(self) -> bool:
@@ -210,12 +210,5 @@ def serving_pod_from_object(obj: dict[str, Any], gpu_resource: str = "nvidia.com
         terminating=metadata.get("deletionTimestamp") is not None,
         gpus=requested_gpus(spec, gpu_resource),
         unschedulable_since=datetime.fromisoformat(since) if unschedulable and since else None,
-        resource_version=_revision(metadata.get("resourceVersion")),
+        resource_version=metadata.get("resourceVersion") or "",
     )
-
-
-def _revision(value: Any) -> int:
-    try:
-        return int(str(value))
-    except ValueError:
-        return 0

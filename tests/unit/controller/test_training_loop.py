@@ -172,7 +172,8 @@ async def test_marks_during_a_pass_are_taken_by_the_next_one(kube: KubeDouble) -
     controller.job_seen(a_job("a"))  # a burst of events for one job is one reconcile
     controller.job_seen(a_job("b"))
     assert await controller.queue.next_batch(controller.jobs.keys) == {("ns", "a"), ("ns", "b")}
-    controller.nodes_changed()
+    controller.mark(("ns", "a"))
+    controller.mark(("ns", "b"))
     assert await controller.queue.next_batch(controller.jobs.keys) == {("ns", "a"), ("ns", "b")}
     started = asyncio.get_running_loop().time()
     # With nothing marked the next batch is the resync's: every job, a period later.

@@ -67,7 +67,7 @@ def test_relist_replaces_whatever_the_watch_missed() -> None:
 
 def test_labels_give_topology_product_and_capacity_type() -> None:
     inventory = Inventory(Settings())
-    record = inventory.upsert_node(
+    assert inventory.upsert_node(
         {
             "metadata": {
                 "name": "n1",
@@ -82,7 +82,7 @@ def test_labels_give_topology_product_and_capacity_type() -> None:
             "status": {"allocatable": {"nvidia.com/gpu": "8"}, "conditions": [{"type": "Ready", "status": "True"}]},
         }
     )
-    assert record is not None
+    record = inventory.nodes["n1"]
     assert record.capacity_type == CapacityType.SPOT
     assert (record.zone, record.rack, record.nvlink_domain) == ("z1", "r1", "c1")
     assert record.gpu_product == "NVIDIA-H100-80GB-HBM3"
@@ -100,14 +100,17 @@ def test_interruption_taints_and_not_ready_nodes_are_doomed() -> None:
     assert inventory.doomed_nodes() == {"notice", "sick"}
 
 
+OURS = {"aisched.io/kind": "TrainingJob", "aisched.io/job-name": "llm"}
+
+
 def test_termination_message_and_unschedulable_reason_are_read() -> None:
     inventory = Inventory(Settings())
-    obj = pod("w", "n1", 1, phase="Failed")
+    obj = pod("w", "n1", 1, phase="Failed", labels=dict(OURS))
     obj["status"]["containerStatuses"] = [{"state": {"terminated": {"exitCode": 75, "message": '{"step": 10}'}}}]
     record = inventory.upsert_pod(obj)
     assert record is not None
     assert (record.exit_code, record.termination_message) == (75, '{"step": 10}')
-    stuck = pod("s", None, 1, phase="Pending")
+    stuck = pod("s", None, 1, phase="Pending", labels=dict(OURS))
     stuck["status"]["conditions"] = [
         {
             "type": "PodScheduled",
@@ -199,4 +202,100 @@ def test_an_object_that_cannot_be_read_at_all_leaves_the_others_alone() -> None:
     inventory.replace_pods([{"metadata": {"name": "no-namespace"}}, pod("fine", "n1", 3)])
     assert inventory.used_gpus("n1") == 3
     assert inventory.upsert_pod({"metadata": "nope"}) is None
-    assert inventory.upsert_node({"metadata": {"name": "n2"}, "spec": [], "status": 3}) is not None
+    assert inventory.upsert_node({"metadata": {"name": "n2"}, "spec": [], "status": 3})
+    assert "n2" in inventory.nodes
+
+
+def versioned(obj: dict[str, Any], version: int) -> dict[str, Any]:
+    return {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(version)}}
+
+
+def test_a_relist_keeps_the_watch_copy_newer_than_the_list() -> None:
+    inventory = Inventory(Settings())
+    inventory.upsert_pod(versioned(pod("p", "n2", 2), 12))  # the watch saw it move after the list was read
+    changed = inventory.replace_pods([versioned(pod("p", "n1", 2), 9)], list_version="10")
+    assert inventory.pods[("ns", "p")].node == "n2"
+    assert changed == []
+
+
+def test_a_relist_takes_the_listed_copy_newer_than_ours() -> None:
+    inventory = Inventory(Settings())
+    inventory.upsert_pod(versioned(pod("p", None, 2, phase="Pending"), 5))
+    (changed,) = inventory.replace_pods([versioned(pod("p", "n1", 2), 9)], list_version="10")
+    assert changed.node == "n1" and inventory.used_gpus("n1") == 2
+
+
+def test_a_relist_deletes_what_it_left_out_unless_the_watch_saw_it_after_the_list() -> None:
+    inventory = Inventory(Settings())
+    inventory.upsert_pod(versioned(pod("deleted-in-the-gap", "n1", 4, labels=dict(OURS)), 7))
+    inventory.upsert_pod(versioned(pod("created-after-the-list", "n1", 2), 11))
+    changed = inventory.replace_pods([], list_version="10")
+    assert set(inventory.pods) == {("ns", "created-after-the-list")}
+    assert [(r.name, r.job_key) for r in changed] == [("deleted-in-the-gap", ("ns", "llm"))]
+    assert inventory.used_gpus("n1") == 2
+    assert inventory.pods_of_job("ns", "llm") == []
+
+
+def test_a_deletion_the_watch_saw_during_the_list_is_not_undone() -> None:
+    inventory = Inventory(Settings())
+    inventory.upsert_pod(versioned(pod("p", "n1", 2), 5))
+    inventory.delete_pod("ns", "p", "12")  # deleted after the list was read at 10
+    inventory.replace_pods([versioned(pod("p", "n1", 2), 5)], list_version="10")
+    assert inventory.pods == {}
+    # Nor does a watch event older than the deletion bring it back; a new pod of that name may come.
+    inventory.upsert_pod(versioned(pod("p", "n1", 2), 11))
+    assert inventory.pods == {}
+    inventory.upsert_pod(versioned(pod("p", "n2", 2), 13))
+    assert inventory.pods[("ns", "p")].node == "n2"
+
+
+def test_a_watch_event_older_than_our_copy_is_ignored() -> None:
+    inventory = Inventory(Settings())
+    inventory.replace_pods([versioned(pod("p", "n1", 2, phase="Succeeded"), 20)], list_version="20")
+    record = inventory.upsert_pod(versioned(pod("p", "n1", 2), 15))
+    assert record is not None and record.phase == "Succeeded" and inventory.used_gpus("n1") == 0
+    assert inventory.delete_pod("ns", "p", "15") is None and ("ns", "p") in inventory.pods
+
+
+def test_versions_that_are_not_integers_leave_the_list_in_charge() -> None:
+    inventory = Inventory(Settings())
+    inventory.upsert_pod({**pod("p", "n2", 2), "metadata": {"namespace": "ns", "name": "p", "resourceVersion": "b"}})
+    inventory.upsert_pod({**pod("q", "n2", 2), "metadata": {"namespace": "ns", "name": "q", "resourceVersion": "c"}})
+    inventory.replace_pods(
+        [{**pod("p", "n1", 2), "metadata": {"namespace": "ns", "name": "p", "resourceVersion": "a"}}], list_version="z"
+    )
+    assert set(inventory.pods) == {("ns", "p")} and inventory.pods[("ns", "p")].node == "n1"
+
+
+def test_a_node_heartbeat_changes_nothing_but_taints_readiness_and_gpus_do() -> None:
+    inventory = Inventory(Settings())
+    assert inventory.upsert_node(versioned(node("n1"), 1))
+    assert not inventory.upsert_node(versioned(node("n1"), 2))  # a new heartbeat time, nothing placement sees
+    assert inventory.upsert_node(versioned(node("n1", 4), 3))
+    assert inventory.upsert_node(versioned(node("n1", 4, ready=False), 4))
+    assert inventory.upsert_node(
+        versioned(node("n1", 4, ready=False, taints=[{"key": "k", "effect": "NoSchedule"}]), 5)
+    )
+    assert not inventory.upsert_node(versioned(node("n1"), 4))  # older than what we hold
+    assert inventory.delete_node("n1", "6") and not inventory.delete_node("n1", "7")
+
+
+def test_a_node_relist_reports_the_nodes_it_changed_or_removed() -> None:
+    inventory = Inventory(Settings())
+    inventory.replace_nodes([versioned(node("same"), 3), versioned(node("shrunk"), 3), versioned(node("gone"), 3)], "3")
+    inventory.upsert_node(versioned(node("joined-after"), 12))
+    changed = inventory.replace_nodes([versioned(node("same"), 3), versioned(node("shrunk", 2), 8)], list_version="10")
+    assert sorted(changed) == ["gone", "shrunk"]
+    assert set(inventory.nodes) == {"same", "shrunk", "joined-after"}
+
+
+def test_only_what_placement_and_lifecycle_read_is_kept_of_a_pod() -> None:
+    inventory = Inventory(Settings())
+    theirs = pod("web", "n1", 0, phase="Failed", labels={"app": "web", "pod-template-hash": "abc"})
+    theirs["status"]["containerStatuses"] = [{"state": {"terminated": {"exitCode": 1, "message": "x" * 4096}}}]
+    record = inventory.upsert_pod(theirs)
+    assert record is not None and record.labels == {} and record.termination_message is None
+    ours = pod("w", "n1", 1, labels={**OURS, "app": "trainer"})
+    ours_record = inventory.upsert_pod(ours)
+    assert ours_record is not None and ours_record.labels == OURS
+    assert not hasattr(record, "__dict__")  # slots: no per-instance dictionary

@@ -146,7 +146,7 @@ def test_reading_a_replica_back() -> None:
     )
     assert ready is not None and ready.ready and ready.node == "h100-1"
     versioned = serving_pod_from_object({**pod, "metadata": {**pod["metadata"], "resourceVersion": "4711"}})
-    assert versioned is not None and versioned.resource_version == 4711 and fresh.resource_version == 0
+    assert versioned is not None and versioned.resource_version == "4711" and fresh.resource_version == ""
 
 
 def test_reading_pods_that_are_no_replicas_any_more() -> None:

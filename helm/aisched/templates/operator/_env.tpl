@@ -33,6 +33,8 @@
   value: {{ .Values.health.port | quote }}
 - name: AISCHED_RELIST_SECONDS
   value: {{ $s.relistSeconds | quote }}
+- name: AISCHED_LIST_PAGE_SIZE
+  value: {{ $s.listPageSize | quote }}
 - name: AISCHED_EVENTS_PER_SECOND
   value: {{ $s.eventsPerSecond | quote }}
 - name: AISCHED_EVENT_BURST

@@ -40,7 +40,13 @@ from aisched.controller.serving.replica_pods import ReplicaPods, ServiceKey
 from aisched.controller.workqueue import WorkQueue
 from aisched.kube.client import KubeClient
 from aisched.kube.inventory import Inventory
-from aisched.kube.serving_builders import build_service, service_selector, serving_pod_from_object, template_hash
+from aisched.kube.serving_builders import (
+    ServingPod,
+    build_service,
+    service_selector,
+    serving_pod_from_object,
+    template_hash,
+)
 from aisched.metrics import Metrics
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.serving import PlanReason
@@ -111,27 +117,27 @@ class InferenceServiceController:
             self.replicas.seen(pod)
         self.mark((pod.namespace, pod.service))
 
-    def replace_pods(self, objects: Iterable[dict[str, Any]]) -> None:
-        """A full relist: repairs whatever a dropped watch missed."""
-        self.replicas.relisted(objects)
-        self._mark_all()
+    def pods_relisted(self, pods: Iterable[ServingPod], list_version: str) -> None:
+        """A full relist of replica pods at LIST_VERSION: repairs whatever a dropped watch missed."""
+        for key in self.replicas.relisted(pods, list_version):
+            self.mark(key)
+        self.capacity_changed()  # pods of others the watch missed may have come or gone too
 
     def capacity_changed(self) -> None:
         """Someone else's pod came or went: services short of room may fit now."""
         for key in self.placement.waiting_for_capacity:
             self.queue.add(key)
 
-    def nodes_changed(self) -> None:
-        # An interruption taint or a lost node affects every service with a replica there.
-        self._mark_all()
+    def node_changed(self, name: str) -> None:
+        """NAME came, went, or changed as placement sees it (taints, readiness, GPUs, labels)."""
+        # An interruption taint or a lost node affects the services with a replica there;
+        # new room matters to those waiting for it.
+        for key in self.replicas.services_on(name):
+            self.queue.add(key)
+        self.capacity_changed()
 
     def mark(self, key: ServiceKey) -> None:
         self.queue.add(key)
-
-    def _mark_all(self) -> None:
-        for key in self.services:
-            self.queue.add(key)
-        self.queue.wake()  # even with no service yet, as the loop always did
 
     # -- the loop -----------------------------------------------------------
 

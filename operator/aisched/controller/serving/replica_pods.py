@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aisched.kube.serving_builders import ServingPod, serving_pod_from_object
+from aisched.kube.versions import VersionLedger
 from aisched.policy.cluster import ClusterSnapshot
 
 ServiceKey = tuple[str, str]
@@ -27,40 +28,79 @@ class ReplicaPods:
     """Replica pods by service, then pod name."""
     deleting: set[PodKey] = field(default_factory=set)
     """(namespace, pod) we deleted and whose deletion the watch has not shown yet."""
+    _versions: VersionLedger[PodKey] = field(default_factory=VersionLedger)
+    _unconfirmed: set[PodKey] = field(default_factory=set)
+    """Pods we created that neither the watch nor a relist has shown yet."""
 
-    def seen(self, pod: ServingPod) -> None:
+    def seen(self, pod: ServingPod) -> bool:
+        """A watch event, or a listed copy; False (and ignored) when we hold a newer one."""
+        key = (pod.namespace, pod.name)
+        if self._versions.is_stale(key, pod.resource_version):
+            return False
+        self._versions.saw(key, pod.resource_version)
+        self._unconfirmed.discard(key)
         self.pods.setdefault((pod.namespace, pod.service), {})[pod.name] = pod
+        return True
 
-    def gone(self, pod: ServingPod) -> None:
-        self.deleting.discard((pod.namespace, pod.name))
-        self.pods.get((pod.namespace, pod.service), {}).pop(pod.name, None)
+    def gone(self, pod: ServingPod) -> bool:
+        """A deletion event, or a relist that no longer lists POD; False when we hold a newer copy."""
+        key = (pod.namespace, pod.name)
+        self.deleting.discard(key)
+        if self._versions.is_stale(key, pod.resource_version):
+            return False
+        self._versions.deleted(key, pod.resource_version)
+        self._unconfirmed.discard(key)
+        by_name = self.pods.get((pod.namespace, pod.service), {})
+        by_name.pop(pod.name, None)
+        if not by_name:
+            self.pods.pop((pod.namespace, pod.service), None)
+        return True
 
-    def relisted(self, objects: Iterable[dict[str, Any]]) -> None:
-        """A full relist: repairs whatever a dropped watch missed."""
-        pods: dict[ServiceKey, dict[str, ServingPod]] = {}
-        for obj in objects:
-            pod = serving_pod_from_object(obj, self.gpu_resource)
-            if pod is None:
-                continue
-            key = (pod.namespace, pod.service)
-            # The list was read while events kept coming: an event newer than it wins.
-            seen = self.pods.get(key, {}).get(pod.name)
-            pods.setdefault(key, {})[pod.name] = seen if seen and seen.resource_version > pod.resource_version else pod
-        self.pods = pods
-        listed = {(p.namespace, p.name) for by_name in pods.values() for p in by_name.values()}
-        self.deleting &= listed
+    def relisted(self, listed: Iterable[ServingPod], list_version: str) -> set[ServiceKey]:
+        """A full relist at LIST_VERSION, repairing whatever a dropped watch missed; the services it changed.
+
+        The list was read while events kept coming: a copy the watch gave after it wins,
+        a pod the watch saw appear after it stays, and so does a pod we created since the
+        last relist (the list may have been read before the create).
+        """
+        self._versions.begin_relist(list_version)
+        held = {(p.namespace, p.name): p for by_name in self.pods.values() for p in by_name.values()}
+        present, changed = set(), set()
+        for pod in listed:
+            key = (pod.namespace, pod.name)
+            present.add(key)
+            if held.get(key) != pod and self.seen(pod):
+                changed.add((pod.namespace, pod.service))
+        for key in self._versions.absent(present, list_version):
+            vanished = held.get(key)
+            if vanished is not None and key not in self._unconfirmed:
+                self.gone(replace(vanished, resource_version=list_version))
+                changed.add((vanished.namespace, vanished.service))
+        self._unconfirmed.clear()  # the next relist judges them as any other pod
+        self.deleting &= present
+        return changed
 
     def created(self, objects: Iterable[dict[str, Any]]) -> None:
         """Pods we just created, recorded before the watch shows them."""
         for built in objects:
             pod = serving_pod_from_object(built, self.gpu_resource)
             assert pod is not None
+            key = (pod.namespace, pod.name)
             # The watch may have told us more already (bound, ready): never overwrite it with what we sent.
-            self.pods.setdefault((pod.namespace, pod.service), {}).setdefault(pod.name, pod)
+            if pod.name not in self.pods.get((pod.namespace, pod.service), {}):
+                self.pods.setdefault((pod.namespace, pod.service), {})[pod.name] = pod
+                self._versions.saw(key, None)
+                self._unconfirmed.add(key)
 
     def deleted(self, pods: Iterable[ServingPod]) -> None:
         """Pods we just deleted: they count as terminating until the watch shows them gone."""
         self.deleting.update((p.namespace, p.name) for p in pods)
+
+    def services_on(self, node: str) -> set[ServiceKey]:
+        """Services with a replica bound or pinned to NODE."""
+        return {
+            key for key, by_name in self.pods.items() if any(node in (p.node, p.pinned_node) for p in by_name.values())
+        }
 
     def names_of(self, key: ServiceKey) -> set[str]:
         return set(self.pods.get(key, {}))

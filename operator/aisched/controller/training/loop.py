@@ -26,11 +26,11 @@ class TrainingJobController(SchedulingCycle):
 
     def job_seen(self, obj: dict[str, Any]) -> None:
         key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
-        self.jobs[key] = obj
+        self._store_job(key, obj)
         self.mark(key)
 
     def job_gone(self, namespace: str, name: str) -> None:
-        self.jobs.pop((namespace, name), None)
+        self._drop_job((namespace, name))
         self._parsed.pop((namespace, name), None)
         self._departed.pop((namespace, name), None)
         self.metrics.forget_job(namespace, name)
@@ -53,11 +53,12 @@ class TrainingJobController(SchedulingCycle):
         else:
             self.queue.wake()  # someone else's pod came or went: GPUs changed
 
-    def nodes_changed(self) -> None:
-        # An interruption taint or NotReady affects every job on the node.
-        for key in self.jobs:
+    def node_changed(self, name: str) -> None:
+        """NAME came, went, or changed as placement sees it (taints, readiness, GPUs, labels)."""
+        # An interruption taint or NotReady affects the jobs on the node, and only those.
+        for key in self.jobs_on_node(name):
             self.mark(key)
-        self.queue.wake()  # GPUs came or went, for the scheduler and the gauges even with no job
+        self.queue.wake()  # GPUs came or went: the scheduling cycle and the gauges run even with no job marked
 
     def mark(self, key: JobKey) -> None:
         self._marked_during_cycle = True

@@ -71,6 +71,8 @@ class TrainingJobState:
     _reported_at: datetime | None = None
     # Set by every mark; a pass during which no job was marked reports at once: the jobs have settled.
     _marked_during_cycle: bool = False
+    # Jobs by the nodes of their status placement: a node's event marks those jobs, not every job.
+    _placed_on: dict[str, set[JobKey]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.pools = PoolTracker(
@@ -109,8 +111,36 @@ class TrainingJobState:
         namespace, name = job.metadata["namespace"], job.metadata["name"]
         await self.kube.patch_status(PLURAL, namespace, name, wire)
         # Keep our copy current so the next pass does not act on stale status.
-        obj = {**obj, "status": wire}
-        self.jobs[(namespace, name)] = obj
+        self._store_job((namespace, name), {**obj, "status": wire})
+
+    def _store_job(self, key: JobKey, obj: dict[str, Any]) -> None:
+        """Our copy of a job, from its watch event or our own status write."""
+        old = self.jobs.get(key)
+        self.jobs[key] = obj
+        before, after = _placed_nodes(old), _placed_nodes(obj)
+        for node in before - after:
+            self._unplace(key, node)
+        for node in after - before:
+            self._placed_on.setdefault(node, set()).add(key)
+
+    def _drop_job(self, key: JobKey) -> None:
+        for node in _placed_nodes(self.jobs.pop(key, None)):
+            self._unplace(key, node)
+
+    def _unplace(self, key: JobKey, node: str) -> None:
+        jobs = self._placed_on.get(node, set())
+        jobs.discard(key)
+        if not jobs:
+            self._placed_on.pop(node, None)
+
+    def jobs_on_node(self, node: str) -> set[JobKey]:
+        """TrainingJobs with a worker on NODE, or NODE in their placement."""
+        on_node = {
+            p.job_key
+            for p in self.inventory.pods_on_node(node)
+            if p.job_key is not None and p.labels.get(labels.JOB_KIND) == "TrainingJob"
+        }
+        return (on_node | self._placed_on.get(node, set())) & self.jobs.keys()
 
     def _wake_at(self, job: TrainingJob, when: datetime, now: datetime) -> None:
         """Reconcile JOB again at WHEN; an earlier wake-up already pending for it stands."""
@@ -147,6 +177,14 @@ class TrainingJobState:
 def start_now_requested(job: TrainingJob) -> bool:
     """The user set the start-now annotation: the job skips its carbon deferral."""
     return str((job.metadata.get("annotations") or {}).get(labels.START_NOW, "")).lower() == "true"
+
+
+def _placed_nodes(obj: dict[str, Any] | None) -> set[str]:
+    """The nodes in OBJ's status placement, read defensively: status is whatever was stored."""
+    status = (obj or {}).get("status")
+    placement = status.get("placement") if isinstance(status, dict) else None
+    nodes = placement.get("nodes") if isinstance(placement, dict) else None
+    return {n for n in nodes if isinstance(n, str)} if isinstance(nodes, list) else set()
 
 
 def _parse(obj: dict[str, Any]) -> TrainingJob | ValidationError:

@@ -1,0 +1,113 @@
+"""Listing the cluster: at start-up, then periodically, repairing whatever a dropped watch missed.
+
+A watch that drops and reconnects (kopf lists again) never reports what was
+deleted meanwhile; a relist does: nodes and pods go through the inventory,
+which keeps newer watch state and deletes only what the list proves gone, and
+TrainingJobs and InferenceServices the list no longer has are forgotten. The
+controllers are told what changed, and only that: the jobs whose pods or nodes
+the relist moved are marked, not every job.
+
+Every list is paginated and each page reduced to what is kept before the next
+is read, so a cluster of a hundred thousand pods is never held as JSON at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from aisched.controller.serving import InferenceServiceController
+from aisched.controller.serving.autoscaling import PLURAL as SERVICES
+from aisched.controller.training import TrainingJobController
+from aisched.controller.training.state import PLURAL as TRAINING_JOBS
+from aisched.kube.client import KubeClient
+from aisched.kube.inventory import Inventory, PodRecord
+from aisched.kube.serving_builders import ServingPod, serving_pod_from_object
+from aisched.kube.versions import is_newer
+
+log = logging.getLogger(__name__)
+ObjectKey = tuple[str, str]
+"""(namespace, name) of a TrainingJob or an InferenceService."""
+
+
+@dataclass(frozen=True, slots=True)
+class ListedPod:
+    """What each controller keeps of one listed pod."""
+
+    record: PodRecord | None
+    replica: ServingPod | None
+
+
+@dataclass(frozen=True, slots=True)
+class ListedObject:
+    """One of our objects as a list names it: enough to tell which are gone."""
+
+    namespace: str
+    name: str
+    resource_version: str
+
+
+def listed_object(obj: dict[str, Any]) -> ListedObject:
+    metadata = obj["metadata"]
+    return ListedObject(metadata.get("namespace") or "", metadata["name"], metadata.get("resourceVersion") or "")
+
+
+def gone_from_list(
+    held: Mapping[ObjectKey, dict[str, Any]], listed: set[ObjectKey], list_version: str
+) -> list[ObjectKey]:
+    """Objects we hold that a list at LIST_VERSION left out, last seen no later than it.
+
+    One seen at a newer version was created after the list was read, and stays.
+    """
+    return [
+        key
+        for key, obj in held.items()
+        if key not in listed and not is_newer(obj["metadata"].get("resourceVersion"), list_version)
+    ]
+
+
+async def relist(
+    kube: KubeClient,
+    inventory: Inventory,
+    jobs: TrainingJobController,
+    serving: InferenceServiceController,
+    *,
+    page_size: int,
+) -> None:
+    """List nodes, pods, TrainingJobs and InferenceServices; apply each list, and tell the controllers."""
+    gpu_resource = inventory.settings.gpu_resource
+
+    def listed_pod(obj: dict[str, Any]) -> ListedPod:
+        return ListedPod(inventory.pod_from_object(obj), serving_pod_from_object(obj, gpu_resource))
+
+    nodes = await kube.list_nodes(inventory.node_from_object, page_size=page_size)
+    pods = await kube.list_pods(listed_pod, page_size=page_size)
+    training_jobs = await kube.list_custom(TRAINING_JOBS, listed_object, page_size=page_size)
+    services = await kube.list_custom(SERVICES, listed_object, page_size=page_size)
+    # From here on nothing awaits: no watch event lands between a list and what it changed.
+    # An object that cannot be read is logged by the inventory and left out of its list.
+    changed_nodes = inventory.relist_nodes((n for n in nodes.items if n is not None), nodes.resource_version)
+    changed_pods = inventory.relist_pods((p.record for p in pods.items if p.record is not None), pods.resource_version)
+    serving.pods_relisted([p.replica for p in pods.items if p.replica is not None], pods.resource_version)
+    for record in changed_pods:
+        jobs.pod_changed(record)
+    for name in changed_nodes:
+        jobs.node_changed(name)
+        serving.node_changed(name)
+    listed_jobs = {(o.namespace, o.name) for o in training_jobs.items}
+    for namespace, name in gone_from_list(jobs.jobs, listed_jobs, training_jobs.resource_version):
+        log.info("TrainingJob %s/%s was deleted while the watch was away", namespace, name)
+        jobs.job_gone(namespace, name)
+    listed_services = {(o.namespace, o.name) for o in services.items}
+    for namespace, name in gone_from_list(serving.services, listed_services, services.resource_version):
+        log.info("InferenceService %s/%s was deleted while the watch was away", namespace, name)
+        serving.service_gone(namespace, name)
+    log.debug(
+        "relisted %d nodes (%d changed), %d pods (%d changed)",
+        len(nodes.items),
+        len(changed_nodes),
+        len(pods.items),
+        len(changed_pods),
+    )

@@ -1,0 +1,183 @@
+"""What the inventory keeps of each Node and Pod, read from whatever the watch hands over.
+
+A watch hands over whatever an object holds. The readers below take a field of
+the wrong type as absent, so that one odd node or pod costs its own accuracy and
+never the watch handler (and with it every other object). What is kept is what
+placement and the job lifecycle read, not the object: a large cluster has a
+hundred thousand pods, most of them not ours, so records are slotted, repeated
+strings interned, and labels and messages kept for our own pods only.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from aisched.kube import labels
+from aisched.kube.quantities import whole_gpus
+from aisched.policy.cluster import Node, NodeLabelKeys, Taint, node_from_labels
+
+log = logging.getLogger(__name__)
+
+PodKey = tuple[str, str]
+"""(namespace, name) of a pod."""
+
+
+@dataclass(frozen=True, slots=True)
+class PodRecord:
+    namespace: str
+    name: str
+    node: str | None
+    gpus: int
+    phase: str
+    labels: dict[str, str]
+    """Only the operator's own labels (`aisched.io/...`): the others are never read."""
+    terminating: bool
+    gated: bool
+    disruption_target: bool
+    exit_code: int | None = None
+    termination_message: str | None = None
+    """Kept for the operator's own pods only: the workers' checkpoint reports."""
+    unschedulable_since: datetime | None = None
+    unschedulable_message: str | None = None
+
+    pinned_node: str | None = None  # nodeSelector kubernetes.io/hostname: where it will bind
+    resource_version: str = field(default="", compare=False)
+
+    @property
+    def gpu_node(self) -> str | None:
+        """The node whose GPUs this pod holds, or is about to: bound, or pinned and waiting to bind."""
+        return self.node or self.pinned_node
+
+    @property
+    def holds_gpus(self) -> bool:
+        return self.gpu_node is not None and self.phase not in ("Succeeded", "Failed")
+
+    @property
+    def job_key(self) -> tuple[str, str] | None:
+        name = self.labels.get(labels.JOB_NAME)
+        return (self.namespace, name) if name else None
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    """What the inventory keeps of one Node object."""
+
+    node: Node
+    ready: bool
+    resource_version: str = field(default="", compare=False)
+
+
+def read_node(obj: dict[str, Any], keys: NodeLabelKeys, gpu_resource: str) -> NodeRecord:
+    metadata, spec, status = obj["metadata"], _mapping(obj.get("spec")), _mapping(obj.get("status"))
+    name = sys.intern(metadata["name"])
+    conditions = _items(status.get("conditions"))
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    node = node_from_labels(
+        name,
+        labels=_string_map(metadata.get("labels")),
+        taints=_taints(spec.get("taints"), name),
+        allocatable_gpus=whole_gpus(_mapping(status.get("allocatable")).get(gpu_resource, 0), round_up=False),
+        used_gpus=0,  # filled from the pods when a snapshot is taken
+        schedulable=ready and not spec.get("unschedulable"),
+        keys=keys,
+    )
+    return NodeRecord(node, ready, _text(metadata.get("resourceVersion")) or "")
+
+
+def read_pod(obj: dict[str, Any], gpu_resource: str) -> PodRecord:
+    metadata, spec, status = obj["metadata"], _mapping(obj.get("spec")), _mapping(obj.get("status"))
+    ours = {k: v for k, v in _string_map(metadata.get("labels")).items() if k.startswith(labels.PREFIX + "/")}
+    exit_code, message = _termination(status)
+    conditions = {c.get("type"): c for c in _items(status.get("conditions"))}
+    scheduled = _mapping(conditions.get("PodScheduled"))
+    unschedulable = scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable"
+    return PodRecord(
+        namespace=sys.intern(metadata["namespace"]),
+        name=metadata["name"],
+        node=_interned_text(spec.get("nodeName")),
+        gpus=_requested_gpus(spec, gpu_resource),
+        phase=sys.intern(_text(status.get("phase")) or "Pending"),
+        labels=ours,
+        terminating=metadata.get("deletionTimestamp") is not None,
+        gated=bool(spec.get("schedulingGates")),
+        disruption_target=_mapping(conditions.get("DisruptionTarget")).get("status") == "True",
+        exit_code=exit_code,
+        termination_message=message if ours else None,
+        pinned_node=_interned_text(_mapping(spec.get("nodeSelector")).get("kubernetes.io/hostname")),
+        unschedulable_since=_timestamp(scheduled.get("lastTransitionTime")) if unschedulable else None,
+        unschedulable_message=_text(scheduled.get("message")) if unschedulable and ours else None,
+        resource_version=_text(metadata.get("resourceVersion")) or "",
+    )
+
+
+def _requested_gpus(spec: dict[str, Any], resource: str) -> int:
+    def requested(container: dict[str, Any]) -> int:
+        resources = _mapping(container.get("resources"))
+        amount = _mapping(resources.get("requests")).get(resource) or _mapping(resources.get("limits")).get(resource)
+        return whole_gpus(amount or 0, round_up=True)
+
+    # Init containers run one at a time before the others, as the scheduler counts them.
+    return max(
+        sum(requested(c) for c in _items(spec.get("containers"))),
+        max((requested(c) for c in _items(spec.get("initContainers"))), default=0),
+    )
+
+
+def _termination(status: dict[str, Any]) -> tuple[int | None, str | None]:
+    """The exit code (a failing container's first) and message of containers that stopped."""
+    exit_code, message = None, None
+    for container_status in _items(status.get("containerStatuses")):
+        terminated = _mapping(_mapping(container_status.get("state")).get("terminated"))
+        if terminated:
+            code = _int_or_none(terminated.get("exitCode"))
+            if exit_code is None or (code is not None and code != 0):
+                exit_code = code
+            message = _text(terminated.get("message")) or message
+    return exit_code, message
+
+
+def _taints(value: Any, node: str) -> list[Taint]:
+    taints = []
+    for taint in _items(value):
+        try:
+            taints.append(Taint.from_dict(taint))
+        except (KeyError, ValueError):
+            log.warning("node %s: ignoring taint %r, which is none the scheduler knows", node, taint)
+    return taints
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _items(value: Any) -> list[dict[str, Any]]:
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+def _interned_text(value: Any) -> str | None:
+    # Node names and the like repeat across thousands of pods: one string each.
+    text = _text(value)
+    return sys.intern(text) if text is not None else None
+
+
+def _string_map(value: Any) -> dict[str, str]:
+    return {str(k): v for k, v in _mapping(value).items() if isinstance(v, str)}
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _timestamp(value: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(value) if isinstance(value, str) and value else None
+    except ValueError:
+        return None
