@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,12 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
 from aisched.kube import labels
+from aisched.kube.inventory import Inventory
+from aisched.policy.cluster import ClusterSnapshot, level_rank
+from aisched.policy.placement import GangRequest, Placement, place_gang
+from aisched.settings import Settings
 from aisched.testing.cluster import LocalCluster
+from benchmarks.e2e_workloads import GangShape, rank_of
 
 T = TypeVar("T")
 
@@ -102,7 +108,7 @@ class BindWatch:
             return
         pod_labels = pod["metadata"].get("labels", {})
         with self._changed:
-            self.bound[name] = BoundPod(pod_labels[labels.JOB_NAME], int(pod_labels[labels.RANK]), node, now)
+            self.bound[name] = BoundPod(pod_labels[labels.JOB_NAME], rank_of(pod), node, now)
             self._changed.notify_all()
 
     def wait_bound(self, count: int, timeout: float) -> dict[str, BoundPod]:
@@ -190,3 +196,78 @@ def costs(api: client.ApiClient, cluster: LocalCluster, operator_pid: int | None
     cpu = {name: process_cpu_seconds(pid) for name, pid in pids.items()}
     cpu["this benchmark"] = time.process_time()
     return Costs(cpu, *api_write_totals(api))
+
+
+# -- figures of one arm -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ArmFigures:
+    pods: int
+    pods_per_s: float
+    bind_p50_s: float
+    bind_p99_s: float
+    span_s: float
+
+
+def arm_figures(submitted_bound: Sequence[tuple[float, float]]) -> ArmFigures:
+    """From (submitted, bound) times per pod: latency percentiles and pods / (last bind - first submission)."""
+    latencies = [bound - submitted for submitted, bound in submitted_bound]
+    span = max(b for _, b in submitted_bound) - min(s for s, _ in submitted_bound)
+    cuts = statistics.quantiles(latencies, n=100, method="inclusive")
+    return ArmFigures(
+        pods=len(latencies),
+        pods_per_s=len(latencies) / span,
+        bind_p50_s=cuts[49],
+        bind_p99_s=cuts[98],
+        span_s=span,
+    )
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Which gangs sit in the tightest domain their shape could ever get (on the empty cluster)."""
+
+    empty: ClusterSnapshot
+
+    @classmethod
+    def of(cls, core: client.CoreV1Api) -> Topology:
+        inventory = Inventory(Settings())
+        inventory.replace_nodes(json.loads(core.list_node(_preload_content=False).data)["items"])
+        return cls(inventory.snapshot())
+
+    def in_smallest_domain(self, shape: GangShape, nodes: list[str]) -> bool:
+        ideal = place_gang(GangRequest(shape.replicas, shape.gpus_per_replica), self.empty)
+        best = level_rank(ideal.level if isinstance(ideal, Placement) else None)
+        return level_rank(self.empty.tightest_domain(nodes).level) <= best
+
+
+def arm_report(
+    shapes: Mapping[str, GangShape], sent: Mapping[str, float], watched: BindWatch, topology: Topology
+) -> dict[str, Any]:
+    """Figures of one arm; SENT is keyed by job (arm 1) or by pod name (arm 2)."""
+    bound = watched.bound
+    pairs = [(sent[pod.job] if pod.job in sent else sent[name], pod.at) for name, pod in bound.items()]
+    figures = arm_figures(pairs)
+    ranks: dict[str, set[int]] = {job: set() for job in shapes}
+    nodes: dict[str, list[str]] = {job: [] for job in shapes}
+    for pod in bound.values():
+        ranks[pod.job].add(pod.rank)
+        nodes[pod.job].append(pod.node)
+    whole = [job for job, shape in shapes.items() if ranks[job] == set(range(shape.replicas))]
+    multi = [job for job in whole if shapes[job].replicas > 1]
+    return {
+        "pods": figures.pods,
+        "pods_per_s": round(figures.pods_per_s, 2),
+        "bind_p50_s": round(figures.bind_p50_s, 3),
+        "bind_p99_s": round(figures.bind_p99_s, 3),
+        "span_s": round(figures.span_s, 2),
+        "submit_s": round(max(sent.values()) - min(sent.values()), 2),  # the clients' part of the span
+        "gangs_whole": len(whole),
+        "in_smallest_domain": sum(topology.in_smallest_domain(shapes[j], nodes[j]) for j in whole),
+        "multi_pod_gangs": len(multi),
+        "multi_pod_in_smallest_domain": sum(topology.in_smallest_domain(shapes[j], nodes[j]) for j in multi),
+        "pods_ended": len(watched.ended),
+        "watch_resumed": watched.resumed,
+        "watch_relisted": watched.relisted,
+    }

@@ -43,6 +43,11 @@ class Inventory:
 
     _label_keys: NodeLabelKeys = field(init=False)
     _not_ready: set[str] = field(default_factory=set)
+    # GPUs held on each node by the pods bound or pinned to it, kept as pods come and go.
+    _used: dict[str, int] = field(default_factory=dict)
+    # The cluster as placement sees it, kept up to date as pods change and rebuilt (lazily) only
+    # when a node changes in a way placement sees: each cycle gets a copy, not a rebuild.
+    _base: ClusterSnapshot | None = None
     _node_versions: VersionLedger[str] = field(default_factory=VersionLedger)
     _pod_versions: VersionLedger[PodKey] = field(default_factory=VersionLedger)
 
@@ -81,6 +86,8 @@ class Inventory:
             return False
         self._node_versions.saw(name, record.resource_version)
         changed = self.nodes.get(name) != record.node or (name in self._not_ready) == record.ready
+        if changed:
+            self._base = None
         self.nodes[name] = record.node
         if record.ready:
             self._not_ready.discard(name)
@@ -94,6 +101,7 @@ class Inventory:
             return False
         self._node_versions.deleted(name, resource_version)
         self._not_ready.discard(name)
+        self._base = None
         return self.nodes.pop(name, None) is not None
 
     def relist_nodes(self, records: Iterable[NodeRecord], list_version: str) -> list[str]:
@@ -118,11 +126,15 @@ class Inventory:
         return frozenset(n.name for n in self.nodes.values() if n.interrupted) | frozenset(self._not_ready)
 
     def snapshot(self, reserved: dict[str, int] | None = None) -> ClusterSnapshot:
-        """The cluster for placement: GPUs of every pod bound or pinned to a node, plus `reserved` ones."""
-        reserved = reserved or {}
-        return ClusterSnapshot(
-            replace(node, used_gpus=self.used_gpus(name) + reserved.get(name, 0)) for name, node in self.nodes.items()
-        )
+        """The cluster for placement, the caller's to change: GPUs of every pod bound or pinned to a
+        node count as used, plus the `reserved` ones."""
+        if self._base is None:
+            self._base = ClusterSnapshot(
+                replace(node, used_gpus=self._used.get(name, 0)) for name, node in self.nodes.items()
+            )
+        snapshot = self._base.copy()
+        snapshot.allocate({name: gpus for name, gpus in (reserved or {}).items() if name in snapshot})
+        return snapshot
 
     # -- pods ---------------------------------------------------------------
 
@@ -152,6 +164,7 @@ class Inventory:
         self.pods[key] = record
         if record.gpu_node:
             self._pods_by_node[record.gpu_node].add(key)
+            self._hold(record, +1)
         if record.job_key:
             self._pods_by_job[record.job_key].add(key)
         return old != record
@@ -188,9 +201,23 @@ class Inventory:
             return None
         if old.gpu_node:
             _discard(self._pods_by_node, old.gpu_node, key)
+            self._hold(old, -1)
         if old.job_key:
             _discard(self._pods_by_job, old.job_key, key)
         return old
+
+    def _hold(self, record: PodRecord, sign: int) -> None:
+        """Count RECORD's GPUs on its node (SIGN +1) or stop counting them (-1), in the snapshot kept too."""
+        if not record.holds_gpus or not record.gpus or record.gpu_node is None:
+            return
+        node, delta = record.gpu_node, sign * record.gpus
+        used = self._used.get(node, 0) + delta
+        if used:
+            self._used[node] = used
+        else:
+            del self._used[node]  # nodes come and go: no zero left behind
+        if self._base is not None and node in self._base:
+            self._base.allocate({node: delta})
 
     def pods_of_job(self, namespace: str, name: str) -> list[PodRecord]:
         return [self.pods[key] for key in sorted(self._pods_by_job.get((namespace, name), ()))]
@@ -200,7 +227,7 @@ class Inventory:
         return [self.pods[key] for key in self._pods_by_node.get(node, ())]
 
     def used_gpus(self, node: str) -> int:
-        return sum(self.pods[key].gpus for key in self._pods_by_node.get(node, ()) if self.pods[key].holds_gpus)
+        return self._used.get(node, 0)
 
 
 def _discard(index: dict[Any, set[PodKey]], at: Any, key: PodKey) -> None:

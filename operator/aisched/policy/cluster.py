@@ -254,6 +254,12 @@ class Bucket:
     def free(self) -> int:
         return self.room[1] if len(self.room) > 1 else 0
 
+    def copy(self) -> Bucket:
+        bucket = object.__new__(Bucket)
+        bucket.by_free = [set(ordinals) for ordinals in self.by_free]
+        bucket.room, bucket.room_when_empty = list(self.room), self.room_when_empty  # the latter never changes
+        return bucket
+
 
 @dataclass(slots=True)
 class Domain:
@@ -268,6 +274,9 @@ class Domain:
 
     def free(self, pools: Iterable[int]) -> int:
         return sum(self.buckets[p].free for p in pools if p in self.buckets)
+
+    def copy(self) -> Domain:
+        return Domain(self.id, {pool: bucket.copy() for pool, bucket in self.buckets.items()})
 
 
 class ClusterSnapshot:
@@ -431,7 +440,24 @@ class ClusterSnapshot:
                 self._apply(ordinal, -delta)
 
     def copy(self) -> ClusterSnapshot:
-        return ClusterSnapshot(self.nodes())
+        """An independent snapshot in the same state: the indexes copied, not rebuilt (a tenth of the time)."""
+        if self._trials:
+            raise RuntimeError("copy a snapshot outside its trials: their undo journal is not copied")
+        clone = object.__new__(ClusterSnapshot)
+        clone._nodes, clone._ordinal = self._nodes, self._ordinal  # never changed after construction
+        clone._pool_ids, clone._pool_of = self._pool_ids, self._pool_of
+        clone.max_gpus_per_node = self.max_gpus_per_node
+        clone._used = list(self._used)
+        clone._journal, clone._trials = [], 0
+        copies = {id(d): d.copy() for by_path in self._domains.values() for d in by_path.values()}
+        clone._domains = {
+            level: {path: copies[id(d)] for path, d in by_path.items()} for level, by_path in self._domains.items()
+        }
+        clone._domains_of = [tuple(copies[id(d)] for d in domains) for domains in self._domains_of]
+        clone._sorted_domains = {
+            level: tuple(copies[id(d)] for d in domains) for level, domains in self._sorted_domains.items()
+        }
+        return clone
 
     def _free(self, ordinal: int) -> int:
         return max(0, self._nodes[ordinal].allocatable_gpus - self._used[ordinal])

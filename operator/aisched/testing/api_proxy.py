@@ -168,15 +168,17 @@ class ApiProxy:
         )
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, handle_signals=False)
+        # Watches never end on their own: stopping waits a moment for them, not a minute.
+        self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=1.0)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
 
     async def _stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        # The upstream session first: that ends every streaming watch, and with them their handlers.
         if self._session is not None:
             await self._session.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
 
     async def _open_gap(self, resource: str) -> None:
         self._gaps.add(resource)
@@ -219,8 +221,11 @@ class ApiProxy:
         assert self._session is not None
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
         headers["Accept-Encoding"] = "identity"  # the watch events are read on the way
+        # No body at all rather than an empty one: aiohttp labels b"" application/octet-stream,
+        # which the API server refuses (415) even on a GET.
+        body = await request.read() or None
         async with self._session.request(
-            request.method, self._upstream + request.path_qs, headers=headers, data=await request.read()
+            request.method, self._upstream + request.path_qs, headers=headers, data=body
         ) as upstream:
             if stale is not None and stale.body is None and upstream.status == 200:
                 stale.body = await upstream.read()
@@ -246,6 +251,8 @@ class ApiProxy:
         pending = b""
         with contextlib.suppress(ConnectionResetError, aiohttp.ClientPayloadError):
             async for chunk in upstream.content.iter_any():
+                if watched is not None and watched in self._gaps:
+                    return  # cut: what the API server sends now never reaches the client
                 if watched is not None:
                     pending += chunk
                     *lines, pending = pending.split(b"\n")
