@@ -3,7 +3,7 @@
 # kube-controller-manager, kube-scheduler) run as local processes, with fake
 # GPU nodes and pod lifecycles simulated by kwok. No Docker needed.
 #
-#   hack/cluster.sh up [small|large|PATH.yaml]   start it (default small) and wait until it is ready
+#   hack/cluster.sh up [small|large|xlarge|PATH.yaml]   start it (default small) and wait until it is ready
 #   hack/cluster.sh down                         stop what `up` started and remove its state
 #   hack/cluster.sh status                       tell what runs
 #
@@ -14,7 +14,8 @@
 #   AISCHED_CONTROLLER_MANAGER_PORT (10257)  AISCHED_SCHEDULER_PORT (10259)
 # AISCHED_CLUSTER_TIMEOUT (seconds, default 300) bounds each wait of `up`;
 # AISCHED_KWOK_LOG_LEVEL=INFO logs every stage kwok plays (default WARN: at
-# INFO it logs each node's Lease renewal).
+# INFO it logs each node's Lease renewal). AISCHED_NODE_LEASE_SECONDS (default
+# 40) is the fake nodes' Lease duration; thousands of nodes need a longer one.
 set -euo pipefail
 # shellcheck source=hack/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -32,8 +33,10 @@ POD_CIDR=10.244.0.1/16
 # defaults (20 and 50 requests/s) make a 1,000-node cluster take minutes to
 # lift the not-ready taints; clusters of that size raise them likewise.
 CLIENT_QPS=200
-# What a kubelet does by default: a 40 s Lease renewed every 10 s.
-NODE_LEASE_SECONDS=40
+# What a kubelet does by default: a 40 s Lease renewed every 10 s. The node
+# lifecycle controller's grace period (50 s by default) must outlast a renewal.
+NODE_LEASE_SECONDS="${AISCHED_NODE_LEASE_SECONDS:-40}"
+NODE_GRACE_SECONDS=$((NODE_LEASE_SECONDS > 40 ? NODE_LEASE_SECONDS : 50))
 
 usage() { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
 
@@ -236,6 +239,7 @@ start_controller_manager() {
     --cluster-signing-cert-file "${pki}/ca.crt" --cluster-signing-key-file "${pki}/ca.key" \
     --service-cluster-ip-range "${SERVICE_CIDR}" --cluster-name aisched-local \
     --leader-elect=false --profiling=false --cert-dir "${CLUSTER_DIR}/serving" \
+    --node-monitor-grace-period "${NODE_GRACE_SECONDS}s" \
     --kube-api-qps "${CLIENT_QPS}" --kube-api-burst "$((2 * CLIENT_QPS))"
 }
 
@@ -273,8 +277,8 @@ create_nodes() {
 
 description_file() {
   case "$1" in
-    small | large) echo "${HACK_DIR}/clusters/$1.yaml" ;;
-    *) [[ -f "$1" ]] || die "no cluster description '$1' (a preset: small, large; or a YAML file)"
+    small | large | xlarge) echo "${HACK_DIR}/clusters/$1.yaml" ;;
+    *) [[ -f "$1" ]] || die "no cluster description '$1' (a preset: small, large, xlarge; or a YAML file)"
        realpath "$1" ;;
   esac
 }

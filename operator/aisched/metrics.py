@@ -362,6 +362,25 @@ class Metrics:
             ["kind"],
             registry=r,
         )
+        self.scheduling_cycle = Histogram(
+            f"{PREFIX}_scheduling_cycle_seconds",
+            "Time the TrainingJob scheduling cycle held the event loop reading the jobs and the cluster and "
+            "deciding (the API writes that carry its decisions out are not counted).",
+            buckets=RECONCILE_BUCKETS,
+            registry=r,
+        )
+        self.workqueue_depth = Gauge(
+            f"{PREFIX}_workqueue_depth",
+            f"Objects waiting to be reconciled, by kind ({_values(RECONCILED_KINDS)}).",
+            ["kind"],
+            registry=r,
+        )
+        self.workqueue_wakeups = Gauge(
+            f"{PREFIX}_workqueue_pending_wakeups",
+            f"Timers pending in a work queue (at most one per object), by kind ({_values(RECONCILED_KINDS)}).",
+            ["kind"],
+            registry=r,
+        )
         self._initialise_bounded_series()
 
     def _initialise_bounded_series(self) -> None:
@@ -556,6 +575,13 @@ class Metrics:
         self.reconcile_duration.labels(_check("kind", kind, RECONCILED_KINDS)).observe(seconds)
         if failed:
             self.reconcile_errors.labels(kind).inc()
+
+    def record_scheduling_cycle(self, seconds: float) -> None:
+        self.scheduling_cycle.observe(seconds)
+
+    def record_workqueue(self, kind: str, *, depth: int, pending_wakeups: int) -> None:
+        self.workqueue_depth.labels(_check("kind", kind, RECONCILED_KINDS)).set(depth)
+        self.workqueue_wakeups.labels(kind).set(pending_wakeups)
 
     def record_reconcile_error(self, kind: str) -> None:
         """One object's share of a cluster-wide stage failed (the scheduling cycle's, the emissions')."""

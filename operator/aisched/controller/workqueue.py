@@ -132,6 +132,10 @@ class WorkQueue(Generic[K]):
     def pending_timers(self) -> int:
         return len(self._timers)
 
+    def depth(self) -> int:
+        """Keys marked and not yet taken by the loop."""
+        return len(self._dirty)
+
     def _fire(self, key: K) -> None:
         self._timers.pop(key, None)
         self.add(key)

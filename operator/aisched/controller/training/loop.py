@@ -80,6 +80,9 @@ class TrainingJobController(SchedulingCycle):
         # submitted at once do not wait for each other's writes. A failing job is
         # retried with backoff and stops none of the others.
         await self.queue.process(keys, self.reconcile, concurrency=CONCURRENT_RECONCILES, on_done=self._reconciled)
+        self.metrics.record_workqueue(
+            "TrainingJob", depth=self.queue.depth(), pending_wakeups=self.queue.pending_timers()
+        )
         stages: tuple[tuple[str, Callable[[], Awaitable[None]]], ...] = (
             ("scheduling cycle", self.schedule),
             ("estimating emissions", lambda: self._account_emissions(self.clock())),

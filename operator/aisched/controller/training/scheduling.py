@@ -47,11 +47,13 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         a job the cycle cannot handle is set aside (`isolation.py`) and every other job goes on.
         """
         now = self.clock()
+        cycle_started = time.perf_counter()
         snapshot = self.cluster_snapshot()
         parsed, requests, capacity_of = await self._requests(snapshot, now)
         started = time.perf_counter()
         result = await self._decide(snapshot, requests, parsed, now)
         elapsed = time.perf_counter() - started
+        self.metrics.record_scheduling_cycle(time.perf_counter() - cycle_started)
         await self._carry_out_cycle(result, parsed, capacity_of, now=now, elapsed=elapsed)
         await self._report_queues(result)
 
