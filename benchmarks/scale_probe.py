@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 import urllib.request
@@ -139,7 +140,7 @@ class Sampler:
 def cycle_curve(samples: Sequence[Sample]) -> list[dict[str, float]]:
     """Per sampling interval: jobs waiting, the mean scheduling cycle in it, and the operator's RSS."""
     curve = []
-    for before, after in zip(samples, samples[1:], strict=False):
+    for before, after in itertools.pairwise(samples):
         cycles = after.cycle.since(before.cycle)
         if cycles.count <= 0:
             continue
