@@ -48,6 +48,8 @@ class BindWatch:
     core: client.CoreV1Api
     namespace: str
     bound: dict[str, BoundPod] = field(default_factory=dict)
+    created: dict[str, float] = field(default_factory=dict)
+    """When the watch first saw a worker of each job: the operator (or the job controller) made it."""
     ended: set[str] = field(default_factory=set)  # pods that left Running: KWOK should keep them there
     resumed: int = 0  # watches the server ended early
     relisted: int = 0
@@ -104,9 +106,12 @@ class BindWatch:
         name, node = pod["metadata"]["name"], pod["spec"].get("nodeName")
         if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
             self.ended.add(name)
+        pod_labels = pod["metadata"].get("labels", {})
+        job = pod_labels.get(labels.JOB_NAME)
+        if job is not None and job not in self.created:
+            self.created[job] = now
         if not node or name in self.bound:
             return
-        pod_labels = pod["metadata"].get("labels", {})
         with self._changed:
             self.bound[name] = BoundPod(pod_labels[labels.JOB_NAME], rank_of(pod), node, now)
             self._changed.notify_all()
