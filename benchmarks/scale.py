@@ -89,7 +89,11 @@ def grow(core: client.CoreV1Api, nodes: list[dict[str, Any]], have: int, want: i
     """Create nodes HAVE..WANT of the rendered list, then wait until all WANT are Ready."""
 
     def create(node: dict[str, Any]) -> None:
-        core.create_node({k: v for k, v in node.items() if k != "status"})
+        core.create_node(node)  # with its status: a Node keeps it on create, as a kubelet registers
+
+    def gpu_nodes() -> int:
+        listed = core.list_node(_preload_content=False)
+        return bytes(listed.data).count(b'"nvidia.com/gpu":"8"') // 2  # capacity and allocatable
 
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(create, nodes[have:want]))
@@ -99,6 +103,8 @@ def grow(core: client.CoreV1Api, nodes: list[dict[str, Any]], have: int, want: i
         return bytes(listed.data).count(b'"type":"Ready","status":"True"') >= want
 
     wait_for(ready, 900, f"{want} Ready nodes", interval=5)
+    if gpu_nodes() < want:
+        raise RuntimeError(f"only {gpu_nodes()} of {want} nodes advertise 8 GPUs")
 
 
 def job_with_run_time(name: str, shape: GangShape, run_seconds: int) -> dict[str, Any]:
