@@ -13,6 +13,7 @@ racks that share a label value in different zones stay apart.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -223,6 +224,9 @@ def level_rank(level: TopologyLevel | None) -> int:
     return _rank(level)
 
 
+_NO_NODES: frozenset[int] = frozenset()
+
+
 class Bucket:
     """The nodes of one pool inside one domain, grouped by how many GPUs each has free.
 
@@ -234,19 +238,21 @@ class Bucket:
     __slots__ = ("by_free", "room", "room_when_empty")
 
     def __init__(self, max_gpus: int) -> None:
-        self.by_free: list[set[int]] = [set() for _ in range(max_gpus + 1)]
+        # A cluster has a bucket per pool in every domain down to each NVLink domain, most of
+        # whose free-GPU counts hold no node: those share one empty set until a node comes.
+        self.by_free: list[AbstractSet[int]] = [_NO_NODES] * (max_gpus + 1)
         self.room = [0] * (max_gpus + 1)
         self.room_when_empty = [0] * (max_gpus + 1)
 
     def add(self, ordinal: int, free: int, allocatable: int) -> None:
-        self.by_free[free].add(ordinal)
+        self._nodes_with(free).add(ordinal)
         for g in range(1, len(self.room)):
             self.room[g] += free // g
             self.room_when_empty[g] += allocatable // g
 
     def move(self, ordinal: int, old_free: int, new_free: int) -> None:
-        self.by_free[old_free].discard(ordinal)
-        self.by_free[new_free].add(ordinal)
+        self._nodes_with(old_free).discard(ordinal)
+        self._nodes_with(new_free).add(ordinal)
         for g in range(1, len(self.room)):
             self.room[g] += new_free // g - old_free // g
 
@@ -254,9 +260,15 @@ class Bucket:
     def free(self) -> int:
         return self.room[1] if len(self.room) > 1 else 0
 
+    def _nodes_with(self, free: int) -> set[int]:
+        nodes = self.by_free[free]
+        if not isinstance(nodes, set):
+            nodes = self.by_free[free] = set()
+        return nodes
+
     def copy(self) -> Bucket:
         bucket = object.__new__(Bucket)
-        bucket.by_free = [set(ordinals) for ordinals in self.by_free]
+        bucket.by_free = [set(nodes) if nodes else _NO_NODES for nodes in self.by_free]
         bucket.room, bucket.room_when_empty = list(self.room), self.room_when_empty  # the latter never changes
         return bucket
 

@@ -66,8 +66,10 @@ def test_client_errors_are_not_retried(server: ScriptedServer) -> None:
 
 def test_persistent_server_errors_give_up_after_the_retries(server: ScriptedServer) -> None:
     server.reply("/thing", Reply("<html>Bad gateway</html>", status=502))
+    # A timeout generous enough that no attempt times out on a loaded machine: each must be a 502.
+    patient = HttpPolicy(timeout_seconds=10.0, retries=FAST.retries, backoff_seconds=0.001, backoff_max_seconds=0.01)
     with pytest.raises(CarbonSourceHTTPError) as raised:
-        fetch(server)
+        fetch(server, patient)
     assert raised.value.status == 502
     assert len(server.asked("/thing")) == FAST.retries + 1
 
