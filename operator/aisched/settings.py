@@ -278,6 +278,13 @@ class Settings(BaseSettings):
         "loading the checkpoint. Deadline planning keeps this much in reserve.",
     )
     resync_seconds: float = Field(default=15.0, gt=0, le=3600, description="Period of the reconcile timer per job.")
+    reconciles_per_pass: int = Field(
+        default=256,
+        ge=1,
+        le=100_000,
+        description="Most objects reconciled in one pass of a controller's loop, the longest waiting first; the "
+        "scheduling cycle runs after each pass, so a backlog of thousands never holds up admission for long.",
+    )
     events_per_second: float = Field(
         default=10.0,
         gt=0,

@@ -14,6 +14,7 @@ from aisched.api import GROUP, VERSION
 from aisched.controller.serving import InferenceServiceController
 from aisched.controller.training import TrainingJobController
 from aisched.kube.inventory import Inventory
+from aisched.kube.records import slim_object
 
 
 def register(
@@ -46,21 +47,21 @@ def register(
         if event["type"] == "DELETED":
             jobs.job_gone(namespace or "", name)
         else:
-            jobs.job_seen(dict(event["object"]))
+            jobs.job_seen(slim_object(dict(event["object"])))
 
     @kopf.on.event(GROUP, VERSION, "queues", registry=registry)
     async def queue_event(event: kopf.RawEvent, name: str, **_: Any) -> None:
         if event["type"] == "DELETED":
             jobs.queue_gone(name)
         else:
-            jobs.queue_seen(dict(event["object"]))
+            jobs.queue_seen(slim_object(dict(event["object"])))
 
     @kopf.on.event(GROUP, VERSION, "inferenceservices", registry=registry)
     async def inference_service_event(event: kopf.RawEvent, name: str, namespace: str | None, **_: Any) -> None:
         if event["type"] == "DELETED":
             serving.service_gone(namespace or "", name)
         else:
-            serving.service_seen(dict(event["object"]))
+            serving.service_seen(slim_object(dict(event["object"])))
 
 
 def _resource_version(event: kopf.RawEvent) -> str | None:

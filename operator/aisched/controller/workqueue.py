@@ -13,7 +13,10 @@ delaying queue, which every Kubernetes controller relies on:
 - a key whose reconcile fails is retried with exponential backoff and never
   stops the other keys; a success resets its backoff;
 - every `resync_seconds` every key is reconciled, whatever the watches said:
-  the safety net for an event a watch dropped.
+  the safety net for an event a watch dropped;
+- a batch holds at most `max_batch` keys, the longest-dirty first: a backlog of
+  thousands is worked through in passes, and whatever the controller does after
+  each pass (the scheduling cycle) keeps happening meanwhile.
 
 Timers run on the event loop's clock (`loop.call_later`), so a test drives
 them with a fake loop clock instead of sleeping.
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Hashable, Iterable
@@ -80,12 +84,15 @@ class WorkQueue(Generic[K]):
         resync_seconds: float,
         base_backoff_seconds: float = 1.0,
         max_backoff_seconds: float = 300.0,
+        max_batch: int | None = None,
     ) -> None:
         self.name = name
         self.resync_seconds = resync_seconds
+        self.max_batch = max_batch
         self.base_backoff_seconds = base_backoff_seconds
         self.max_backoff_seconds = max_backoff_seconds
-        self._dirty: set[K] = set()
+        self._dirty: dict[K, None] = {}
+        """Dirty keys in the order they were first marked (a dict: an ordered set)."""
         self._wake = asyncio.Event()
         self._timers: dict[K, tuple[float, asyncio.TimerHandle]] = {}
         """Per key: the loop time its wake-up is due, and the handle that fires it."""
@@ -99,8 +106,8 @@ class WorkQueue(Generic[K]):
     # -- marking keys -----------------------------------------------------------
 
     def add(self, key: K) -> None:
-        """Mark KEY dirty and wake the loop."""
-        self._dirty.add(key)
+        """Mark KEY dirty and wake the loop; a key already dirty keeps its place."""
+        self._dirty.setdefault(key)
         self._wake.set()
 
     def add_after(self, key: K, delay_seconds: float) -> None:
@@ -123,7 +130,7 @@ class WorkQueue(Generic[K]):
 
     def forget(self, key: K) -> None:
         """KEY is gone: it is no longer dirty, its wake-up never fires and its backoff starts over."""
-        self._dirty.discard(key)
+        self._dirty.pop(key, None)
         pending = self._timers.pop(key, None)
         if pending is not None:
             pending[1].cancel()
@@ -166,9 +173,16 @@ class WorkQueue(Generic[K]):
                 await asyncio.wait_for(self._wake.wait(), timeout=wait)
         self._wake.clear()
         if loop.time() >= self._next_resync:
-            self._dirty.update(all_keys())
+            for key in all_keys():
+                self._dirty.setdefault(key)
             self._next_resync = loop.time() + self.resync_seconds
-        batch, self._dirty = self._dirty, set()
+        if self.max_batch is None or len(self._dirty) <= self.max_batch:
+            batch, self._dirty = set(self._dirty), {}
+            return batch
+        batch = set(itertools.islice(self._dirty, self.max_batch))
+        for key in batch:
+            del self._dirty[key]
+        self._wake.set()  # the rest are the next batch's, without waiting
         return batch
 
     async def process(

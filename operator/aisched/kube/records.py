@@ -71,6 +71,18 @@ class NodeRecord:
     resource_version: str = field(default="", compare=False)
 
 
+def slim_object(obj: dict[str, Any]) -> dict[str, Any]:
+    """One of our objects as the controllers keep it: all of it but metadata.managedFields.
+
+    The API server's record of who set which field grows with every writer (each status
+    write adds the operator's): several KiB an object, more than the rest of it, never read.
+    """
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, dict) or "managedFields" not in metadata:
+        return obj
+    return {**obj, "metadata": {k: v for k, v in metadata.items() if k != "managedFields"}}
+
+
 def read_node(obj: dict[str, Any], keys: NodeLabelKeys, gpu_resource: str) -> NodeRecord:
     metadata, spec, status = obj["metadata"], _mapping(obj.get("spec")), _mapping(obj.get("status"))
     name = sys.intern(metadata["name"])

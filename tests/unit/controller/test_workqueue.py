@@ -282,3 +282,17 @@ async def test_process_lets_cancellation_through() -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+async def test_a_backlog_is_worked_through_in_passes_oldest_first() -> None:
+    queue: WorkQueue[int] = WorkQueue(name="Thing", resync_seconds=600.0, max_batch=3)
+    for key in range(7):
+        queue.add(key)
+    queue.add(0)  # already dirty: keeps its place
+    started = now()
+    assert await queue.next_batch(list) == {0, 1, 2}
+    queue.add(0)  # marked again while reconciled: behind the ones waiting longer
+    assert await queue.next_batch(list) == {3, 4, 5}
+    assert await queue.next_batch(list) == {6, 0}
+    assert now() == started  # no pass waited: the rest were due at once
+    assert queue.depth() == 0

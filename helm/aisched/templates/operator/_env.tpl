@@ -35,6 +35,8 @@
   value: {{ $s.relistSeconds | quote }}
 - name: AISCHED_LIST_PAGE_SIZE
   value: {{ $s.listPageSize | quote }}
+- name: AISCHED_RECONCILES_PER_PASS
+  value: {{ $s.reconcilesPerPass | quote }}
 - name: AISCHED_EVENTS_PER_SECOND
   value: {{ $s.eventsPerSecond | quote }}
 - name: AISCHED_EVENT_BURST

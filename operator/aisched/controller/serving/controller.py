@@ -80,7 +80,11 @@ class InferenceServiceController:
     _service_applied: dict[ServiceKey, tuple[int | None, float]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.queue = WorkQueue(name="InferenceService", resync_seconds=self.settings.resync_seconds)
+        self.queue = WorkQueue(
+            name="InferenceService",
+            resync_seconds=self.settings.resync_seconds,
+            max_batch=self.settings.reconciles_per_pass,
+        )
         self.replicas = ReplicaPods(self.settings.gpu_resource)
         self.placement = ReplicaPlacement(self.settings, self.kube, self.replicas)
         self.autoscaler = ServiceAutoscaler(self.settings, self.kube, self.prometheus, self.metrics, self._scaled)

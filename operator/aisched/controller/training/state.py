@@ -80,7 +80,11 @@ class TrainingJobState:
                 self.settings.spot_prior_interruptions_per_hour, self.settings.spot_prior_weight_hours
             )
         )
-        self.queue = WorkQueue(name="TrainingJob", resync_seconds=self.settings.resync_seconds)
+        self.queue = WorkQueue(
+            name="TrainingJob",
+            resync_seconds=self.settings.resync_seconds,
+            max_batch=self.settings.reconciles_per_pass,
+        )
 
     def _read(self, obj: dict[str, Any]) -> TrainingJob | None:
         """OBJ as a model; the models are shared, so callers copy before they change one.
