@@ -9,7 +9,7 @@ conditions the stopped gang left, so a restarted operator counts it the same way
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from aisched.api import ConditionStatus
 from aisched.api.common import set_condition
@@ -82,6 +82,23 @@ def interruption_lost_work(status: TrainingJobStatus) -> float:
 def queued(job: TrainingJob, reason: str, message: str, now: datetime) -> TrainingJobStatus:
     """The job waits for placement: Queued, and not Admitted, for REASON."""
     return _waiting(job.status, reason, message, now, job.metadata.get("generation"))
+
+
+# A waiting job's message (GPUs in use, the largest free domain) changes with every cycle on
+# a busy cluster; rewritten each time, ten thousand waiting jobs would cost the API server
+# ten thousand writes a cycle. A new reason is written at once, a new message this often.
+WAITING_MESSAGE_REFRESH = timedelta(seconds=30)
+
+
+def waiting_write_due(
+    current: TrainingJobStatus, reason: str, message: str, *, last_written: datetime | None, now: datetime
+) -> bool:
+    """Whether a job the scheduler keeps waiting needs its status written this cycle."""
+    if current.phase != Phase.QUEUED or current.reason != reason:
+        return True
+    if current.message == message:
+        return False
+    return last_written is None or now - last_written >= WAITING_MESSAGE_REFRESH
 
 
 def _waiting(

@@ -11,6 +11,7 @@ from aisched.api.training_job import CheckpointRecord, TrainingJob, TrainingJobP
 from aisched.policy.carbon import CHUNK_ENDED, PAUSED_BETWEEN_CHUNKS, CarbonPlan, PlanReason, RunChunk
 from aisched.policy.cluster import DomainId
 from aisched.policy.job_status import (
+    WAITING_MESSAGE_REFRESH,
     apply_step,
     checkpoint_reason,
     deferred,
@@ -20,6 +21,7 @@ from aisched.policy.job_status import (
     preempted,
     queued,
     record_checkpoints,
+    waiting_write_due,
     with_chunk_end,
     with_emissions,
 )
@@ -299,3 +301,15 @@ def test_emissions_add_up_to_a_tenth_of_a_gram() -> None:
     status = with_emissions(TrainingJobStatus(), 12.34)
     assert status.estimated_emissions_grams == 12.3
     assert with_emissions(status, 0.07).estimated_emissions_grams == 12.4
+
+
+def test_a_waiting_job_gets_a_new_reason_at_once_and_a_new_message_at_most_every_refresh() -> None:
+    waiting = queued(a_job(), "QuotaExceeded", "18 of 16 GPUs in use", T0).model_copy()
+    soon, later = T0 + timedelta(seconds=5), T0 + WAITING_MESSAGE_REFRESH
+
+    assert waiting_write_due(a_job().status, "QuotaExceeded", "x", last_written=None, now=T0)  # not Queued yet
+    assert not waiting_write_due(waiting, "QuotaExceeded", "18 of 16 GPUs in use", last_written=T0, now=later)
+    assert waiting_write_due(waiting, "InsufficientCapacity", "no room", last_written=T0, now=soon)
+    assert not waiting_write_due(waiting, "QuotaExceeded", "17 of 16 GPUs in use", last_written=T0, now=soon)
+    assert waiting_write_due(waiting, "QuotaExceeded", "17 of 16 GPUs in use", last_written=T0, now=later)
+    assert waiting_write_due(waiting, "QuotaExceeded", "17 of 16 GPUs in use", last_written=None, now=soon)

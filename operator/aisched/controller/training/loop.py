@@ -33,6 +33,7 @@ class TrainingJobController(SchedulingCycle):
         self._drop_job((namespace, name))
         self._parsed.pop((namespace, name), None)
         self._departed.pop((namespace, name), None)
+        self._waiting_written.pop((namespace, name), None)
         self.metrics.forget_job(namespace, name)
         self.queue.forget((namespace, name))  # no wake-up or retry for a job that is gone
         self._forget_failures((namespace, name))

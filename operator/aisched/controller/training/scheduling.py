@@ -27,7 +27,7 @@ from aisched.kube import labels
 from aisched.policy.cluster import ClusterSnapshot, Toleration
 from aisched.policy.deadlines import deadline_slack_seconds
 from aisched.policy.job_messages import admitted_message
-from aisched.policy.job_status import placed, preempted, queued
+from aisched.policy.job_status import placed, preempted, queued, waiting_write_due
 from aisched.policy.placement import GangRequest, place_gang
 from aisched.policy.placement import Placement as PlacementDecision
 from aisched.policy.queueing import QueueQuota
@@ -142,11 +142,20 @@ class SchedulingCycle(CarbonDeferral, Reporting):
             launches.append(self._carried_out(obj, job, now, launch))
         # Admitted gangs never share nodes, so their launches overlap like reconciles do.
         await _at_most(CONCURRENT_RECONCILES, launches)
+        # Thousands may wait: their writes overlap too, and only those due are made.
+        waits: list[Coroutine[Any, Any, bool]] = []
         for waiting in result.waiting:
             obj, job = parsed[waiting.key]
             self.metrics.record_placement(elapsed, placed=False)
+            key = (job.metadata["namespace"], job.metadata["name"])
+            if not waiting_write_due(
+                job.status, waiting.reason, waiting.message, last_written=self._waiting_written.get(key), now=now
+            ):
+                continue
+            self._waiting_written[key] = now
             wait = functools.partial(self._keep_waiting, obj, job, waiting.reason, waiting.message, now)
-            await self._carried_out(obj, job, now, wait)
+            waits.append(self._carried_out(obj, job, now, wait))
+        await _at_most(CONCURRENT_RECONCILES, waits)
 
     async def _enter_cycle(
         self, obj: dict[str, Any], job: TrainingJob, snapshot: ClusterSnapshot, doomed: frozenset[str], now: datetime

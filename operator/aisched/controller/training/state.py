@@ -71,6 +71,9 @@ class TrainingJobState:
     _reported_at: datetime | None = None
     # Set by every mark; a pass during which no job was marked reports at once: the jobs have settled.
     _marked_during_cycle: bool = False
+    # When each waiting job's status was last written by the scheduling cycle: its message is refreshed
+    # at most every WAITING_MESSAGE_REFRESH.
+    _waiting_written: dict[JobKey, datetime] = field(default_factory=dict)
     # Jobs by the nodes of their status placement: a node's event marks those jobs, not every job.
     _placed_on: dict[str, set[JobKey]] = field(default_factory=dict)
 
