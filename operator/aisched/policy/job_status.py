@@ -91,6 +91,7 @@ def _waiting(
     status.phase, status.reason, status.message = Phase.QUEUED, reason, message
     status.observed_generation = generation
     status.queued_time = status.queued_time or now
+    status.run_start_time = now
     status.conditions = set_condition(
         status.conditions, "Admitted", ConditionStatus.FALSE, reason, message, now=now, generation=generation
     )
@@ -142,6 +143,13 @@ def taken_back(job: TrainingJob, now: datetime) -> TrainingJobStatus:
 def preempted(job: TrainingJob, reason: str, message: str, now: datetime) -> TrainingJobStatus:
     """The scheduler took the gang's GPUs: the job waits again, and remembers who preempted it."""
     status = queued(job, reason, message, now)
+    # The run that ends here counts towards the job's attained service, which orders it among its
+    # equals from now on (and survives an operator restart, being in status).
+    run_start = job.status.run_start_time or job.status.start_time
+    if run_start is not None and job.status.gpus:
+        ran = max(0.0, (now - run_start).total_seconds())
+        status.attained_gpu_seconds = (job.status.attained_gpu_seconds or 0.0) + job.status.gpus * ran
+    status.run_start_time = None
     status.gpus = 0
     # The queue reason changes as the job waits; this condition keeps who preempted it, and when.
     status.conditions = set_condition(

@@ -17,6 +17,7 @@ from aisched.policy.placement import GangRequest, Placement, Unplaceable, place_
 from aisched.policy.queueing import QueueQuota, QuotaLedger
 from aisched.policy.saturating_time import time_after
 from aisched.policy.scheduler.jobs import JobRequest
+from aisched.policy.scheduler.service import attained_gpu_seconds, ran_long_enough, service_band
 from aisched.policy.scheduler.results import (
     Admission,
     Preemption,
@@ -79,7 +80,26 @@ class CycleState:
         self.lowest_elastic_priority = min(
             (r.job.priority for r in self.running.values() if r.job.elastic), default=None
         )
+        self.highest_running_band = max((self.band(r.job) for r in self.running.values()), default=0)
         self.products = frozenset(p.gpu_product for p in snapshot.pools if p.gpu_product is not None)
+
+    def band(self, job: JobRequest) -> int:
+        """The job's band of attained service now: lower goes first among equal priorities."""
+        return service_band(attained_gpu_seconds(job, self.now))
+
+    def sliceable_for(self, running: RunningGang, job: JobRequest) -> bool:
+        """May `running` be preempted for `job`, an equal-priority job with less attained service?
+
+        Only when its queue time-slices, it has run its queue's minimum run time, and `job` is in a
+        strictly lower band, so two jobs never preempt each other back and forth.
+        """
+        other = running.job
+        quota = self.quotas.get(other.queue)
+        if quota is None or quota.min_run_seconds is None or other.priority != job.priority:
+            return False
+        if not ran_long_enough(other, self.now, quota.min_run_seconds):
+            return False
+        return self.band(other) > self.band(job)
 
     def gpu_types(self, job: JobRequest, blocked: frozenset[str]) -> frozenset[str] | None:
         if job.gpu_type is not None:
