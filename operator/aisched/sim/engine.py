@@ -18,9 +18,9 @@ from typing import Any
 
 from aisched.policy.cluster import ClusterSnapshot, Node, level_rank
 from aisched.policy.placement import GangRequest, Placement, place_gang
-from aisched.sim.jobs import DEFAULT_GPUS_PER_POD, DurationKnowledge, Policy, SimJob, Start, gangs
+from aisched.sim.jobs import ANY_CAPACITY, DEFAULT_GPUS_PER_POD, DurationKnowledge, Policy, SimJob, Start, gangs
 from aisched.sim.outcomes import PolicyReport, RunLog, report_of
-from aisched.sim.policies import ANY_CAPACITY, make_policy
+from aisched.sim.policies import make_policy
 from aisched.sim.speed import Geometry, ModelMix, SpeedModel
 from aisched.sim.traces import TraceJob
 

@@ -62,7 +62,7 @@ def _step_times(path: Path) -> dict[str, dict[int, float]]:
 
 def cross_node_factor(step_times: Mapping[str, Mapping[int, float]]) -> float | None:
     """Median of spread step time over one-node step time, same GPUs and per-GPU batch size."""
-    ratios = []
+    ratios: list[float] = []
     for placement, by_batch in step_times.items():
         gpus = sum(int(d) for d in placement)
         consolidated = step_times.get(str(gpus))

@@ -52,6 +52,12 @@ class TraceJob:
     """The model it trains, when the trace names one (the Pollux workloads do)."""
 
 
+def offered_gpus(jobs: list[TraceJob]) -> float:
+    """GPU-seconds asked for per second between the first and the last arrival: the load a cluster must carry."""
+    span = jobs[-1].arrival - jobs[0].arrival if jobs else 0.0
+    return sum(j.gpus * j.duration for j in jobs) / span if span > 0 else 0.0
+
+
 def detect_format(path: Path) -> TraceFormat:
     with path.open(newline="") as f:
         header = next(csv.reader(f), [])
