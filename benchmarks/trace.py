@@ -42,6 +42,7 @@ from aisched.sim.jobs import DurationKnowledge
 from aisched.sim.report import render_report
 from aisched.sim.speed import SpeedModel, cross_node_factors
 from aisched.sim.traces import TraceJob, offered_gpus, read_trace
+from benchmarks import trace_report
 from benchmarks.common import REPO_ROOT, RESULTS_DIR, SHARED_DATA, InputError, require_files, run_reporting_input_errors
 
 PHILLY = Path("traces/philly/philly-2017-09-04_2017-10-20.csv")
@@ -170,6 +171,9 @@ def run(args: argparse.Namespace) -> int:
             directory.mkdir(parents=True, exist_ok=True)
             (directory / f"trace_{name}.json").write_text(json.dumps(figures, indent=2) + "\n")
             print(f"{name}: wrote {directory / f'trace_{name}.json'}", flush=True)
+    if args.update_results:
+        trace_report.refresh(RESULTS_DIR, REPO_ROOT / "README.md", REPO_ROOT / trace_report.PLOT)
+        print(f"rewrote the README's table and {trace_report.PLOT}", flush=True)
     return 0
 
 

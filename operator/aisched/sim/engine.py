@@ -62,6 +62,8 @@ class SimulationReport:
     too_big_jobs: int
     nodes: int
     gpus: int
+    avg_run_time_alone_s: float = 0.0
+    """Mean of the jobs' durations on consolidated placements: no policy's average JCT can be lower."""
     options: SimOptions = field(default_factory=SimOptions)
     policies: dict[str, PolicyReport] = field(default_factory=dict)
 
@@ -72,6 +74,7 @@ class SimulationReport:
             "multi_gpu_jobs": self.multi_gpu_jobs,
             "jobs_larger_than_cluster": self.too_big_jobs,
             "cluster": {"nodes": self.nodes, "gpus": self.gpus},
+            "avg_run_time_alone_s": round(self.avg_run_time_alone_s, 1),
             "options": self.options.to_json(),
             "policies": {name: report.to_json() for name, report in self.policies.items()},
         }
@@ -107,6 +110,7 @@ def simulate(
         too_big_jobs=len(all_jobs) - len(jobs),
         nodes=len(empty),
         gpus=empty.total_gpus,
+        avg_run_time_alone_s=sum(j.duration for j in jobs) / len(jobs) if jobs else 0.0,
         options=options,
     )
     for name in policies:

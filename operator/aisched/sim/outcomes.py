@@ -3,7 +3,9 @@
 - JCT: arrival to completion; p95 over finished jobs; averages by size class (1 GPU, 2-8, >8).
 - Effective utilisation: GPU-time doing useful work at consolidated speed (a job slowed 2x by its
   placement does half its GPU-time's worth; restarts do none) over the GPU-time available, both
-  between the first and the last arrival, while the cluster is fed.
+  between the first and the last arrival, while the cluster is fed. A policy that runs short jobs
+  first leaves more of the long jobs' work after that window, so the same ratio is also given
+  until the last job ends (`effective_utilization_until_done`).
 - In smallest domain: of the starts of multi-GPU jobs, the share placed inside the tightest
   topology domain their shape could ever get.
 - Slowdown: JCT over the job's run time alone on a consolidated placement; p99 and worst show
@@ -49,6 +51,8 @@ class PolicyReport:
     gpu_utilization: float
     """Busy GPU-time over GPU-time available while jobs were arriving (first to last arrival)."""
     effective_utilization: float
+    effective_utilization_until_done: float
+    """The same from the first arrival until the last job ends: how soon the policy drains the work."""
     avg_jct_s: float
     p95_jct_s: float
     avg_jct_by_size_s: dict[str, float | None]
@@ -71,6 +75,7 @@ class PolicyReport:
             "p95_jct_s": round(self.p95_jct_s, 1),
             "avg_jct_by_size_s": {k: None if v is None else round(v, 1) for k, v in self.avg_jct_by_size_s.items()},
             "effective_utilization": round(self.effective_utilization, 4),
+            "effective_utilization_until_done": round(self.effective_utilization_until_done, 4),
             "gpu_utilization": round(self.gpu_utilization, 4),
             "in_smallest_domain": None if self.in_smallest_domain is None else round(self.in_smallest_domain, 4),
             "p99_slowdown": round(self.p99_slowdown, 2),
@@ -114,6 +119,8 @@ def report_of(name: str, jobs: Sequence[SimJob], log: RunLog, *, total_gpus: int
         unfinished_jobs=len(jobs) - len(done),
         gpu_utilization=_busy_between(log.busy_log, *window) / max(total_gpus, 1),
         effective_utilization=_useful_between(log.useful, *window) / available,
+        effective_utilization_until_done=_useful_between(log.useful, first, makespan)
+        / (max(total_gpus, 1) * max(makespan - first, 1e-9)),
         avg_jct_s=_mean(jct),
         p95_jct_s=percentile(jct, 0.95),
         avg_jct_by_size_s=by_size,

@@ -53,9 +53,17 @@ class TraceJob:
 
 
 def offered_gpus(jobs: list[TraceJob]) -> float:
-    """GPU-seconds asked for per second between the first and the last arrival: the load a cluster must carry."""
-    span = jobs[-1].arrival - jobs[0].arrival if jobs else 0.0
-    return sum(j.gpus * j.duration for j in jobs) / span if span > 0 else 0.0
+    """GPUs busy on average between the first and the last arrival if every job started on arrival.
+
+    Runs past the last arrival are cut off there: a job that runs for weeks after a two-day
+    slice would otherwise size the cluster for work the slice never asks of it.
+    """
+    if not jobs:
+        return 0.0
+    first, last = jobs[0].arrival, jobs[-1].arrival
+    if last <= first:
+        return 0.0
+    return sum(j.gpus * max(0.0, min(j.arrival + j.duration, last) - j.arrival) for j in jobs) / (last - first)
 
 
 def detect_format(path: Path) -> TraceFormat:

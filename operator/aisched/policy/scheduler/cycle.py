@@ -28,7 +28,8 @@ counted when the jobs behind it are placed. The rules, in that order:
    get when running jobs end at their expected times. Later jobs may start only
    outside those GPUs, or inside them if they are expected to end before the
    reservation starts (backfill). Without estimates, the reserved domain stays
-   closed to newcomers until the job fits.
+   closed to newcomers until the job fits, unless the job's queue time-slices (4.
+   opens it then, and nothing is held idle).
 6. Left-over GPUs grow running elastic jobs towards `max_replicas`, next to where
    they run, when no job of equal or higher priority waits for GPUs.
 """
