@@ -4,8 +4,8 @@ Source: the Pollux (OSDI 2021) step-time measurements in `../shared/data/placeme
 (16 nodes x 4 NVIDIA T4; one row per placement and per-GPU batch size). For each model the
 *cross-node factor* is the median, over every placement of 2 to 4 GPUs that uses more than one node
 and every per-GPU batch size measured for both, of its step time over the step time of the same GPUs
-on one node. Read that way: bert 2.1x, ncf 1.8x, yolov3 1.7x, imagenet 1.1x, deepspeech2 1.1x,
-cifar10 1.1x.
+on one node. Read that way: bert 2.1x, yolov3 1.8x, ncf 1.8x, cifar10 1.1x, imagenet 1.1x,
+deepspeech2 1.1x.
 
 What is modelled, and what is assumed (no public measurement covers it):
 
