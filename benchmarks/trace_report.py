@@ -20,7 +20,7 @@ from benchmarks.common import REPO_ROOT, RESULTS_DIR
 BEGIN, END = "<!-- trace-table:begin -->", "<!-- trace-table:end -->"
 TRACE_TITLES = {
     "philly": "Philly",
-    "alibaba": "Alibaba GPU 2023 (pods with times)",
+    "alibaba": "Alibaba GPU 2023 pods with times",
     "pollux": "Pollux workloads 1-4",
 }
 POLICY_TITLES = {
