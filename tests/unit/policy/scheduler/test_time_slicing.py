@@ -60,3 +60,9 @@ def test_a_gang_naming_no_level_waits_for_the_tightest_domain_that_could_hold_it
     spread_allowed = pending("ns/gang", 4, replicas=2, required_level=TopologyLevel.ZONE)
     admitted, _, _ = keys(schedule(snapshot, [*busy, spread_allowed], [], T0))
     assert admitted == ["ns/gang"]
+
+
+def test_a_gang_whose_replicas_no_node_holds_is_told_so_rather_than_held_to_a_domain() -> None:
+    snapshot = ClusterSnapshot(rack_nodes("z", "r", 2))
+    _, waiting, _ = keys(schedule(snapshot, [pending("ns/huge", 64, replicas=2)], [], T0))
+    assert waiting == ["ns/huge"]
