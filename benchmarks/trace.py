@@ -1,27 +1,30 @@
-"""Simulator benchmark: aisched against FIFO + first-fit and FIFO + kube-scheduler spread, on public traces.
+"""Simulator benchmark: aisched against Kueue, Volcano, Tiresias, FIFO + first fit and FIFO + kube-scheduler
+spread, on public traces, where placement matters and no scheduler knows durations.
 
-Runs `aisched.sim.simulate` (the operator's own placement and scheduling code on
-a simulated clock) on two traces, each policy on the same jobs and cluster:
+Runs `aisched.sim.simulate` (the operator's own scheduling code on a simulated clock) on three
+traces, every policy on the same jobs and the same cluster:
 
-- Philly (Microsoft, 2017): the trace opens with a sparse ramp (70 jobs over
-  20 days, mostly jobs already running when it starts); the slice skips those
-  and takes the next `--philly-limit` jobs (about 2.5 days of arrivals at the
-  default 8,000).
-- Alibaba GPU v2023, `openb_pod_list_multigpu50.csv`: every GPU pod, with the
-  arrivals and durations that file lacks synthesized as documented in
-  aisched.sim.traces (Poisson arrivals at `--load` of the cluster, log-normal
-  durations, seed `--seed`).
+- philly: Microsoft Philly (2017); the trace opens with a sparse ramp (70 jobs over 20 days) that
+  is skipped, then `--philly-limit` jobs (4,000) are taken with their real arrivals and durations.
+- alibaba: Alibaba GPU v2023 `openb_pod_list_default.csv`, the first `--alibaba-limit` (3,000) GPU
+  pods that ran, with their real creation times and run times.
 
-Cluster (unless --cluster names a hack/clusters/*.yaml): 48 nodes x 8 GPUs, racks
-of 8 nodes, 3 racks per zone (384 GPUs), sized so the Philly slice keeps it busy.
-aisched is told each job's true duration (an oracle estimate: the best case for
-its backfill); jobs are in one queue at one priority.
+Both are capped, and the JSON says so, to keep a run to minutes on one core: every policy and
+variant replays every job, and the queues the schedulers walk grow with the trace.
+- pollux: the four Pollux workloads back to back (each 8 hours of arrivals, `--pollux-gap` apart),
+  models as named; their durations are synthesised (the files have none, see aisched.sim.traces).
 
-Figures go to trace_philly.json and trace_alibaba.json in --output-dir, and into
-benchmarks/results/ with --update-results.
+Cluster: nodes of 8 GPUs, racks of 8 nodes, 3 racks per zone; as many nodes as make the trace's
+offered load (GPU-time asked per second between first and last arrival) `--load` of the cluster,
+so that queueing happens (the traces' own clusters were sized for their peaks: Alibaba's pods
+never use more than 70 GPUs at once, and on 48 nodes nothing would ever wait).
 
-Usage: .venv/bin/python -m benchmarks.trace [--data-dir ../shared/data] [--philly P.csv] [--alibaba A.csv]
-       [--quick] [--philly-limit 8000] ... [--output-dir DIR] [--update-results]
+Jobs run slower when spread, by their model's measured Pollux factor (aisched.sim.speed); jobs of
+traces naming no model get one from a seeded uniform mix. Rack and zone factors are assumptions:
+every figure is also given with both at 1.0 (`variants.rack_zone_1`). Nobody is told durations;
+`variants.aisched_true_durations` is aisched told the truth, an upper bound no scheduler has.
+
+Figures go to trace_<name>.json in --output-dir, and into benchmarks/results/ with --update-results.
 """
 
 from __future__ import annotations
@@ -31,101 +34,162 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from aisched.policy.cluster import Node
-from aisched.sim.clusters import GridSpec, generated_cluster, load_cluster
+from aisched.sim.clusters import GridSpec, generated_cluster, sized_to_load
 from aisched.sim.command import ProgressLine
-from aisched.sim.engine import simulate
+from aisched.sim.engine import POLICIES, SimOptions, SimulationReport, simulate
+from aisched.sim.jobs import DurationKnowledge
 from aisched.sim.report import render_report
-from aisched.sim.traces import read_trace
-from benchmarks.common import REPO_ROOT, RESULTS_DIR, SHARED_DATA, require_files, run_reporting_input_errors
+from aisched.sim.speed import SpeedModel, cross_node_factors
+from aisched.sim.traces import TraceJob, offered_gpus, read_trace
+from benchmarks import trace_report
+from benchmarks.common import REPO_ROOT, RESULTS_DIR, SHARED_DATA, InputError, require_files, run_reporting_input_errors
 
 PHILLY = Path("traces/philly/philly-2017-09-04_2017-10-20.csv")
-ALIBABA = Path("traces/alibaba-gpu-v2023/openb_pod_list_multigpu50.csv")
+ALIBABA = Path("traces/alibaba-gpu-v2023/openb_pod_list_default.csv")
+POLLUX = tuple(Path(f"traces/pollux/workload-{i}.csv") for i in range(1, 5))
+PLACEMENT = Path("placement/pollux")
 PHILLY_RAMP = 70
-GRID = GridSpec(nodes=48, gpus_per_node=8, nodes_per_rack=8, racks_per_zone=3)
+NODE_SHAPE = GridSpec(nodes=1, gpus_per_node=8, nodes_per_rack=8, racks_per_zone=3)
+TRACES = ("philly", "alibaba", "pollux")
 
 
-def run_one(
-    name: str,
-    trace_path: Path,
-    nodes: list[Node],
-    outputs: Sequence[Path],
-    *,
-    limit: int | None,
-    skip: int,
-    load: float,
-    seed: int,
-) -> dict[str, Any]:
+CAPPED = (
+    "capped to the first {limit:,} jobs by arrival to keep the run to minutes on one core: every policy, "
+    "and the variants, replay each job, and the schedulers' queues grow with the trace"
+)
+
+
+def load_trace(name: str, args: argparse.Namespace) -> tuple[list[TraceJob], dict[str, Any]]:
+    """The trace's jobs and how they were taken (written into the results)."""
+    if name == "philly":
+        jobs = read_trace(args.philly, limit=args.philly_limit, skip=PHILLY_RAMP)
+        taken = {"file": _shown(args.philly), "skip": PHILLY_RAMP, "limit": args.philly_limit, "times": "real"}
+        return jobs, taken | _capped(args.philly_limit, len(jobs))
+    if name == "alibaba":
+        jobs = read_trace(args.alibaba, limit=args.alibaba_limit)
+        taken = {"file": _shown(args.alibaba), "limit": args.alibaba_limit, "times": "real"}
+        return jobs, taken | _capped(args.alibaba_limit, len(jobs))
+    jobs = []
+    for index, path in enumerate(args.pollux):
+        offset = index * args.pollux_gap
+        for job in read_trace(path, seed=args.seed + index):
+            jobs.append(replace(job, key=f"{job.key}@{index + 1}", arrival=job.arrival + offset))
+    jobs.sort(key=lambda j: (j.arrival, j.key))
+    taken = {
+        "files": [_shown(p) for p in args.pollux],
+        "gap_s": args.pollux_gap,
+        "times": "real arrivals; durations synthesised (log-normal, seeded): the workloads carry none",
+    }
+    return jobs, taken
+
+
+def _capped(limit: int | None, taken: int) -> dict[str, str]:
+    """The note the results carry when the limit cut the trace short."""
+    return {"capped": CAPPED.format(limit=limit)} if limit is not None and taken >= limit else {}
+
+
+def run_trace(name: str, args: argparse.Namespace, factors: dict[str, float]) -> dict[str, Any]:
     started = time.monotonic()
-    gpus = sum(n.allocatable_gpus for n in nodes)
-    trace = read_trace(trace_path, limit=limit, skip=skip, cluster_gpus=gpus, load=load, seed=seed)
-    report = simulate(trace, nodes, trace_name=_shown(trace_path), progress=ProgressLine(sys.stderr))
+    jobs, taken = load_trace(name, args)
+    offered = offered_gpus(jobs)
+    grid = sized_to_load(offered, max((j.gpus for j in jobs), default=1), args.load, NODE_SHAPE)
+    nodes = generated_cluster(grid)
+    options = SimOptions(speed=SpeedModel(factors), seed=args.seed, gpus_per_pod=args.gpus_per_pod)
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    report = simulate(jobs, nodes, trace_name=name, policies=policies, options=options, progress=_progress())
     print(render_report(report), flush=True)
     figures = report.to_json()
-    figures["slice"] = {"skip": skip, "limit": limit, "load": load, "seed": seed}
+    figures["slice"] = taken
+    figures["cluster"]["sized"] = (
+        f"{grid.nodes} nodes x {grid.gpus_per_node} GPUs: the trace offers {offered:.1f} GPUs on average "
+        f"between its first and last arrival, {args.load:.0%} of the cluster"
+    )
+    flat = SimOptions(speed=SpeedModel(factors, rack_factor=1.0, zone_factor=1.0), seed=args.seed)
+    flat = replace(flat, gpus_per_pod=args.gpus_per_pod)
+    told = replace(options, knowledge=DurationKnowledge.TRUTH)
+    figures["variants"] = {
+        "rack_zone_1": _brief(simulate(jobs, nodes, trace_name=name, policies=policies, options=flat)),
+        "aisched_true_durations": _brief(simulate(jobs, nodes, trace_name=name, policies=["aisched"], options=told)),
+    }
+    figures["jct_samples_s"] = {p: _sample(r.jcts) for p, r in report.policies.items()}
     figures["wall_seconds"] = round(time.monotonic() - started, 1)
-    for output in outputs:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(json.dumps(figures, indent=2) + "\n")
-        print(f"{name}: wrote {output}", flush=True)
     print(f"{name}: {figures['wall_seconds']} s\n", flush=True)
     return figures
 
 
+def _brief(report: SimulationReport) -> dict[str, Any]:
+    keys = ("avg_jct_s", "p95_jct_s", "effective_utilization", "in_smallest_domain", "p99_slowdown")
+    return {
+        "options": report.options.to_json(),
+        "policies": {p: {k: v for k, v in r.to_json().items() if k in keys} for p, r in report.policies.items()},
+    }
+
+
+def _sample(jcts: Sequence[float], points: int = 200) -> list[float]:
+    """`points` quantiles of the sorted JCTs: enough to draw their distribution."""
+    if not jcts:
+        return []
+    return [round(jcts[min(len(jcts) - 1, i * len(jcts) // points)], 1) for i in range(points)] + [round(jcts[-1], 1)]
+
+
+def _progress() -> ProgressLine | None:
+    return ProgressLine(sys.stderr) if sys.stderr.isatty() else None
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-dir", type=Path, default=SHARED_DATA, help="where the default traces are")
+    parser.add_argument("--data-dir", type=Path, default=SHARED_DATA, help="where the default inputs are")
     parser.add_argument("--philly", type=Path, help=f"the Philly trace (default: data-dir/{PHILLY})")
-    parser.add_argument("--alibaba", type=Path, help=f"the Alibaba GPU v2023 pod list (default: data-dir/{ALIBABA})")
-    parser.add_argument("--cluster", type=Path, help="hack/clusters/*.yaml instead of the 48-node grid")
-    parser.add_argument("--philly-limit", type=int, default=8000)
-    parser.add_argument("--alibaba-limit", type=int, default=None, help="default: the whole file")
-    parser.add_argument("--load", type=float, default=0.9, help="Alibaba offered load (synthesized arrivals)")
+    parser.add_argument("--alibaba", type=Path, help=f"an Alibaba pod list with times (default: data-dir/{ALIBABA})")
+    parser.add_argument("--pollux", type=Path, nargs="+", help="Pollux workloads (default: data-dir/traces/pollux)")
+    parser.add_argument("--placement", type=Path, help=f"Pollux placement CSVs (default: data-dir/{PLACEMENT})")
+    parser.add_argument("--traces", default=",".join(TRACES), help=f"comma-separated, of {', '.join(TRACES)}")
+    parser.add_argument("--policies", default=",".join(POLICIES))
+    parser.add_argument("--philly-limit", type=int, default=4000, help="Philly jobs after the ramp")
+    parser.add_argument("--alibaba-limit", type=int, default=3000, help="pods by arrival (of 6,203 that ran)")
+    parser.add_argument("--pollux-gap", type=float, default=8 * 3600.0, help="seconds between workloads")
+    parser.add_argument("--load", type=float, default=0.9, help="the trace's offered load over the cluster's GPUs")
+    parser.add_argument("--gpus-per-pod", type=int, default=4, help="largest pod of a job")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--quick", action="store_true", help="2,000 jobs of each trace: a minute, not several")
-    parser.add_argument("--output-dir", type=Path, help="write trace_philly.json and trace_alibaba.json here")
-    parser.add_argument(
-        "--update-results",
-        action="store_true",
-        help="write them into benchmarks/results/ too: the committed figures",
-    )
+    parser.add_argument("--quick", action="store_true", help="500 jobs of Philly and Alibaba: seconds, not minutes")
+    parser.add_argument("--output-dir", type=Path, help="write trace_<name>.json here")
+    parser.add_argument("--update-results", action="store_true", help="write them into benchmarks/results/ too")
     return parser.parse_args(argv)
 
 
 def run(args: argparse.Namespace) -> int:
     if args.quick:
-        args.philly_limit = min(args.philly_limit, 2000)
-        args.alibaba_limit = min(args.alibaba_limit or 2000, 2000)
-    philly = args.philly or args.data_dir / PHILLY
-    alibaba = args.alibaba or args.data_dir / ALIBABA
-    require_files([(philly, "--philly or --data-dir"), (alibaba, "--alibaba or --data-dir")])
-    if args.cluster is not None:
-        require_files([(args.cluster, "--cluster")])
-    nodes = load_cluster(args.cluster) if args.cluster else generated_cluster(GRID)
+        args.philly_limit = min(args.philly_limit, 500)
+        args.alibaba_limit = min(args.alibaba_limit or 500, 500)
+    args.philly = args.philly or args.data_dir / PHILLY
+    args.alibaba = args.alibaba or args.data_dir / ALIBABA
+    args.pollux = args.pollux or [args.data_dir / p for p in POLLUX]
+    placement = args.placement or args.data_dir / PLACEMENT
+    traces = [t.strip() for t in args.traces.split(",") if t.strip()]
+    unknown = sorted(set(traces) - set(TRACES))
+    if unknown:
+        raise ValueError(f"unknown trace {', '.join(unknown)}; known: {', '.join(TRACES)}")
+    if not placement.is_dir():
+        raise InputError(f"{placement}: no such directory (set it with --placement or --data-dir)")
+    needed = [(args.philly, "--philly or --data-dir")] if "philly" in traces else []
+    needed += [(args.alibaba, "--alibaba or --data-dir")] if "alibaba" in traces else []
+    needed += [(p, "--pollux or --data-dir") for p in args.pollux] if "pollux" in traces else []
+    require_files(needed)
+    factors = cross_node_factors(placement)
     directories = [d for d in (args.output_dir, RESULTS_DIR if args.update_results else None) if d is not None]
-    run_one(
-        "philly",
-        philly,
-        nodes,
-        [directory / "trace_philly.json" for directory in directories],
-        limit=args.philly_limit,
-        skip=PHILLY_RAMP,
-        load=args.load,
-        seed=args.seed,
-    )
-    run_one(
-        "alibaba",
-        alibaba,
-        nodes,
-        [directory / "trace_alibaba.json" for directory in directories],
-        limit=args.alibaba_limit,
-        skip=0,
-        load=args.load,
-        seed=args.seed,
-    )
+    for name in traces:
+        figures = run_trace(name, args, factors)
+        for directory in directories:
+            directory.mkdir(parents=True, exist_ok=True)
+            (directory / f"trace_{name}.json").write_text(json.dumps(figures, indent=2) + "\n")
+            print(f"{name}: wrote {directory / f'trace_{name}.json'}", flush=True)
+    if args.update_results:
+        trace_report.refresh(RESULTS_DIR, REPO_ROOT / "README.md", REPO_ROOT / trace_report.PLOT)
+        print(f"rewrote the README's table and {trace_report.PLOT}", flush=True)
     return 0
 
 
@@ -135,10 +199,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _shown(path: Path) -> str:
     """The path relative to the repository when it can be (results name the data, not this machine)."""
-    try:
-        return str(Path("..") / path.resolve().relative_to(REPO_ROOT.parent))
-    except ValueError:
-        return str(path)
+    for candidate in (path.absolute(), path.resolve()):  # ../shared may be a link
+        if candidate.is_relative_to(REPO_ROOT.parent):
+            return str(Path("..") / candidate.relative_to(REPO_ROOT.parent))
+    return str(path)
 
 
 if __name__ == "__main__":

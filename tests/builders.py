@@ -93,6 +93,9 @@ class QueueBuilder(_Builder):
     def cohort(self, name: str) -> Self:
         return self.set("cohort", name)
 
+    def time_slicing(self, min_run_seconds: int, *, enabled: bool = True) -> Self:
+        return self.set("timeSlicing", {"enabled": enabled, "minRunSeconds": min_run_seconds})
+
 
 def a_training_job(name: str = "job") -> TrainingJobBuilder:
     return TrainingJobBuilder(

@@ -217,4 +217,5 @@ MISTAKES: list[Mistake] = [
         "each gpuTypeQuotas entry must be <= nominalGPUs",
     ),
     Mistake("zero queue weight", a_queue().weight(0).obj(), "greater than or equal to 1"),
+    Mistake("negative minimum run", a_queue().time_slicing(-1).obj(), "greater than or equal to 0"),
 ]

@@ -21,6 +21,24 @@ class BorrowingSpec(ApiModel):
     limit_gpus: int | None = Field(default=None, ge=0, description="Most GPUs borrowed at once; unset means no limit.")
 
 
+DEFAULT_MIN_RUN_SECONDS = 600
+
+
+class TimeSlicingSpec(ApiModel):
+    enabled: bool = Field(
+        default=True,
+        description="May a job of this queue that has had more GPU-time (attained service) be preempted, "
+        "to a checkpoint and as a whole gang, for an equal-priority job that has had less? It resumes "
+        "from its checkpoint when GPUs free up.",
+    )
+    min_run_seconds: int = Field(
+        default=DEFAULT_MIN_RUN_SECONDS,
+        ge=0,
+        le=31_536_000,
+        description="Seconds a gang runs after it starts before it may be preempted for attained service.",
+    )
+
+
 class QueueSpec(ApiModel):
     model_config = validated_by(
         cel(
@@ -41,6 +59,7 @@ class QueueSpec(ApiModel):
         default=None, max_length=63, description="Queues in one cohort lend each other idle quota."
     )
     borrowing: BorrowingSpec = defaulted_to(BorrowingSpec)
+    time_slicing: TimeSlicingSpec = defaulted_to(TimeSlicingSpec)
 
     @model_validator(mode="after")
     def _type_quota_within_nominal(self) -> QueueSpec:

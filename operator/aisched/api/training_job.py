@@ -344,6 +344,15 @@ class TrainingJobStatus(ApiModel):
     )
     queued_time: datetime | None = None
     start_time: datetime | None = None
+    run_start_time: datetime | None = Field(
+        default=None, description="When the current gang was placed; unset while the job waits."
+    )
+    attained_gpu_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        description="GPU-seconds of service of the gang's earlier runs (the current one not yet counted): "
+        "the scheduler orders equal-priority jobs by it, least first.",
+    )
     completion_time: datetime | None = None
 
 

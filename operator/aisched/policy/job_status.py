@@ -108,6 +108,8 @@ def _waiting(
     status.phase, status.reason, status.message = Phase.QUEUED, reason, message
     status.observed_generation = generation
     status.queued_time = status.queued_time or now
+    status.attained_gpu_seconds = attained_after_run(current, now)
+    status.run_start_time = None
     status.conditions = set_condition(
         status.conditions, "Admitted", ConditionStatus.FALSE, reason, message, now=now, generation=generation
     )
@@ -156,9 +158,19 @@ def taken_back(job: TrainingJob, now: datetime) -> TrainingJobStatus:
     return status
 
 
+def attained_after_run(status: TrainingJobStatus, now: datetime) -> float | None:
+    """Attained service once the gang that runs now ends (preempted, or re-placed after a restart or
+    resize): the GPU-time it had counts towards the order among equals from then on, and, being in
+    status, survives an operator restart."""
+    if status.run_start_time is None or not status.gpus:
+        return status.attained_gpu_seconds
+    ran = max(0.0, (now - status.run_start_time).total_seconds())
+    return (status.attained_gpu_seconds or 0.0) + status.gpus * ran
+
+
 def preempted(job: TrainingJob, reason: str, message: str, now: datetime) -> TrainingJobStatus:
     """The scheduler took the gang's GPUs: the job waits again, and remembers who preempted it."""
-    status = queued(job, reason, message, now)
+    status = queued(job, reason, message, now)  # which counts the run that ends here as attained service
     status.gpus = 0
     # The queue reason changes as the job waits; this condition keeps who preempted it, and when.
     status.conditions = set_condition(
@@ -190,6 +202,8 @@ def placed(
     status.phase, status.reason, status.message = Phase.PLACING, reason, message
     status.observed_generation = generation
     status.queued_time = status.queued_time or now
+    status.attained_gpu_seconds = attained_after_run(job.status, now)
+    status.run_start_time = now
     status.placement = placement.to_status()
     status.gang_generation = (status.gang_generation or 0) + 1
     status.replicas = placement.replicas

@@ -163,6 +163,17 @@ def search_levels(request: GangRequest) -> tuple[TopologyLevel | None, ...]:
     return tuple(level for level in levels if level_rank(level) <= widest)
 
 
+def tightest_possible_level(request: GangRequest, snapshot: ClusterSnapshot) -> TopologyLevel | None:
+    """The tightest level at which some domain could hold the gang if the cluster were empty."""
+    search = _Search(snapshot, request, request.capacity_types)
+    if not search.groups or request.gpus_per_replica > snapshot.max_gpus_per_node:
+        return request.required_level  # nowhere at all: placing it will say why
+    for level in search_levels(request):
+        if search._best_room(level, when_empty=True)[0] >= request.replicas:
+            return level
+    return request.required_level
+
+
 class _Search:
     """One placement attempt over the pools of one set of capacity types."""
 

@@ -9,19 +9,20 @@ Quota rules (all counts in GPUs):
 - Per-GPU-type quotas are hard caps inside the nominal quota; they are not borrowed.
 - The default queue exists without a Queue object; it then has no quota at all.
 
-Order: higher priority first; among equal priorities the queue with the lowest
-weighted share (used / nominal / weight) goes next; FIFO inside a queue.
+Order: higher priority first; among equal priorities the lowest band of attained
+service (see `scheduler.service`), then the queue with the lowest weighted share
+(used / nominal / weight); FIFO inside a band of a queue.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, TypeVar
 
-from aisched.api.queue import DEFAULT_QUEUE, Queue
+from aisched.api.queue import DEFAULT_MIN_RUN_SECONDS, DEFAULT_QUEUE, Queue
 
 QUOTA_EXCEEDED = "QuotaExceeded"
 QUEUE_NOT_FOUND = "QueueNotFound"
@@ -39,6 +40,8 @@ class QueueQuota:
     borrowing_enabled: bool = True
     borrowing_limit: int | None = None
     """Most GPUs borrowed at once; None: no limit."""
+    min_run_seconds: float | None = DEFAULT_MIN_RUN_SECONDS
+    """Seconds a gang runs before it may be preempted for attained service; None: never (no time-slicing)."""
 
     @classmethod
     def from_queue(cls, queue: Queue) -> QueueQuota:
@@ -51,6 +54,7 @@ class QueueQuota:
             cohort=spec.cohort,
             borrowing_enabled=spec.borrowing.enabled,
             borrowing_limit=spec.borrowing.limit_gpus,
+            min_run_seconds=spec.time_slicing.min_run_seconds if spec.time_slicing.enabled else None,
         )
 
     @classmethod
@@ -181,23 +185,32 @@ class Queued(Protocol):
 J = TypeVar("J", bound=Queued)
 
 
-def fair_order(jobs: Sequence[J], ledger: QuotaLedger) -> Iterator[J]:
+def fair_order(jobs: Sequence[J], ledger: QuotaLedger, band: Callable[[J], int] | None = None) -> Iterator[J]:
     """Pending jobs in the order they are considered, shares re-read after every step.
 
     The ledger may change between steps (the caller admits jobs), which is how a
-    queue that just got GPUs falls behind the others at the same priority.
+    queue that just got GPUs falls behind the others at the same priority. `band`
+    (attained service) orders jobs of equal priority, lowest band first, before
+    fair share and arrival.
     """
+    bands = {job.key: band(job) if band is not None else 0 for job in jobs}
     by_queue: dict[str, list[J]] = defaultdict(list)
     for job in jobs:
         by_queue[job.queue].append(job)
     heads = {
-        queue: deque(sorted(queued, key=lambda j: (-j.priority, j.created, j.key)))
+        queue: deque(sorted(queued, key=lambda j: (-j.priority, bands[j.key], j.created, j.key)))
         for queue, queued in sorted(by_queue.items())
     }
     while heads:
         queue = min(
             heads,
-            key=lambda q: (-heads[q][0].priority, ledger.share(q), heads[q][0].created, heads[q][0].key),
+            key=lambda q: (
+                -heads[q][0].priority,
+                bands[heads[q][0].key],
+                ledger.share(q),
+                heads[q][0].created,
+                heads[q][0].key,
+            ),
         )
         yield heads[queue].popleft()
         if not heads[queue]:

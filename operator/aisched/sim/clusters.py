@@ -7,8 +7,9 @@ same as there, so a simulated placement names the nodes a real one would.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -112,3 +113,12 @@ def generated_cluster(spec: GridSpec) -> list[Node]:
             )
         )
     return nodes
+
+
+def sized_to_load(offered_gpus: float, largest_job_gpus: int, target_load: float, template: GridSpec) -> GridSpec:
+    """`template` with as many nodes as make `offered_gpus` (GPU-time per second of the trace) the
+    `target_load` share of the cluster, and at least enough for its largest job."""
+    if target_load <= 0:
+        raise ValueError("the target load must be positive")
+    gpus = max(offered_gpus / target_load, largest_job_gpus, 1)
+    return replace(template, nodes=math.ceil(gpus / template.gpus_per_node))

@@ -11,13 +11,15 @@ from typing import TextIO
 
 from aisched.policy.cluster import Node
 from aisched.sim.clusters import GridSpec, generated_cluster, load_cluster
-from aisched.sim.engine import POLICIES, SimulationReport, simulate
+from aisched.sim.engine import DEFAULT_RESTART_OVERHEAD_S, POLICIES, SimOptions, SimulationReport, simulate
+from aisched.sim.jobs import DEFAULT_GPUS_PER_POD, DurationKnowledge
 from aisched.sim.report import render_report
+from aisched.sim.speed import DEFAULT_RACK_FACTOR, DEFAULT_ZONE_FACTOR, SpeedModel, cross_node_factors
 from aisched.sim.traces import TraceFormat, read_trace
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("trace", type=Path, help="Philly CSV or Alibaba GPU v2023 pod list")
+    parser.add_argument("trace", type=Path, help="Philly CSV, Alibaba GPU v2023 pod list or Pollux workload")
     parser.add_argument(
         "--cluster", type=Path, help="cluster description (hack/clusters/*.yaml); without it, --nodes makes a grid"
     )
@@ -31,8 +33,25 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     grid.add_argument("--racks-per-zone", type=int, default=4)
     grid.add_argument("--nodes-per-nvlink", type=int, default=0, help="nodes per NVLink domain; 0: per node only")
     parser.add_argument("--policies", default=",".join(POLICIES), help=f"comma-separated, of {', '.join(POLICIES)}")
-    parser.add_argument(
-        "--no-estimates", action="store_true", help="do not tell aisched job durations (no backfill estimates)"
+    world = parser.add_argument_group("the simulated world (the same for every policy)")
+    world.add_argument(
+        "--knowledge",
+        choices=[k.value for k in DurationKnowledge],
+        default=DurationKnowledge.NONE.value,
+        help="what the scheduler is told of durations: none (default), a user estimate with error, "
+        "or the truth (an upper bound no scheduler has)",
+    )
+    world.add_argument(
+        "--placement-data",
+        type=Path,
+        help="directory of Pollux placement CSVs (../shared/data/placement/pollux): jobs slow down when "
+        "spread; without it every placement runs at the same speed",
+    )
+    world.add_argument("--rack-factor", type=float, default=DEFAULT_RACK_FACTOR, help="assumed; see aisched.sim.speed")
+    world.add_argument("--zone-factor", type=float, default=DEFAULT_ZONE_FACTOR, help="assumed; see aisched.sim.speed")
+    world.add_argument("--gpus-per-pod", type=int, default=DEFAULT_GPUS_PER_POD, help="largest pod of a job")
+    world.add_argument(
+        "--restart-overhead", type=float, default=DEFAULT_RESTART_OVERHEAD_S, help="seconds a resumed job restarts"
     )
     parser.add_argument("--load", type=float, default=0.9, help="offered load for traces without arrival times")
     parser.add_argument("--seed", type=int, default=0, help="seed for synthesized arrivals and durations")
@@ -57,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
             nodes,
             trace_name=str(args.trace),
             policies=[p.strip() for p in args.policies.split(",") if p.strip()],
-            estimates=not args.no_estimates,
+            options=options_from(args),
             progress=ProgressLine(sys.stderr),
         )
     except (OSError, ValueError) as e:
@@ -67,6 +86,21 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         write_json(report, args.json)
     return 0
+
+
+def options_from(args: argparse.Namespace) -> SimOptions:
+    speed = SpeedModel.uniform()
+    if args.placement_data is not None:
+        speed = SpeedModel(
+            cross_node_factors(args.placement_data), rack_factor=args.rack_factor, zone_factor=args.zone_factor
+        )
+    return SimOptions(
+        speed=speed,
+        knowledge=DurationKnowledge(args.knowledge),
+        gpus_per_pod=args.gpus_per_pod,
+        restart_overhead_s=args.restart_overhead,
+        seed=args.seed,
+    )
 
 
 def _nodes(args: argparse.Namespace) -> list[Node]:

@@ -1,8 +1,11 @@
 """The event loop: arrivals and completions on a simulated clock, one scheduling cycle per event time.
 
-Each policy replays the same jobs on its own fresh copy of the same cluster.
-Jobs that could not run even on the empty cluster are left out of every run
-(and counted), so one impossible job cannot stall a FIFO baseline forever.
+Each policy replays the same jobs on its own fresh copy of the same cluster. A job runs at the
+speed its placement allows (`aisched.sim.speed`): a run of `remaining` consolidated seconds on a
+placement with slowdown `s` ends `remaining * s` later. A preempted job keeps its progress (it is
+preempted to a checkpoint, as the operator does) and pays `restart_overhead_s` each time it
+starts again: lost work. Jobs that could not run even on the empty cluster are left out of every
+run (and counted), so one impossible job cannot stall a FIFO baseline forever.
 """
 
 from __future__ import annotations
@@ -15,53 +18,39 @@ from typing import Any
 
 from aisched.policy.cluster import ClusterSnapshot, Node, level_rank
 from aisched.policy.placement import GangRequest, Placement, place_gang
-from aisched.sim.policies import (
-    ANY_CAPACITY,
-    AischedPolicy,
-    FifoFirstFit,
-    FifoSpread,
-    Policy,
-    SimJob,
-)
+from aisched.sim.jobs import ANY_CAPACITY, DEFAULT_GPUS_PER_POD, DurationKnowledge, Policy, SimJob, Start, gangs
+from aisched.sim.outcomes import PolicyReport, RunLog, report_of
+from aisched.sim.policies import make_policy
+from aisched.sim.speed import Geometry, ModelMix, SpeedModel
 from aisched.sim.traces import TraceJob
 
-POLICIES = ("aisched", "fifo_first_fit", "fifo_spread")
+POLICIES = ("aisched", "kueue", "volcano", "tiresias", "fifo_first_fit", "fifo_spread")
+DEFAULT_RESTART_OVERHEAD_S = 60.0
 
 Progress = Callable[[str, int, int, float], None]
 """(policy, events done, events in all, simulated seconds)"""
 
 
 @dataclass(frozen=True, slots=True)
-class PolicyReport:
-    policy: str
-    finished_jobs: int
-    unfinished_jobs: int
-    gpu_utilization: float
-    """Busy GPU-time over GPU-time available while jobs were arriving (first to last arrival)."""
-    avg_jct_s: float
-    p95_jct_s: float
-    avg_queue_s: float
-    avg_jct_multi_gpu_s: float
-    """Average JCT of the jobs with more than one GPU: the gangs topology and gang placement are for."""
-    in_smallest_domain: float | None
-    """Share of multi-GPU jobs placed inside the smallest topology domain that could ever hold them."""
-    makespan_s: float
-    preemptions: int
-    timeline: tuple[tuple[float, float], ...]
-    """(bucket start in seconds, busy fraction of the cluster's GPUs) over the whole run."""
+class SimOptions:
+    """How the simulated world behaves, the same for every policy."""
+
+    speed: SpeedModel = field(default_factory=SpeedModel.uniform)
+    knowledge: DurationKnowledge = DurationKnowledge.NONE
+    gpus_per_pod: int = DEFAULT_GPUS_PER_POD
+    restart_overhead_s: float = DEFAULT_RESTART_OVERHEAD_S
+    """Seconds a preempted job spends starting again (pods, checkpoint load) before it makes progress."""
+    seed: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "gpu_utilization": round(self.gpu_utilization, 4),
-            "avg_jct_s": round(self.avg_jct_s, 1),
-            "p95_jct_s": round(self.p95_jct_s, 1),
-            "avg_queue_s": round(self.avg_queue_s, 1),
-            "avg_jct_multi_gpu_s": round(self.avg_jct_multi_gpu_s, 1),
-            "in_smallest_domain": None if self.in_smallest_domain is None else round(self.in_smallest_domain, 4),
-            "finished_jobs": self.finished_jobs,
-            "unfinished_jobs": self.unfinished_jobs,
-            "makespan_s": round(self.makespan_s, 1),
-            "preemptions": self.preemptions,
+            "duration_knowledge": self.knowledge.value,
+            "gpus_per_pod": self.gpus_per_pod,
+            "restart_overhead_s": self.restart_overhead_s,
+            "rack_factor": self.speed.rack_factor,
+            "zone_factor": self.speed.zone_factor,
+            "cross_node_factors": {k: round(v, 3) for k, v in sorted(self.speed.node_factors.items())},
+            "seed": self.seed,
         }
 
 
@@ -73,6 +62,9 @@ class SimulationReport:
     too_big_jobs: int
     nodes: int
     gpus: int
+    avg_run_time_alone_s: float = 0.0
+    """Mean of the jobs' durations on consolidated placements: no policy's average JCT can be lower."""
+    options: SimOptions = field(default_factory=SimOptions)
     policies: dict[str, PolicyReport] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -82,17 +74,10 @@ class SimulationReport:
             "multi_gpu_jobs": self.multi_gpu_jobs,
             "jobs_larger_than_cluster": self.too_big_jobs,
             "cluster": {"nodes": self.nodes, "gpus": self.gpus},
+            "avg_run_time_alone_s": round(self.avg_run_time_alone_s, 1),
+            "options": self.options.to_json(),
             "policies": {name: report.to_json() for name, report in self.policies.items()},
         }
-
-
-def gangs(trace: Sequence[TraceJob], gpus_per_node: int) -> list[SimJob]:
-    """Jobs as gangs: up to a node's GPUs in one replica, bigger ones as replicas of the largest divisor that fits."""
-    jobs = []
-    for job in trace:
-        per_replica = max(d for d in range(1, min(job.gpus, gpus_per_node) + 1) if job.gpus % d == 0)
-        jobs.append(SimJob(job.key, job.arrival, job.duration, job.gpus // per_replica, per_replica))
-    return jobs
 
 
 def simulate(
@@ -101,14 +86,22 @@ def simulate(
     *,
     trace_name: str = "",
     policies: Sequence[str] = POLICIES,
-    estimates: bool = True,
-    buckets: int = 12,
+    options: SimOptions | None = None,
     progress: Progress | None = None,
 ) -> SimulationReport:
-    """Replay `trace` on `nodes` under each policy; `estimates` gives aisched the true durations."""
+    """Replay `trace` on `nodes` under each policy."""
+    options = options or SimOptions()
     empty = ClusterSnapshot(nodes)
     smallest = _SmallestDomains(empty)
-    all_jobs = gangs(trace, empty.max_gpus_per_node)
+    models = ModelMix(tuple(options.speed.node_factors), seed=options.seed)
+    all_jobs = gangs(
+        trace,
+        empty.max_gpus_per_node,
+        gpus_per_pod=options.gpus_per_pod,
+        knowledge=options.knowledge,
+        models=models,
+        seed=options.seed,
+    )
     jobs = [j for j in all_jobs if smallest.fits(j)]
     report = SimulationReport(
         trace=trace_name,
@@ -117,21 +110,13 @@ def simulate(
         too_big_jobs=len(all_jobs) - len(jobs),
         nodes=len(empty),
         gpus=empty.total_gpus,
+        avg_run_time_alone_s=sum(j.duration for j in jobs) / len(jobs) if jobs else 0.0,
+        options=options,
     )
     for name in policies:
-        policy = _make(name, ClusterSnapshot(nodes), estimates=estimates)
-        report.policies[name] = _run(policy, jobs, smallest, buckets, progress)
+        policy = make_policy(name, ClusterSnapshot(nodes), options.speed)
+        report.policies[name] = _Replay(policy, jobs, smallest, options, progress).run()
     return report
-
-
-def _make(name: str, snapshot: ClusterSnapshot, *, estimates: bool) -> Policy:
-    if name == "aisched":
-        return AischedPolicy(snapshot, estimates=estimates)
-    if name == "fifo_first_fit":
-        return FifoFirstFit(snapshot)
-    if name == "fifo_spread":
-        return FifoSpread(snapshot)
-    raise ValueError(f"unknown policy {name!r}; known: {', '.join(POLICIES)}")
 
 
 class _SmallestDomains:
@@ -158,104 +143,94 @@ class _SmallestDomains:
 
 
 @dataclass(slots=True)
-class _RunLog:
-    """What one policy's run records as it goes, for its report."""
-
-    start: dict[str, float] = field(default_factory=dict)
-    finish: dict[str, float] = field(default_factory=dict)
-    busy_log: list[tuple[float, int]] = field(default_factory=lambda: [(0.0, 0)])
-    tight: int = 0
-    """Multi-GPU starts in the tightest domain their shape could ever get."""
-    multi: int = 0
-    """Multi-GPU starts."""
-    preemptions: int = 0
+class _Running:
+    run: int
+    work_start: float
+    slowdown: float
 
 
-def _run(
-    policy: Policy, jobs: Sequence[SimJob], smallest: _SmallestDomains, buckets: int, progress: Progress | None
-) -> PolicyReport:
-    total_gpus = policy.snapshot.total_gpus
-    completions: list[tuple[float, int, str]] = []
-    by_key = {j.key: j for j in jobs}
-    runs: dict[str, int] = {}
-    log = _RunLog()
-    busy = 0
-    next_arrival, events = 0, 2 * len(jobs)
-    while next_arrival < len(jobs) or completions:
-        now = min(
-            jobs[next_arrival].arrival if next_arrival < len(jobs) else math.inf,
-            completions[0][0] if completions else math.inf,
-        )
-        while completions and completions[0][0] <= now:
-            _, run, key = heapq.heappop(completions)
-            if runs.get(key) == run:  # not a run that was preempted
-                policy.finish(by_key[key])
-                busy -= by_key[key].gpus
-                log.finish[key] = now
-        while next_arrival < len(jobs) and jobs[next_arrival].arrival <= now:
-            policy.submit(jobs[next_arrival], now)
-            next_arrival += 1
-        outcome = policy.cycle(now)
-        for job in outcome.stopped:
-            busy -= job.gpus
-            runs[job.key] += 1
-            log.preemptions += 1
-        for started in outcome.started:
-            job = started.job
-            busy += job.gpus
-            log.start[job.key] = now
-            runs[job.key] = runs.get(job.key, 0) + 1
-            heapq.heappush(completions, (now + job.duration, runs[job.key], job.key))
-            if job.gpus > 1:
-                log.multi += 1
-                placed = policy.snapshot.tightest_domain(started.nodes).level
-                log.tight += level_rank(placed) <= smallest.rank(job)
-        log.busy_log.append((now, busy))
-        if progress is not None:
-            progress(policy.name, next_arrival + len(log.finish), events, now)
-    return _report(policy.name, jobs, log, total_gpus=total_gpus, buckets=buckets)
+class _Replay:
+    """One policy's run over the jobs: the clock, each job's progress, and the log the report is made of."""
 
+    def __init__(
+        self,
+        policy: Policy,
+        jobs: Sequence[SimJob],
+        smallest: _SmallestDomains,
+        options: SimOptions,
+        progress: Progress | None,
+    ) -> None:
+        self.policy, self.jobs, self.smallest, self.options, self.progress = policy, jobs, smallest, options, progress
+        self.geometry = Geometry(policy.snapshot)
+        self.by_key = {j.key: j for j in jobs}
+        self.remaining = {j.key: j.duration for j in jobs}
+        self.runs: dict[str, int] = {}
+        self.running: dict[str, _Running] = {}
+        self.completions: list[tuple[float, int, str]] = []
+        self.log = RunLog()
+        self.busy = 0
 
-def _report(name: str, jobs: Sequence[SimJob], log: _RunLog, *, total_gpus: int, buckets: int) -> PolicyReport:
-    start, finish, busy_log = log.start, log.finish, log.busy_log
-    done = [j for j in jobs if j.key in finish]
-    jct = sorted(finish[j.key] - j.arrival for j in done)
-    multi_jct = [finish[j.key] - j.arrival for j in done if j.gpus > 1]
-    queued = [start[j.key] - j.arrival for j in jobs if j.key in start]
-    makespan = busy_log[-1][0]
-    first, last = (jobs[0].arrival, jobs[-1].arrival) if jobs else (0.0, 0.0)
-    window = (first, last) if last > first else (0.0, makespan)
-    return PolicyReport(
-        policy=name,
-        finished_jobs=len(done),
-        unfinished_jobs=len(jobs) - len(done),
-        gpu_utilization=_busy_between(busy_log, *window) / max(total_gpus, 1),
-        avg_jct_s=sum(jct) / len(jct) if jct else 0.0,
-        p95_jct_s=jct[min(len(jct) - 1, math.ceil(0.95 * len(jct)) - 1)] if jct else 0.0,
-        avg_queue_s=sum(queued) / len(queued) if queued else 0.0,
-        avg_jct_multi_gpu_s=sum(multi_jct) / len(multi_jct) if multi_jct else 0.0,
-        in_smallest_domain=log.tight / log.multi if log.multi else None,
-        makespan_s=makespan,
-        preemptions=log.preemptions,
-        timeline=tuple(
-            (
-                makespan * i / buckets,
-                _busy_between(busy_log, makespan * i / buckets, makespan * (i + 1) / buckets) / max(total_gpus, 1),
+    def run(self) -> PolicyReport:
+        jobs, next_arrival, events = self.jobs, 0, 2 * len(self.jobs)
+        while next_arrival < len(jobs) or self.completions:
+            now = min(
+                jobs[next_arrival].arrival if next_arrival < len(jobs) else math.inf,
+                self.completions[0][0] if self.completions else math.inf,
             )
-            for i in range(buckets)
+            while self.completions and self.completions[0][0] <= now:
+                _, run, key = heapq.heappop(self.completions)
+                if key in self.running and self.running[key].run == run:  # not a run that was preempted
+                    self._finish(self.by_key[key], now)
+            while next_arrival < len(jobs) and jobs[next_arrival].arrival <= now:
+                self.policy.submit(jobs[next_arrival], now)
+                next_arrival += 1
+            outcome = self.policy.cycle(now)
+            for job in outcome.stopped:
+                self._stop(job, now)
+            for started in outcome.started:
+                self._start(started, now)
+            self.log.busy_log.append((now, self.busy))
+            if self.progress is not None:
+                self.progress(self.policy.name, next_arrival + len(self.log.finish), events, now)
+        return report_of(self.policy.name, jobs, self.log, total_gpus=self.policy.snapshot.total_gpus)
+
+    def _start(self, started: Start, now: float) -> None:
+        job = started.job
+        resumed = job.key in self.runs
+        overhead = self.options.restart_overhead_s if resumed else 0.0
+        slowdown = self.options.speed.slowdown(job.model, started.nodes, job.gpus, self.geometry)
+        self.runs[job.key] = self.runs.get(job.key, 0) + 1
+        self.running[job.key] = _Running(self.runs[job.key], now + overhead, slowdown)
+        heapq.heappush(
+            self.completions, (now + overhead + self.remaining[job.key] * slowdown, self.runs[job.key], job.key)
         )
-        if makespan > 0
-        else (),
-    )
+        self.busy += job.gpus
+        self.log.first_start.setdefault(job.key, now)
+        self.log.lost_gpu_seconds += overhead * job.gpus
+        self.log.slowdown_weighted += slowdown * job.gpus
+        self.log.gpu_starts += job.gpus
+        if job.gpus > 1:
+            self.log.multi += 1
+            placed = self.policy.snapshot.tightest_domain(started.nodes).level
+            self.log.tight += level_rank(placed) <= self.smallest.rank(job)
 
+    def _stop(self, job: SimJob, now: float) -> None:
+        running = self.running.pop(job.key)
+        self._account(job, running, now)
+        self.busy -= job.gpus
+        self.log.preemptions += 1
 
-def _busy_between(busy_log: list[tuple[float, int]], begin: float, end: float) -> float:
-    """Average busy GPUs over [begin, end) of the step function in `busy_log`."""
-    if end <= begin:
-        return 0.0
-    area = 0.0
-    for (t0, busy), (t1, _) in zip(busy_log, [*busy_log[1:], (math.inf, 0)], strict=True):
-        lo, hi = max(t0, begin), min(t1, end)
-        if hi > lo:
-            area += busy * (hi - lo)
-    return area / (end - begin)
+    def _finish(self, job: SimJob, now: float) -> None:
+        self.policy.finish(job, now)
+        running = self.running.pop(job.key)
+        self._account(job, running, now)
+        self.remaining[job.key] = 0.0
+        self.busy -= job.gpus
+        self.log.finish[job.key] = now
+
+    def _account(self, job: SimJob, running: _Running, now: float) -> None:
+        if now > running.work_start:
+            self.remaining[job.key] -= (now - running.work_start) / running.slowdown
+            self.log.useful.append((running.work_start, now, job.gpus / running.slowdown))
+        else:  # stopped before its restart was over: the time it held the GPUs was all lost
+            self.log.lost_gpu_seconds -= (running.work_start - now) * job.gpus

@@ -1,7 +1,9 @@
 """Scheduling policies the simulator compares, all on the same `ClusterSnapshot`.
 
-- `AischedPolicy`: the operator's own `aisched.policy.scheduler.schedule`, called
-  every cycle exactly as the controller calls it.
+- `AischedPolicy`: the operator's own `aisched.policy.scheduler.schedule`, called every cycle
+  exactly as the controller calls it, with the default queue's settings (time-slicing by attained
+  service with its minimum run time). It is told a job's duration only as the simulation's
+  `DurationKnowledge` allows; attained service is carried as the operator carries it in status.
 - `FifoFirstFit`: strict FIFO (the head of the queue blocks everyone behind it);
   a gang is placed all at once, each replica on the first node, in name order,
   with room.
@@ -9,70 +11,46 @@
   pod on its own, FIFO, onto the node with the largest free fraction
   (NodeResourcesFit LeastAllocated); pods that do not fit wait while later ones
   go on. Bound pods hold their GPUs; the job runs once all its pods are bound.
+- Kueue, Volcano and Tiresias: `aisched.sim.peers`, each with what it models and what it does not.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from dataclasses import replace
+from datetime import timedelta
 
-from aisched.api.common import CapacityType
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.placement import Placement
 from aisched.policy.scheduler import JobRequest, schedule
-
-EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
-ANY_CAPACITY = (CapacityType.ON_DEMAND, CapacityType.SPOT)
-
-
-@dataclass(frozen=True, slots=True)
-class SimJob:
-    key: str
-    arrival: float
-    duration: float
-    replicas: int
-    gpus_per_replica: int
-
-    @property
-    def gpus(self) -> int:
-        return self.replicas * self.gpus_per_replica
+from aisched.sim.jobs import ANY_CAPACITY, CycleOutcome, Policy, SimJob, Start, at
+from aisched.sim.peers.kueue import KueuePolicy
+from aisched.sim.peers.tiresias import TiresiasPolicy
+from aisched.sim.peers.volcano import VolcanoPolicy
+from aisched.sim.speed import SpeedModel
 
 
-@dataclass(frozen=True, slots=True)
-class Start:
-    job: SimJob
-    nodes: tuple[str, ...]
-
-
-@dataclass(slots=True)
-class CycleOutcome:
-    started: list[Start] = field(default_factory=list)
-    stopped: list[SimJob] = field(default_factory=list)
-    """Preempted: back in the queue, their run lost."""
-
-
-class Policy(Protocol):
-    name: str
-    snapshot: ClusterSnapshot
-
-    def submit(self, job: SimJob, now: float) -> None: ...
-    def finish(self, job: SimJob) -> None: ...
-    def cycle(self, now: float) -> CycleOutcome: ...
-    def pending_count(self) -> int: ...
-
-
-def at(seconds: float) -> datetime:
-    return EPOCH + timedelta(seconds=seconds)
+def make_policy(name: str, snapshot: ClusterSnapshot, speed: SpeedModel) -> Policy:
+    if name == "aisched":
+        return AischedPolicy(snapshot)
+    if name == "kueue":
+        return KueuePolicy(snapshot)
+    if name == "volcano":
+        return VolcanoPolicy(snapshot)
+    if name == "tiresias":
+        return TiresiasPolicy(snapshot, speed)
+    if name == "fifo_first_fit":
+        return FifoFirstFit(snapshot)
+    if name == "fifo_spread":
+        return FifoSpread(snapshot)
+    raise ValueError(f"unknown policy {name!r}; known: aisched, kueue, volcano, tiresias, fifo_first_fit, fifo_spread")
 
 
 class AischedPolicy:
     name = "aisched"
 
-    def __init__(self, snapshot: ClusterSnapshot, *, estimates: bool = True) -> None:
+    def __init__(self, snapshot: ClusterSnapshot) -> None:
         self.snapshot = snapshot
-        self.estimates = estimates
         self.pending: dict[str, JobRequest] = {}
         self.running: dict[str, JobRequest] = {}
         self.jobs: dict[str, SimJob] = {}
@@ -87,10 +65,10 @@ class AischedPolicy:
             gpus_per_replica=job.gpus_per_replica,
             replicas=job.replicas,
             capacity_types=ANY_CAPACITY,
-            expected_duration=timedelta(seconds=job.duration) if self.estimates else None,
+            expected_duration=timedelta(seconds=job.estimate) if job.estimate is not None else None,
         )
 
-    def finish(self, job: SimJob) -> None:
+    def finish(self, job: SimJob, now: float) -> None:
         request = self.running.pop(job.key)
         assert request.placement is not None
         self.snapshot.release(request.placement.gpus_by_node())
@@ -100,9 +78,12 @@ class AischedPolicy:
         outcome = CycleOutcome()
         for preemption in result.preempted:
             request = self.running.pop(preemption.key)
-            assert request.placement is not None
+            assert request.placement is not None and request.started is not None
             self.snapshot.release(request.placement.gpus_by_node())
-            self.pending[preemption.key] = replace(request, placement=None, started=None)
+            # What the operator writes to status.attainedGpuSeconds when it stops the gang.
+            ran = (at(now) - request.started).total_seconds()
+            attained = request.attained_gpu_seconds + request.placement.total_gpus * ran
+            self.pending[preemption.key] = replace(request, placement=None, started=None, attained_gpu_seconds=attained)
             outcome.stopped.append(self.jobs[preemption.key])
         for admission in result.admitted:
             request = self.pending.pop(admission.key)
@@ -110,9 +91,6 @@ class AischedPolicy:
             self.running[admission.key] = replace(request, placement=admission.placement, started=at(now))
             outcome.started.append(Start(self.jobs[admission.key], admission.placement.nodes))
         return outcome
-
-    def pending_count(self) -> int:
-        return len(self.pending)
 
 
 class FifoFirstFit:
@@ -127,7 +105,7 @@ class FifoFirstFit:
     def submit(self, job: SimJob, now: float) -> None:
         self.queue.append(job)
 
-    def finish(self, job: SimJob) -> None:
+    def finish(self, job: SimJob, now: float) -> None:
         self.snapshot.release(self.placements.pop(job.key).gpus_by_node())
 
     def cycle(self, now: float) -> CycleOutcome:
@@ -154,9 +132,6 @@ class FifoFirstFit:
                 return tuple(nodes)
         return None
 
-    def pending_count(self) -> int:
-        return len(self.queue)
-
 
 class FifoSpread:
     name = "fifo_spread"
@@ -172,7 +147,7 @@ class FifoSpread:
         self.waiting[job.key] = job
         self.bound[job.key] = []
 
-    def finish(self, job: SimJob) -> None:
+    def finish(self, job: SimJob, now: float) -> None:
         for name in self.bound.pop(job.key):
             self._change(name, -job.gpus_per_replica)
 
@@ -197,9 +172,6 @@ class FifoSpread:
         old = self.snapshot.free_gpus(name)
         self.snapshot.allocate({name: gpus})
         self.by_free.move(name, old, self.snapshot.free_gpus(name))
-
-    def pending_count(self) -> int:
-        return len(self.waiting)
 
 
 class _FreeIndex:

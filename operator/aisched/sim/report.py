@@ -1,35 +1,33 @@
-"""Plain-text tables of a simulation: the summary per policy and GPU utilisation over time."""
+"""Plain-text table of a simulation: the figures of each policy side by side."""
 
 from __future__ import annotations
 
 from aisched.sim.engine import SimulationReport
+from aisched.sim.outcomes import SIZE_CLASSES
 
 
 def render_report(report: SimulationReport) -> str:
     lines = [
         f"trace {report.trace}: {report.jobs} jobs ({report.multi_gpu_jobs} multi-GPU"
         + (f"; {report.too_big_jobs} larger than the cluster left out" if report.too_big_jobs else "")
-        + f"), cluster {report.nodes} nodes / {report.gpus} GPUs",
+        + f"), cluster {report.nodes} nodes / {report.gpus} GPUs; durations known: {report.options.knowledge.value}",
         "",
-        f"{'policy':<16}{'GPU util':>9}{'avg JCT':>11}{'p95 JCT':>11}{'avg queue':>11}"
-        f"{'multi-GPU JCT':>15}{'in smallest domain':>20}{'unfinished':>12}",
+        f"{'policy':<16}{'eff util':>9}{'avg JCT':>10}{'p95 JCT':>10}{'1 GPU':>9}{'2-8':>9}{'>8':>9}"
+        f"{'smallest dom':>13}{'p99 slowdn':>11}{'preempt/job':>12}{'lost GPU-s/job':>15}{'unfinished':>11}",
     ]
     for name, policy in report.policies.items():
         smallest = "-" if policy.in_smallest_domain is None else f"{policy.in_smallest_domain:.1%}"
+        sizes = "".join(f"{_maybe(policy.avg_jct_by_size_s.get(size)):>9}" for size in SIZE_CLASSES)
         lines.append(
-            f"{name:<16}{policy.gpu_utilization:>9.1%}{_duration(policy.avg_jct_s):>11}"
-            f"{_duration(policy.p95_jct_s):>11}{_duration(policy.avg_queue_s):>11}"
-            f"{_duration(policy.avg_jct_multi_gpu_s):>15}{smallest:>20}{policy.unfinished_jobs:>12}"
+            f"{name:<16}{policy.effective_utilization:>9.1%}{_duration(policy.avg_jct_s):>10}"
+            f"{_duration(policy.p95_jct_s):>10}{sizes}{smallest:>13}{policy.p99_slowdown:>11.1f}"
+            f"{policy.preemptions_per_job:>12.2f}{policy.lost_gpu_seconds_per_job:>15.0f}{policy.unfinished_jobs:>11}"
         )
-    lines += ["", "GPU utilisation over time (busy share of all GPUs; time from the first arrival)"]
-    names = list(report.policies)
-    lines.append(f"{'from':>10}" + "".join(f"{name:>16}" for name in names))
-    timelines = [report.policies[name].timeline for name in names]
-    longest = max(timelines, key=len, default=())
-    for row, (start, _) in enumerate(longest):
-        cells = "".join(f"{t[row][1]:>16.1%}" if row < len(t) else f"{'':>16}" for t in timelines)
-        lines.append(f"{_duration(start):>10}{cells}")
     return "\n".join(lines)
+
+
+def _maybe(seconds: float | None) -> str:
+    return "-" if seconds is None else _duration(seconds)
 
 
 def _duration(seconds: float) -> str:

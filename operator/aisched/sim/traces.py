@@ -14,6 +14,10 @@ the trace's start, GPUs asked for), sorted by arrival.
   arrivals are a Poisson process and durations are log-normal with a median of
   30 minutes and sigma 1.5 (mean about 1.5 hours), drawn from `random.Random(seed)`;
   the arrival rate makes the offered load `load` times the cluster's GPUs.
+- Pollux workloads (`name,time,application,num_replicas,batch_size`): arrival and model as
+  given, one GPU per replica at the replica count asked. They carry no durations (Pollux
+  derives them from each model's convergence); durations are synthesised like the Alibaba
+  ones above (log-normal, seeded) and results say so.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ SYNTHETIC_SIGMA = 1.5
 class TraceFormat(StrEnum):
     PHILLY = "philly"
     ALIBABA = "alibaba"
+    POLLUX = "pollux"
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +48,22 @@ class TraceJob:
     """Seconds from the trace's first arrival."""
     duration: float
     gpus: int
+    model: str = ""
+    """The model it trains, when the trace names one (the Pollux workloads do)."""
+
+
+def offered_gpus(jobs: list[TraceJob]) -> float:
+    """GPUs busy on average between the first and the last arrival if every job started on arrival.
+
+    Runs past the last arrival are cut off there: a job that runs for weeks after a two-day
+    slice would otherwise size the cluster for work the slice never asks of it.
+    """
+    if not jobs:
+        return 0.0
+    first, last = jobs[0].arrival, jobs[-1].arrival
+    if last <= first:
+        return 0.0
+    return sum(j.gpus * max(0.0, min(j.arrival + j.duration, last) - j.arrival) for j in jobs) / (last - first)
 
 
 def detect_format(path: Path) -> TraceFormat:
@@ -52,7 +73,12 @@ def detect_format(path: Path) -> TraceFormat:
         return TraceFormat.PHILLY
     if "num_gpu" in header:
         return TraceFormat.ALIBABA
-    raise ValueError(f"{path}: neither a Philly (num_gpus) nor an Alibaba pod list (num_gpu) header: {header}")
+    if "application" in header and "num_replicas" in header:
+        return TraceFormat.POLLUX
+    raise ValueError(
+        f"{path}: neither a Philly (num_gpus), an Alibaba pod list (num_gpu) nor a Pollux workload "
+        f"(application,num_replicas) header: {header}"
+    )
 
 
 def read_trace(
@@ -70,12 +96,14 @@ def read_trace(
     end = None if limit is None else skip + limit
     if trace_format == TraceFormat.PHILLY:
         jobs = sorted(_philly(path), key=lambda j: (j.arrival, j.key))[skip:end]
+    elif trace_format == TraceFormat.POLLUX:
+        jobs = _pollux(path, seed=seed)[skip:end]
     else:
         jobs = _alibaba(path, end, cluster_gpus=cluster_gpus, load=load, seed=seed)[skip:]
     if not jobs:
         return []
     start = jobs[0].arrival
-    return [TraceJob(j.key, j.arrival - start, j.duration, j.gpus) for j in jobs]
+    return [TraceJob(j.key, j.arrival - start, j.duration, j.gpus, j.model) for j in jobs]
 
 
 def _philly(path: Path) -> Iterator[TraceJob]:
@@ -87,6 +115,22 @@ def _philly(path: Path) -> Iterator[TraceJob]:
                 continue
             arrival = datetime.fromisoformat(row["timestamp"]).replace(tzinfo=UTC).timestamp()
             yield TraceJob(f"philly/{index}", arrival, duration, gpus)
+
+
+def _pollux(path: Path, *, seed: int) -> list[TraceJob]:
+    with path.open(newline="") as f:
+        rows = sorted(csv.DictReader(f), key=lambda r: (float(r["time"]), r["name"]))
+    rng = random.Random(seed)
+    return [
+        TraceJob(
+            f"pollux/{row['name']}",
+            float(row["time"]),
+            max(1.0, rng.lognormvariate(math.log(SYNTHETIC_MEDIAN_SECONDS), SYNTHETIC_SIGMA)),
+            max(1, int(row["num_replicas"])),
+            row["application"],
+        )
+        for row in rows
+    ]
 
 
 def _alibaba(path: Path, limit: int | None, *, cluster_gpus: int, load: float, seed: int) -> list[TraceJob]:

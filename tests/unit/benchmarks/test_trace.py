@@ -1,4 +1,4 @@
-"""benchmarks/trace.py: a tiny run writes both traces' figures where asked; a missing trace is one line."""
+"""benchmarks/trace.py: a tiny run writes every trace's figures where asked; a missing input is one line."""
 
 from __future__ import annotations
 
@@ -9,27 +9,50 @@ import pytest
 
 from benchmarks import trace
 
+POLICIES = {"aisched", "kueue", "volcano", "tiresias", "fifo_first_fit", "fifo_spread"}
 
-def write_tiny_traces(directory: Path) -> tuple[Path, Path]:
-    philly, alibaba = directory / "philly.csv", directory / "openb_pod_list_multigpu50.csv"
+
+def write_tiny_inputs(directory: Path) -> list[str]:
+    philly, alibaba, pollux = directory / "philly.csv", directory / "pods.csv", directory / "workload.csv"
     rows = "".join(f"2017-10-01 10:{i // 60:02d}:{i % 60:02d},{300 + 7 * i}.0,{[1, 2, 8][i % 3]}\n" for i in range(90))
     philly.write_text("timestamp,duration,num_gpus\n" + rows)
-    pods = "".join(f"p{i},1000,1024,{[1, 2, 4, 8][i % 4]},1000\n" for i in range(30))
-    alibaba.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\n" + pods)
-    return philly, alibaba
+    pods = "".join(
+        f"p{i},1000,1024,{[1, 2, 4, 8][i % 4]},1000,,LS,Running,{i * 60},{i * 60 + 900},{i * 60}\n" for i in range(30)
+    )
+    alibaba.write_text(
+        "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,deletion_time,scheduled_time\n"
+        + pods
+    )
+    jobs = "".join(f"j{i},{i * 30},{['bert', 'cifar10'][i % 2]},{[1, 2, 4][i % 3]},64\n" for i in range(20))
+    pollux.write_text("name,time,application,num_replicas,batch_size\n" + jobs)
+    placement = directory / "placement"
+    placement.mkdir()
+    (placement / "bert.csv").write_text("placement,local_bsz,step_time,sync_time\n2,4,1.0,0.1\n11,4,2.0,0.1\n")
+    (placement / "cifar10.csv").write_text("placement,local_bsz,step_time,sync_time\n2,4,1.0,0.1\n11,4,1.1,0.1\n")
+    return [
+        "--philly", str(philly), "--alibaba", str(alibaba), "--pollux", str(pollux), "--placement", str(placement),
+    ]  # fmt: skip
 
 
-def test_a_tiny_run_writes_both_traces_figures_in_the_output_dir(tmp_path: Path) -> None:
-    philly, alibaba = write_tiny_traces(tmp_path)
+def test_a_tiny_run_writes_every_traces_figures_in_the_output_dir(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    assert trace.main(["--philly", str(philly), "--alibaba", str(alibaba), "--output-dir", str(out)]) == 0
-    for name, jobs in (("trace_philly.json", 90 - trace.PHILLY_RAMP), ("trace_alibaba.json", 30)):
-        figures = json.loads((out / name).read_text())
+    assert trace.main([*write_tiny_inputs(tmp_path), "--output-dir", str(out)]) == 0
+    for name, jobs in (("philly", 90 - trace.PHILLY_RAMP), ("alibaba", 30), ("pollux", 20)):
+        figures = json.loads((out / f"trace_{name}.json").read_text())
         assert figures["jobs"] == jobs
-        assert set(figures["policies"]) == {"aisched", "fifo_first_fit", "fifo_spread"}
+        assert set(figures["policies"]) == POLICIES
+        assert figures["options"]["duration_knowledge"] == "none"
+        assert "sized" in figures["cluster"]
+        assert set(figures["variants"]["rack_zone_1"]["policies"]) == POLICIES
+        assert figures["variants"]["aisched_true_durations"]["options"]["duration_knowledge"] == "truth"
+        for policy in figures["policies"].values():
+            assert {"avg_jct_s", "p95_jct_s", "effective_utilization", "in_smallest_domain", "p99_slowdown"} <= set(
+                policy
+            )
 
 
-def test_a_missing_trace_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_missing_input_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / trace.PLACEMENT).mkdir(parents=True)
     assert trace.main(["--data-dir", str(tmp_path)]) == 2
     missing = tmp_path / trace.PHILLY
     assert capsys.readouterr().err == f"error: {missing}: no such file (set it with --philly or --data-dir)\n"

@@ -313,3 +313,28 @@ def test_a_waiting_job_gets_a_new_reason_at_once_and_a_new_message_at_most_every
     assert not waiting_write_due(waiting, "QuotaExceeded", "17 of 16 GPUs in use", last_written=T0, now=soon)
     assert waiting_write_due(waiting, "QuotaExceeded", "17 of 16 GPUs in use", last_written=T0, now=later)
     assert waiting_write_due(waiting, "QuotaExceeded", "17 of 16 GPUs in use", last_written=None, now=soon)
+
+
+def test_a_preempted_run_adds_its_gpu_time_to_the_attained_service_kept_in_status() -> None:
+    running = TrainingJobStatus(
+        phase=Phase.RUNNING, gpus=16, run_start_time=T0 - timedelta(minutes=30), attained_gpu_seconds=100.0
+    )
+    status = preempted(a_job(running), "Preempted", "by ns/short", T0)
+    assert status.attained_gpu_seconds == 100.0 + 16 * 1800
+    assert status.run_start_time is None
+
+
+def test_a_gang_placed_anew_counts_the_run_before_it_and_starts_a_new_one() -> None:
+    restarting = TrainingJobStatus(phase=Phase.RUNNING, gpus=8, run_start_time=T0, attained_gpu_seconds=10.0)
+    status = placed(
+        a_job(restarting),
+        a_placement(),
+        reason="Admitted",
+        message="placed in r1",
+        selector="aisched.io/job-name=llm",
+        checkpoint_interval_seconds=None,
+        capacity=None,
+        now=T0 + timedelta(minutes=1),
+    )
+    assert status.attained_gpu_seconds == 10.0 + 8 * 60
+    assert status.run_start_time == T0 + timedelta(minutes=1)

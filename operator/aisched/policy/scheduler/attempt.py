@@ -53,6 +53,6 @@ class Attempt:
             reserved,
             job.expected_duration is None,
         )
-        request = job.gang(most, gpu_types, job.excluded_nodes | reserved)
-        smallest = request if most == fewest else replace(request, replicas=fewest)
+        request = cycle.consolidated(job.gang(most, gpu_types, job.excluded_nodes | reserved))
+        smallest = request if most == fewest else cycle.consolidated(replace(request, replicas=fewest))
         return cls(job, fewest, allowance.refusal, reserved, shape, request, smallest)

@@ -3,7 +3,8 @@ running jobs end at their expected times.
 
 Later jobs may start only outside those GPUs, or inside them if they are expected to end
 before the reservation starts (backfill). Without estimates, the reserved domain stays
-closed to newcomers until the job fits.
+closed to newcomers until the job fits, unless the job's queue time-slices: then the job
+opens a domain by preempting jobs with more attained service, and holds nothing idle.
 """
 
 from __future__ import annotations
@@ -77,7 +78,13 @@ def _reserve(cycle: CycleState, job: JobRequest, request: GangRequest) -> Reserv
     if all(end is not None for end in ends):
         start = max([cycle.now, *(end for end in ends if end is not None)])
         return Reservation(job.key, job.priority, start, frozenset(placement.nodes), placement.domain)
-    # Without end times the nodes it will get are a guess: hold the whole domain.
+    # Without end times the nodes it will get are a guess. Where the job's queue time-slices, it
+    # opens a domain by preempting jobs with more service once they have had their minimum run,
+    # so it holds nothing idle in the meantime; elsewhere it holds the whole domain, or it might
+    # wait for ever behind newcomers.
+    quota = cycle.quotas.get(job.queue)
+    if quota is not None and quota.min_run_seconds is not None:
+        return None
     nodes = frozenset(cycle.snapshot.names_in(placement.domain))
     return Reservation(job.key, job.priority, None, nodes, placement.domain)
 

@@ -11,21 +11,25 @@ before the next job in fair order has its turn, so a job admitted by making room
 counted when the jobs behind it are placed. The rules, in that order:
 
 1. Jobs naming a queue that does not exist wait (the default queue always exists).
-2. Pending jobs are considered by priority, then fair share among queues, then
-   FIFO (`queueing.fair_order`). A job that its queue's quota cannot hold waits;
+2. Pending jobs are considered by priority, then band of attained service (least
+   GPU-time had first, `service`), then fair share among queues, then FIFO
+   (`queueing.fair_order`). A job that its queue's quota cannot hold waits;
    it does not hold up the jobs behind it.
 3. A job that fits is admitted with a `Placement`; an elastic job starts with the
    most replicas between `min_replicas` and `replicas` that fit.
 4. A job that does not fit for lack of free GPUs first tries to make room: it
    shrinks elastic jobs towards their minimum, then preempts whole gangs of lower
-   priority (its own queue's, or queues borrowing beyond their quota), choosing
-   the tightest domain and there the cheapest set of victims (fewest gangs, lowest
-   priority). Never half a gang, never an equal or higher priority.
+   priority (its own queue's, or queues borrowing beyond their quota), or of equal
+   priority and a higher band of attained service once they have run their queue's
+   minimum run time (time-slicing, to a checkpoint); it chooses the tightest domain
+   and there the cheapest set of victims (lowest priority, fewest gangs, least work lost).
+   Never half a gang, never a higher priority.
 5. The first job that still cannot start gets a reservation: the GPUs it would
    get when running jobs end at their expected times. Later jobs may start only
    outside those GPUs, or inside them if they are expected to end before the
    reservation starts (backfill). Without estimates, the reserved domain stays
-   closed to newcomers until the job fits.
+   closed to newcomers until the job fits, unless the job's queue time-slices (4.
+   opens it then, and nothing is held idle).
 6. Left-over GPUs grow running elastic jobs towards `max_replicas`, next to where
    they run, when no job of equal or higher priority waits for GPUs.
 """
@@ -58,7 +62,7 @@ PENDING_JOB_STAGES: tuple[PendingJobStage, ...] = (
 
 def admit_in_fair_order(cycle: CycleState) -> None:
     """Each pending job, in fair order, goes through `PENDING_JOB_STAGES` until one settles it."""
-    for job in fair_order(admission.pending_in_known_queues(cycle), cycle.ledger):
+    for job in fair_order(admission.pending_in_known_queues(cycle), cycle.ledger, band=cycle.band):
         attempt = Attempt.of(cycle, job)
         for stage in PENDING_JOB_STAGES:
             if stage(cycle, attempt):

@@ -40,6 +40,10 @@ class JobRequest:
     expected_duration: timedelta | None = None
     placement: Placement | None = None
     started: datetime | None = None
+    """When the current gang was placed (a running job); its service since then is not yet in
+    `attained_gpu_seconds`."""
+    attained_gpu_seconds: float = 0.0
+    """GPU-seconds of service of its earlier runs (status.attainedGpuSeconds)."""
 
     @property
     def running(self) -> bool:
@@ -82,7 +86,8 @@ class JobRequest:
                 seconds_duration(spec.expected_duration_seconds) if spec.expected_duration_seconds else None
             ),
             placement=placement,
-            started=job.status.start_time if placement is not None else None,
+            started=(job.status.run_start_time or job.status.start_time) if placement is not None else None,
+            attained_gpu_seconds=job.status.attained_gpu_seconds or 0.0,
         )
 
     def gang(self, replicas: int, gpu_types: frozenset[str] | None, excluded: frozenset[str]) -> GangRequest:

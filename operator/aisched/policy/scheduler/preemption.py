@@ -3,7 +3,8 @@ minimum, then preempts whole gangs of lower priority.
 
 Victims are its own queue's, or those of queues borrowing beyond their quota. The search
 picks the tightest domain and there the cheapest set of victims (fewest gangs, lowest
-priority). Never half a gang, never an equal or higher priority.
+priority). Never half a gang, never a higher priority; an equal priority only when time-slicing
+allows it (`CycleState.sliceable_for`: a higher band of attained service, its minimum run had).
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ class _RoomPlan:
 def _displaceable(cycle: CycleState, job: JobRequest) -> list[_Displacement]:
     """Everything `job` may take GPUs from: shrinks first, then whole gangs."""
     lowest, elastic = cycle.lowest_priority, cycle.lowest_elastic_priority
-    if (lowest is None or lowest >= job.priority) and (elastic is None or elastic > job.priority):
+    slicing = lowest == job.priority and cycle.highest_running_band > cycle.band(job)
+    if (lowest is None or lowest >= job.priority) and (elastic is None or elastic > job.priority) and not slicing:
         return []
     shrinks: list[_Displacement] = []
     preemptions: list[_Displacement] = []
@@ -62,7 +64,7 @@ def _displaceable(cycle: CycleState, job: JobRequest) -> list[_Displacement]:
         floor = _shrink_floor(other, job.priority)
         if floor < running.placement.replicas:
             shrinks.append(_Displacement(running, dropped=()))
-        if other.priority < job.priority:
+        if other.priority < job.priority or (slicing and cycle.sliceable_for(running, job)):
             preemptions.append(_Displacement(running))
     shrinks.sort(key=lambda a: (a.running.job.priority, -a.running.job.created.timestamp(), a.running.job.key))
     preemptions.sort(

@@ -11,9 +11,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from aisched.api.common import TopologyLevel
 from aisched.api.queue import DEFAULT_QUEUE
 from aisched.policy.cluster import ClusterSnapshot, DomainId
-from aisched.policy.placement import GangRequest, Placement, Unplaceable, place_gang
+from aisched.policy.placement import GangRequest, Placement, Unplaceable, place_gang, tightest_possible_level
 from aisched.policy.queueing import QueueQuota, QuotaLedger
 from aisched.policy.saturating_time import time_after
 from aisched.policy.scheduler.jobs import JobRequest
@@ -25,6 +26,7 @@ from aisched.policy.scheduler.results import (
     ScheduleResult,
     Waiting,
 )
+from aisched.policy.scheduler.service import attained_gpu_seconds, ran_long_enough, service_band
 
 
 @dataclass(slots=True)
@@ -79,7 +81,41 @@ class CycleState:
         self.lowest_elastic_priority = min(
             (r.job.priority for r in self.running.values() if r.job.elastic), default=None
         )
+        self.tightest: dict[GangRequest, TopologyLevel | None] = {}
+        self.highest_running_band = max((self.band(r.job) for r in self.running.values()), default=0)
         self.products = frozenset(p.gpu_product for p in snapshot.pools if p.gpu_product is not None)
+
+    def consolidated(self, request: GangRequest) -> GangRequest:
+        """A gang that names no required level is held to the tightest domain that could ever hold it.
+
+        A gang spread over more nodes, racks or zones than it needs runs slower for as long as it
+        runs (by up to 2-3x for communication-heavy models, as Pollux measured), while the wait
+        for its domain is bounded: time-slicing and reservation open one.
+        """
+        if request.required_level is not None or request.replicas < 2:
+            return request
+        shape = replace(request, excluded_nodes=frozenset())
+        if shape not in self.tightest:
+            self.tightest[shape] = tightest_possible_level(shape, self.snapshot)
+        return replace(request, required_level=self.tightest[shape])
+
+    def band(self, job: JobRequest) -> int:
+        """The job's band of attained service now: lower goes first among equal priorities."""
+        return service_band(attained_gpu_seconds(job, self.now))
+
+    def sliceable_for(self, running: RunningGang, job: JobRequest) -> bool:
+        """May `running` be preempted for `job`, an equal-priority job with less attained service?
+
+        Only when its queue time-slices, it has run its queue's minimum run time, and `job` is in a
+        strictly lower band, so two jobs never preempt each other back and forth.
+        """
+        other = running.job
+        quota = self.quotas.get(other.queue)
+        if quota is None or quota.min_run_seconds is None or other.priority != job.priority:
+            return False
+        if not ran_long_enough(other, self.now, quota.min_run_seconds):
+            return False
+        return self.band(other) > self.band(job)
 
     def gpu_types(self, job: JobRequest, blocked: frozenset[str]) -> frozenset[str] | None:
         if job.gpu_type is not None:

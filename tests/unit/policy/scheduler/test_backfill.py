@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from aisched.api.common import TopologyLevel
 from aisched.policy.cluster import ClusterSnapshot
+from aisched.policy.queueing import QueueQuota
 from aisched.policy.scheduler import RESERVED_FOR_HIGHER_PRIORITY, JobRequest, schedule
 from tests.unit.policy.gangs import rack_nodes
 from tests.unit.policy.scheduler.cycles import HOUR, T0, pending, run_on
@@ -45,12 +46,16 @@ def test_backfill_only_where_it_does_not_delay_the_reserved_gang() -> None:
     assert "set an expected duration to backfill" in waits["ns/vague"].message
 
 
-def test_without_end_times_the_reserved_domain_takes_no_newcomers() -> None:
+def test_without_end_times_the_reserved_domain_takes_no_newcomers_unless_the_queue_time_slices() -> None:
     snapshot = ClusterSnapshot([*rack_nodes("z", "r0", 2), *rack_nodes("z", "r1", 2)])
     running = [run_on(snapshot, pending("ns/r0", 4), ["r0-n0"]), run_on(snapshot, pending("ns/r1", 8), ["r1-n0"])]
     big = pending("ns/big", 8, replicas=2, required_level=TopologyLevel.RACK, created=T0 - HOUR)
     small = pending("ns/small", 4, expected_duration=HOUR / 4)
-    result = schedule(snapshot, [*running, big, small], [], T0)
+    # The default queue time-slices: the gang will preempt its way in, and holds nothing idle meanwhile.
+    slicing = schedule(snapshot, [*running, big, small], [], T0)
+    assert [a.placement.nodes for a in slicing.admitted] == [("r0-n0",)]
+    no_slicing = [QueueQuota("default", None, min_run_seconds=None)]
+    result = schedule(snapshot, [*running, big, small], no_slicing, T0)
     waits = {w.key: w for w in result.waiting}
     assert waits["ns/big"].expected_start is None
     assert "GPUs in Rack r0 are held for it as they free up" in waits["ns/big"].message

@@ -9,9 +9,11 @@ from dataclasses import replace
 from hypothesis import given, settings
 
 from aisched.api.common import TopologyLevel
+from aisched.api.queue import DEFAULT_MIN_RUN_SECONDS
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.placement import Placement
 from aisched.policy.scheduler import GROWN, SHRUNK, JobRequest, ScheduleResult, schedule
+from aisched.policy.scheduler.service import attained_gpu_seconds, service_band
 from tests.unit.policy.gangs import H100
 from tests.unit.policy.scheduler.cycles import T0, Scenario, keys, scenarios
 
@@ -51,7 +53,13 @@ def _check_preemptions(result: ScheduleResult, jobs: dict[str, JobRequest], fina
     for preemption in result.preempted:
         victim, by = jobs[preemption.key], jobs[preemption.by]
         assert victim.running
-        assert victim.priority < by.priority  # only lower priority
+        # Lower priority, or equal priority with more attained service after its minimum run (time-slicing).
+        assert victim.priority < by.priority or (
+            victim.priority == by.priority
+            and service_band(attained_gpu_seconds(victim, T0)) > service_band(attained_gpu_seconds(by, T0))
+            and victim.started is not None
+            and (T0 - victim.started).total_seconds() >= DEFAULT_MIN_RUN_SECONDS
+        )
         assert preemption.key in next(a.preempting for a in result.admitted if a.key == preemption.by)
         del final[preemption.key]  # the whole gang goes
 

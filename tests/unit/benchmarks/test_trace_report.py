@@ -1,0 +1,49 @@
+"""benchmarks/trace_report.py: the README table comes from the figures, between its markers; the plot is drawn."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks import trace_report
+
+
+def figures(avg: float) -> dict[str, object]:
+    policy = {
+        "avg_jct_s": avg,
+        "p95_jct_s": 7200.0,
+        "avg_jct_by_size_s": {"1": 60.0, "2-8": 3 * 3600.0, ">8": None},
+        "effective_utilization": 0.5,
+        "in_smallest_domain": 1.0,
+        "p99_slowdown": 3.25,
+        "preemptions_per_job": 0.1,
+    }
+    return {
+        "jobs": 1200,
+        "cluster": {"nodes": 4, "gpus": 32},
+        "policies": {"aisched": policy, "kueue": policy},
+        "jct_samples_s": {"aisched": [60.0, 600.0, 7200.0], "kueue": [120.0, 900.0]},
+    }
+
+
+def test_the_table_is_rewritten_between_the_markers_and_the_plot_drawn(tmp_path: Path) -> None:
+    (tmp_path / "trace_philly.json").write_text(json.dumps(figures(5400.0)))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{trace_report.BEGIN}\nold table\n{trace_report.END}\nafter\n")
+    plot = tmp_path / "docs" / "jct.png"
+    assert trace_report.main(["--results-dir", str(tmp_path), "--readme", str(readme), "--plot", str(plot)]) == 0
+    text = readme.read_text()
+    assert "old table" not in text
+    assert text.startswith("intro\n") and text.endswith("after\n")
+    assert (
+        "| Philly (1,200 jobs; 4 x 8 GPUs) | aisched | 90 min | 2.0 h | 60 s / 3.0 h / - | 50.0% | 100.0% | 3.2" in text
+    )
+    assert "|  | Kueue (BestEffortFIFO + TAS) |" in text
+    assert plot.read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_readme_without_markers_is_an_error() -> None:
+    with pytest.raises(ValueError, match="trace-table"):
+        trace_report.replace_between_markers("no markers", "table")
