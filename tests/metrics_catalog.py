@@ -64,6 +64,7 @@ def exercise(metrics: Metrics) -> None:
     metrics.record_reconcile("TrainingJob", 0.02)
     metrics.record_reconcile("Pod", 0.2, failed=True)
     metrics.record_leadership(True)
+    metrics.follow_leadership(lambda: True)
 
 
 def exported_series() -> dict[str, set[str]]:

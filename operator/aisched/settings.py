@@ -226,6 +226,13 @@ class Settings(BaseSettings):
     leader_retry_seconds: float = Field(
         default=2.0, gt=0, le=600, description="Period of renewals, and of a standby's attempts to take the Lease."
     )
+    api_request_timeout_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        le=600,
+        description="Deadline of each Kubernetes API request (watches excepted): a hung API server costs "
+        "one reconcile this long, never a thread for good.",
+    )
     relist_seconds: float = Field(
         default=300.0, gt=0, description="Full relist of nodes and pods, repairing anything a watch missed."
     )

@@ -22,7 +22,7 @@ from aisched.controller.serving import InferenceServiceController
 from aisched.controller.training import TrainingJobController
 from aisched.kube.client import KubeClient, load_api_client
 from aisched.kube.inventory import Inventory
-from aisched.kube.leader import LeaseElector
+from aisched.kube.leader import KubeLeaseStore, LeaseElector
 from aisched.metrics import Metrics, serve
 from aisched.settings import AutoscalerSettings, Settings
 from aisched.sources.carbon import build_carbon_source
@@ -108,11 +108,19 @@ async def _operate(settings: Settings, standalone: bool) -> int:
     serve(metrics, settings.metrics_port)
     metrics.record_leadership(False)
     api_client = load_api_client()
-    kube = KubeClient(api_client, events_per_second=settings.events_per_second, event_burst=settings.event_burst)
-    elector = None
-    if settings.leader_election and not standalone:
-        elector = await _acquire_lease(settings, api_client)
+    elector = _elector(settings, api_client) if settings.leader_election and not standalone else None
+    kube = KubeClient(
+        api_client,
+        events_per_second=settings.events_per_second,
+        event_burst=settings.event_burst,
+        request_timeout_seconds=settings.api_request_timeout_seconds,
+        fence=elector.may_write if elector is not None else None,
+    )
+    if elector is not None:
+        await elector.acquire()
     metrics.record_leadership(True)
+    if elector is not None:
+        metrics.follow_leadership(elector.may_write)
 
     inventory = Inventory(settings)
     carbon_client = httpx.AsyncClient()
@@ -133,22 +141,26 @@ async def _operate(settings: Settings, standalone: bool) -> int:
         metrics=metrics,
     )
     registry = _kopf_registry(settings, kube, inventory, jobs=jobs, serving=serving, carbon_client=carbon_client)
-    return await _run_kopf(registry, settings, elector)
+    code = await _run_kopf(registry, settings, elector)
+    metrics.record_leadership(False)
+    return code
 
 
-async def _acquire_lease(settings: Settings, api_client: ApiClient) -> LeaseElector:
-    """Wait until this replica holds the leader Lease."""
-    elector = LeaseElector(
+def _elector(settings: Settings, api_client: ApiClient) -> LeaseElector:
+    """The leader election of this replica; its `may_write` fences every write of the KubeClient."""
+    store = KubeLeaseStore(
         api_client,
         settings.leader_namespace,
         settings.leader_lease_name,
+        request_timeout_seconds=settings.leader_renew_deadline_seconds,
+    )
+    return LeaseElector(
+        store,
         replica_identity(),
         lease_seconds=settings.leader_lease_seconds,
         renew_deadline_seconds=settings.leader_renew_deadline_seconds,
         retry_seconds=settings.leader_retry_seconds,
     )
-    await elector.acquire()
-    return elector
 
 
 def _kopf_registry(

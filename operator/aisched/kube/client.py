@@ -5,6 +5,12 @@ own threads (as many as its connection pool) so the kopf event loop never
 blocks and hundreds of jobs' writes overlap; asyncio's default pool has only
 cpu_count + 4 threads. NotFound on delete and AlreadyExists on create
 are success: every write is idempotent, so a restarted operator can repeat it.
+
+Every request carries a deadline (`request_timeout_seconds`): a hung API server costs a
+reconcile its timeout, never the thread for good. Under leader election every write first
+asks the `fence` (the elector's `may_write`), in the thread that is about to send it, so a
+replica whose lease has run out sends nothing more even if its event loop was blocked
+while the lease ran out, or the write queued for a free thread meanwhile.
 """
 
 from __future__ import annotations
@@ -39,9 +45,23 @@ def load_api_client() -> client.ApiClient:
     return client.ApiClient(configuration)
 
 
+class NotLeadingError(RuntimeError):
+    """A write refused before it was sent: this replica no longer holds the leader lease."""
+
+
 class KubeClient:
-    def __init__(self, api_client: client.ApiClient, *, events_per_second: float = 10.0, event_burst: int = 50) -> None:
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        events_per_second: float = 10.0,
+        event_burst: int = 50,
+        request_timeout_seconds: float = 30.0,
+        fence: Callable[[], bool] | None = None,
+    ) -> None:
         self.api_client = api_client
+        self.request_timeout_seconds = request_timeout_seconds
+        self.fence = fence
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self._threads = ThreadPoolExecutor(API_THREADS, thread_name_prefix="kube-api")
@@ -49,7 +69,8 @@ class KubeClient:
 
     async def _call(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(
-            self._threads, functools.partial(method, *args, **kwargs)
+            self._threads,
+            functools.partial(method, *args, _request_timeout=self.request_timeout_seconds, **kwargs),
         )
 
     async def _send(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
@@ -57,7 +78,9 @@ class KubeClient:
         cost more CPU than the request itself. Errors still raise ApiException."""
 
         def send() -> None:
-            response = method(*args, _preload_content=False, **kwargs)
+            if self.fence is not None and not self.fence():
+                raise NotLeadingError(f"not sent, the leader lease is lost: {getattr(method, '__name__', method)}")
+            response = method(*args, _preload_content=False, _request_timeout=self.request_timeout_seconds, **kwargs)
             _ = response.data  # read, so the connection goes back to the pool
 
         await asyncio.get_running_loop().run_in_executor(self._threads, send)
