@@ -186,6 +186,12 @@ def test_values_reach_the_operator_as_settings(clean_environment: pytest.MonkeyP
         "leaderElection.renewDeadlineSeconds=20",
         "leaderElection.retryPeriodSeconds=4",
         "settings.eventsPerSecond=3",
+        "settings.apiRequestTimeoutSeconds=12",
+        "settings.apiQPS=7",
+        "settings.apiBurst=9",
+        "settings.livenessPassSeconds=90",
+        "metrics.address=127.0.0.1",
+        "health.address=10.0.0.1",
     )
     settings = _settings_from(container(objects)["env"], clean_environment)
     assert settings.namespaces == ["ml", "research"]
@@ -193,6 +199,9 @@ def test_values_reach_the_operator_as_settings(clean_environment: pytest.MonkeyP
     assert (settings.leader_retry_seconds, settings.events_per_second) == (4.0, 3.0)
     assert settings.topology.rack == "cloud.google.com/gce-topology-block"
     assert settings.log_level == "DEBUG"
+    assert (settings.api_request_timeout_seconds, settings.api_qps, settings.api_burst) == (12.0, 7.0, 9)
+    assert settings.liveness_pass_seconds == 90.0
+    assert (settings.metrics_address, settings.health_address) == ("127.0.0.1", "10.0.0.1")
     assert (settings.carbon.provider, settings.carbon.region) == ("watttime", "CAISO_NORTH")
 
 

@@ -10,7 +10,8 @@ Every request carries a deadline (`request_timeout_seconds`): a hung API server 
 reconcile its timeout, never the thread for good. Under leader election every write first
 asks the `fence` (the elector's `may_write`), in the thread that is about to send it, so a
 replica whose lease has run out sends nothing more even if its event loop was blocked
-while the lease ran out, or the write queued for a free thread meanwhile.
+while the lease ran out, or the write queued for a free thread meanwhile. Requests are
+rate-limited as client-go's are (`qps`, `burst`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from aisched.api import GROUP, VERSION
-from aisched.kube.events import EventRecorder
+from aisched.kube.events import EventRecorder, TokenBucket
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -58,16 +59,28 @@ class KubeClient:
         event_burst: int = 50,
         request_timeout_seconds: float = 30.0,
         fence: Callable[[], bool] | None = None,
+        qps: float = 50.0,
+        burst: int = 100,
     ) -> None:
         self.api_client = api_client
         self.request_timeout_seconds = request_timeout_seconds
         self.fence = fence
+        # client-go's QPS and burst: whatever a burst of jobs asks, the API server sees at most this.
+        self._rate = TokenBucket(per_second=qps, burst=burst)
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self._threads = ThreadPoolExecutor(API_THREADS, thread_name_prefix="kube-api")
         self.events = EventRecorder(self._create_event, per_second=events_per_second, burst=event_burst)
 
+    async def _throttle(self) -> None:
+        loop = asyncio.get_running_loop()
+        for _ in range(1000):  # bounded: a wake-up takes the token unless another caller got it first
+            if (wait := self._rate.wait(loop.time())) <= 0:
+                return
+            await asyncio.sleep(wait)
+
     async def _call(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        await self._throttle()
         return await asyncio.get_running_loop().run_in_executor(
             self._threads,
             functools.partial(method, *args, _request_timeout=self.request_timeout_seconds, **kwargs),
@@ -83,6 +96,7 @@ class KubeClient:
             response = method(*args, _preload_content=False, _request_timeout=self.request_timeout_seconds, **kwargs)
             _ = response.data  # read, so the connection goes back to the pool
 
+        await self._throttle()
         await asyncio.get_running_loop().run_in_executor(self._threads, send)
 
     # -- reads (relists that repair the watch-fed caches) -------------------

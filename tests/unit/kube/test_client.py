@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 from unittest.mock import MagicMock
 
@@ -35,3 +36,15 @@ async def test_writes_and_reads_carry_the_request_deadline() -> None:
     core.list_node.return_value.data = b'{"items": []}'
     assert await kube.list_nodes() == []
     assert core.list_node.call_args.kwargs["_request_timeout"] == 7.0
+
+
+@pytest.mark.looptime
+async def test_requests_are_rate_limited_after_the_burst() -> None:
+    kube = KubeClient(client.ApiClient(), qps=2.0, burst=3)
+    kube.core = MagicMock(spec=client.CoreV1Api)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    await asyncio.gather(*(kube.delete_pod("team", f"p{i}") for i in range(7)))
+    # Three at once, then two a second: the last of the four others goes out two seconds later.
+    assert loop.time() - start == pytest.approx(2.0)
+    assert kube.core.delete_namespaced_pod.call_count == 7
