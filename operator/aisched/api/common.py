@@ -26,7 +26,15 @@ MAX_DURATION_SECONDS: Final = 366 * 86400
 _OPEN_OBJECT: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
 _STRING_MAP: dict[str, Any] = {"type": "object", "additionalProperties": {"type": "string"}}
 # A resource quantity: 8, "8", "500m", "1Gi"; the API server checks the syntax when it creates the pod.
-_QUANTITY_MAP: dict[str, Any] = {"type": "object", "additionalProperties": {"x-kubernetes-int-or-string": True}}
+# Bounded (sizes, lengths) so that the CEL rules over containers and their GPUs fit the API
+# server's cost budget; far beyond any pod a person writes.
+MAX_CONTAINERS = 32
+MAX_RESOURCES = 32
+_QUANTITY_MAP: dict[str, Any] = {
+    "type": "object",
+    "maxProperties": MAX_RESOURCES,
+    "additionalProperties": {"x-kubernetes-int-or-string": True, "maxLength": 64},
+}
 # "" as a pod takes it: the operator Equal, every effect.
 TOLERATION_OPERATORS = ("Equal", "Exists", "")
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute", "")
@@ -62,9 +70,13 @@ POD_TEMPLATE_SCHEMA: dict[str, Any] = {
             **_OPEN_OBJECT,
             "required": ["containers"],
             "properties": {
-                "containers": {"type": "array", "minItems": 1, "items": _CONTAINER},
+                "containers": {"type": "array", "minItems": 1, "maxItems": MAX_CONTAINERS, "items": _CONTAINER},
                 "tolerations": {"type": "array", "items": _TOLERATION},
                 "nodeSelector": _STRING_MAP,
+                # Typed so that CEL rules can see them: a job's template may set neither
+                # (TrainingJobSpec's rules), the operator places and gates its pods itself.
+                "nodeName": {"type": "string"},
+                "schedulingGates": {"type": "array", "items": _OPEN_OBJECT},
             },
         },
     },
@@ -118,6 +130,8 @@ def _check_pod_template(template: dict[str, Any]) -> dict[str, Any]:
     containers = spec.get("containers")
     if not isinstance(containers, list) or not containers:
         raise ValueError("template.spec.containers needs at least one container")
+    if len(containers) > MAX_CONTAINERS:
+        raise ValueError(f"template.spec.containers may hold at most {MAX_CONTAINERS} containers")
     for index, container in enumerate(containers):
         where = f"template.spec.containers[{index}]"
         if (
@@ -132,8 +146,10 @@ def _check_pod_template(template: dict[str, Any]) -> dict[str, Any]:
         for kind in ("limits", "requests"):
             amounts = resources.get(kind, {})
             _check_object(amounts, f"{where}.resources.{kind}")
+            if len(amounts) > MAX_RESOURCES:
+                raise ValueError(f"{where}.resources.{kind} may name at most {MAX_RESOURCES} resources")
             for resource, amount in amounts.items():
-                if isinstance(amount, bool) or not isinstance(amount, int | str):
+                if isinstance(amount, bool) or not isinstance(amount, int | str) or len(str(amount)) > 64:
                     raise ValueError(f"{where}.resources.{kind}[{resource}] must be an integer or a string")
     _check_tolerations(spec.get("tolerations", []))
     _check_string_map(spec.get("nodeSelector", {}), "template.spec.nodeSelector")

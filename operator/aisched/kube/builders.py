@@ -134,10 +134,22 @@ def _with_env(container: dict[str, Any], env: list[dict[str, str]]) -> None:
 
 
 def _request_gpus(containers: list[dict[str, Any]], resource: str, count: int) -> None:
-    """Give the job's GPUs to the first container, unless the template already placed them."""
-    if any(resource in (c.get("resources", {}).get("limits") or {}) for c in containers):
-        return
-    resources = containers[0].setdefault("resources", {})
+    """The job's GPUs, on the container the template put them on (else the first), and never more.
+
+    The CRD refuses templates that ask otherwise for nvidia.com/gpu; this holds for whatever
+    resource the operator is set to count, so no template gets GPUs its queue does not account.
+    """
+
+    def names_it(container: dict[str, Any]) -> bool:
+        resources = container.get("resources") or {}
+        return any(resource in (resources.get(kind) or {}) for kind in ("limits", "requests"))
+
+    chosen = next((c for c in containers if names_it(c)), containers[0])
+    for container in containers:
+        for amounts in (container.get("resources") or {}).values():
+            if isinstance(amounts, dict):
+                amounts.pop(resource, None)
+    resources = chosen.setdefault("resources", {})
     resources.setdefault("limits", {})[resource] = count
     resources.setdefault("requests", {})[resource] = count
 
