@@ -315,12 +315,15 @@ def test_queues_from_values_are_valid_queue_objects() -> None:
         "queues[0].nominalGPUs=64",
         "queues[0].weight=2",
         "queues[0].cohort=lab",
+        "queues[0].namespaces={team-a,team-b}",
+        "queues[0].maxPriority=100",
         "queues[1].name=prod",
         "queues[1].nominalGPUs=128",
     )
     queues = {q["metadata"]["name"]: q for q in by_kind(objects, "Queue")}
     assert set(queues) == {"research", "prod"}
-    assert QueueSpec.model_validate(queues["research"]["spec"]).weight == 2
+    research = QueueSpec.model_validate(queues["research"]["spec"])
+    assert (research.weight, research.namespaces, research.max_priority) == (2, ["team-a", "team-b"], 100)
     assert queues["prod"]["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
 
 
