@@ -24,6 +24,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
@@ -35,6 +36,28 @@ T = TypeVar("T")
 API_THREADS = 32  # concurrent API calls; also the size of the connection pool
 
 
+def api_retries() -> urllib3.Retry:
+    """What the API client retries by itself: 429 and 5xx, a few times, after a jittered backoff.
+
+    The API server answers 429 under its priority-and-fairness limits and 5xx while etcd or a
+    webhook is unwell, both passing; the Retry-After it sends is honoured. Every write of ours
+    is idempotent (AlreadyExists and NotFound are success), so POST and DELETE are retried too.
+    A request that times out is not: its deadline (`_request_timeout`) would only multiply.
+    """
+    return urllib3.Retry(
+        total=3,
+        connect=2,
+        read=0,
+        status=3,
+        status_forcelist=(429, 500, 502, 503, 504),
+        allowed_methods=None,  # every method
+        backoff_factor=0.2,
+        backoff_max=5.0,
+        backoff_jitter=0.2,
+        raise_on_status=False,  # the last answer goes to the client, which raises ApiException with it
+    )
+
+
 def load_api_client() -> client.ApiClient:
     """In-cluster credentials when running in a pod, else the local kubeconfig."""
     try:
@@ -43,6 +66,7 @@ def load_api_client() -> client.ApiClient:
         config.load_kube_config()
     configuration = client.Configuration.get_default_copy()
     configuration.connection_pool_maxsize = API_THREADS  # gangs create many pods at once
+    configuration.retries = api_retries()
     return client.ApiClient(configuration)
 
 
