@@ -218,6 +218,18 @@ MISTAKES: list[Mistake] = [
         "only one container of the template may ask for nvidia.com/gpu",
     ),
     Mistake(
+        "model server template pins a node",
+        an_inference_service().set("template.spec.nodeName", "gpu-node-7").obj(),
+        "template.spec.nodeName is not allowed",
+    ),
+    Mistake(
+        "model server template asks more GPUs than declared",
+        an_inference_service()
+        .set("template.spec.containers", [{"name": "s", "image": "i", "resources": {"limits": {"nvidia.com/gpu": 8}}}])
+        .obj(),
+        "may ask for nvidia.com/gpu only exactly gpusPerReplica",
+    ),
+    Mistake(
         "priority above the maximum",
         a_training_job().priority(2_000_000_000).obj(),
         "less than or equal to 1000000000",

@@ -12,6 +12,7 @@ from pydantic import Field, model_validator
 from aisched.api.common import (
     API_VERSION,
     MAX_DURATION_SECONDS,
+    TEMPLATE_RULES,
     TOPOLOGY_ORDER,
     ApiModel,
     CapacityType,
@@ -21,6 +22,7 @@ from aisched.api.common import (
     SpotPolicy,
     TopologyLevel,
     cel,
+    check_template_rules,
     defaulted_to,
     validated_by,
 )
@@ -177,34 +179,8 @@ class RunPolicy(ApiModel):
     )
 
 
-# The GPU resource as the CRD knows it; the operator's gpuResource setting defaults to it.
-GPU = "nvidia.com/gpu"
-_GPU_IN = "has(c.resources) && has(c.resources.{kind}) && '" + GPU + "' in c.resources.{kind}"
-NODE_NAME_MESSAGE = "template.spec.nodeName is not allowed: the operator chooses every worker's node"
-SCHEDULING_GATES_MESSAGE = "template.spec.schedulingGates is not allowed: the operator gates its pods itself"
-GPU_AMOUNT_MESSAGE = f"a container of the template may ask for {GPU} only exactly gpusPerReplica"
-GPU_CONTAINERS_MESSAGE = f"only one container of the template may ask for {GPU}"
-# A tenant gets the GPUs its spec declares, on the node the scheduler chose: a template could
-# otherwise ask more GPUs than the queue accounts, pin a node, or hold its pods with gates of its own.
-_TEMPLATE_RULES = [
-    cel("!has(self.template.spec.nodeName)", NODE_NAME_MESSAGE),
-    cel("!has(self.template.spec.schedulingGates)", SCHEDULING_GATES_MESSAGE),
-    *(
-        cel(
-            f"self.template.spec.containers.all(c, !({_GPU_IN.format(kind=kind)}) || "
-            f"string(c.resources.{kind}['{GPU}']) == string(self.gpusPerReplica))",
-            GPU_AMOUNT_MESSAGE,
-        )
-        for kind in ("limits", "requests")
-    ),
-    cel(
-        f"self.template.spec.containers.filter(c, {_GPU_IN.format(kind='limits')}).size() <= 1",
-        GPU_CONTAINERS_MESSAGE,
-    ),
-]
-
 _SPEC_RULES = [
-    *_TEMPLATE_RULES,
+    *TEMPLATE_RULES,
     cel(
         "has(self.minReplicas) == has(self.maxReplicas)",
         "elastic jobs set both minReplicas and maxReplicas",
@@ -297,21 +273,7 @@ class TrainingJobSpec(ApiModel):
 
     @model_validator(mode="after")
     def _template_rules(self) -> TrainingJobSpec:
-        """The same rules as _TEMPLATE_RULES."""
-        spec = self.template.get("spec", {})
-        if "nodeName" in spec:
-            raise ValueError(NODE_NAME_MESSAGE)
-        if "schedulingGates" in spec:
-            raise ValueError(SCHEDULING_GATES_MESSAGE)
-        asking = 0
-        for container in spec.get("containers", []):
-            resources = container.get("resources", {})
-            amounts = [resources.get(kind, {}).get(GPU) for kind in ("limits", "requests")]
-            if any(amount is not None and str(amount) != str(self.gpus_per_replica) for amount in amounts):
-                raise ValueError(GPU_AMOUNT_MESSAGE)
-            asking += amounts[0] is not None
-        if asking > 1:
-            raise ValueError(GPU_CONTAINERS_MESSAGE)
+        check_template_rules(self.template, self.gpus_per_replica)
         return self
 
     @property

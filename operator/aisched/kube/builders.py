@@ -133,7 +133,7 @@ def _with_env(container: dict[str, Any], env: list[dict[str, str]]) -> None:
     container["env"] = env + kept
 
 
-def _request_gpus(containers: list[dict[str, Any]], resource: str, count: int) -> None:
+def request_gpus(containers: list[dict[str, Any]], resource: str, count: int) -> None:
     """The job's GPUs, on the container the template put them on (else the first), and never more.
 
     The CRD refuses templates that ask otherwise for nvidia.com/gpu; this holds for whatever
@@ -168,7 +168,7 @@ def build_worker_pod(job: TrainingJob, launch: GangLaunch, slot: WorkerSlot) -> 
     env = _env(job, launch, slot.rank)
     for container in spec["containers"]:
         _with_env(container, env)
-    _request_gpus(spec["containers"], launch.gpu_resource, job.spec.gpus_per_replica)
+    request_gpus(spec["containers"], launch.gpu_resource, job.spec.gpus_per_replica)
     spec["restartPolicy"] = "Never"  # the operator restarts the whole gang, never one worker
     spec["hostname"] = worker_hostname(name, slot.rank)
     if launch.world_size > 1:
