@@ -230,6 +230,12 @@ MISTAKES: list[Mistake] = [
         "may ask for nvidia.com/gpu only exactly gpusPerReplica",
     ),
     Mistake(
+        "carbon region that could leave its string or its directory",
+        a_training_job().set("carbon", {"region": '../GB"} or vector(0)'}).obj(),
+        "should match",
+        "should match pattern",
+    ),
+    Mistake(
         "priority above the maximum",
         a_training_job().priority(2_000_000_000).obj(),
         "less than or equal to 1000000000",

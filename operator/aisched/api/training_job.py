@@ -151,7 +151,12 @@ class CarbonSpec(ApiModel):
         description="May the run be split into chunks in the cleanest hours (needs checkpointing)?",
     )
     region: str | None = Field(
-        default=None, max_length=128, description="Grid region of the forecast; default from settings."
+        default=None,
+        max_length=128,
+        # Letters, digits, - and _ (DE, US-CAL-CISO, CAISO_NORTH, 13): the region is spliced into a PromQL
+        # query, a URL path and a file name, where a quote, a slash or a dot could take it elsewhere.
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$",
+        description="Grid region of the forecast (letters, digits, - and _); default from settings.",
     )
 
     @model_validator(mode="after")
