@@ -28,14 +28,20 @@ def _no_leaked_event_loop() -> Iterator[None]:
 
     pytest-asyncio leaves the loop it made for an async test current (its issue #724), and
     warnings are errors here: the ResourceWarning would fail whichever test runs at collection.
+    looptime's plugin also asks the policy for a loop before every test, sync ones included,
+    which makes one that a test's own `asyncio.run` then unsets without closing: the loop set
+    here is the one it gets, and is closed below whoever unset it.
     """
+    ours = asyncio.new_event_loop()
+    asyncio.set_event_loop(ours)
     yield
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         try:
             loop = asyncio.get_event_loop_policy().get_event_loop()
         except RuntimeError:
-            return
-    if not loop.is_running() and not loop.is_closed():
-        loop.close()
+            loop = ours
+    for stray in {loop, ours}:
+        if not stray.is_running() and not stray.is_closed():
+            stray.close()
     asyncio.set_event_loop(None)

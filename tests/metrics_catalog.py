@@ -66,6 +66,7 @@ def exercise(metrics: Metrics) -> None:
     metrics.record_leadership(True)
     metrics.record_scheduling_cycle(0.05)
     metrics.record_workqueue("TrainingJob", depth=3, pending_wakeups=10)
+    metrics.follow_leadership(lambda: True)
 
 
 def exported_series() -> dict[str, set[str]]:

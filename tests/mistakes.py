@@ -175,6 +175,67 @@ MISTAKES: list[Mistake] = [
         "template.spec.containers[0].env[0] needs a name",
     ),
     Mistake(
+        "template pins a node",
+        a_training_job().set("template.spec.nodeName", "gpu-node-7").obj(),
+        "template.spec.nodeName is not allowed",
+    ),
+    Mistake(
+        "template holds its pods with scheduling gates",
+        a_training_job().set("template.spec.schedulingGates", [{"name": "mine"}]).obj(),
+        "template.spec.schedulingGates is not allowed",
+    ),
+    Mistake(
+        "template asks more GPUs than declared",
+        a_training_job()
+        .gpus(1)
+        .set("template.spec.containers", [{"name": "t", "image": "i", "resources": {"limits": {"nvidia.com/gpu": 8}}}])
+        .obj(),
+        "may ask for nvidia.com/gpu only exactly gpusPerReplica",
+    ),
+    Mistake(
+        "template requests more GPUs than declared, as a string",
+        a_training_job()
+        .gpus(2)
+        .set(
+            "template.spec.containers",
+            [{"name": "t", "image": "i", "resources": {"requests": {"nvidia.com/gpu": "4"}}}],
+        )
+        .obj(),
+        "may ask for nvidia.com/gpu only exactly gpusPerReplica",
+    ),
+    Mistake(
+        "template spreads GPUs over two containers",
+        a_training_job()
+        .gpus(1)
+        .set(
+            "template.spec.containers",
+            [
+                {"name": "a", "image": "i", "resources": {"limits": {"nvidia.com/gpu": 1}}},
+                {"name": "b", "image": "i", "resources": {"limits": {"nvidia.com/gpu": 1}}},
+            ],
+        )
+        .obj(),
+        "only one container of the template may ask for nvidia.com/gpu",
+    ),
+    Mistake(
+        "model server template pins a node",
+        an_inference_service().set("template.spec.nodeName", "gpu-node-7").obj(),
+        "template.spec.nodeName is not allowed",
+    ),
+    Mistake(
+        "model server template asks more GPUs than declared",
+        an_inference_service()
+        .set("template.spec.containers", [{"name": "s", "image": "i", "resources": {"limits": {"nvidia.com/gpu": 8}}}])
+        .obj(),
+        "may ask for nvidia.com/gpu only exactly gpusPerReplica",
+    ),
+    Mistake(
+        "carbon region that could leave its string or its directory",
+        a_training_job().set("carbon", {"region": '../GB"} or vector(0)'}).obj(),
+        "should match",
+        "should match pattern",
+    ),
+    Mistake(
         "priority above the maximum",
         a_training_job().priority(2_000_000_000).obj(),
         "less than or equal to 1000000000",

@@ -31,19 +31,22 @@ def _p(group: str, resource: str, verbs: str, why: str, **kwargs: object) -> Per
 OWN_RESOURCES = ("trainingjobs", "inferenceservices", "queues")
 
 OPERATOR_PERMISSIONS: tuple[Permission, ...] = (
-    *(
-        _p("aisched.io", r, "get list watch patch update", "reconcile; kopf finalizers and progress")
-        for r in OWN_RESOURCES
-    ),
-    *(_p("aisched.io", f"{r}/status", "get patch update", "phase, conditions, placement") for r in OWN_RESOURCES),
+    *(_p("aisched.io", r, "list watch", "kopf watches them; the loops reconcile them") for r in OWN_RESOURCES),
+    _p("aisched.io", "trainingjobs/status", "patch", "phase, conditions, placement"),
+    _p("aisched.io", "inferenceservices/status", "patch", "replicas, conditions"),
+    _p("aisched.io", "queues/status", "patch", "GPUs used and borrowed"),
     _p("aisched.io", "queues", "create", "the default Queue"),
     _p("aisched.io", "trainingjobs", "delete", "ttlSecondsAfterFinished deletes finished jobs"),
-    _p("aisched.io", "inferenceservices/scale", "get patch", "the autoscaler sets replicas as kubectl scale does"),
-    _p("", "pods", "get list watch create delete patch", "workers; the inventory counts every pod's GPUs"),
-    _p("", "services", "get list watch create delete patch", "headless Services of gangs, Services of models"),
-    _p("", "nodes", "get list watch", "GPU capacity, topology, spot labels, interruption taints"),
-    _p("", "events", "create patch", "explain decisions in kubectl describe"),
-    _p("events.k8s.io", "events", "create patch", "explain decisions in kubectl describe"),
+    _p("aisched.io", "inferenceservices", "patch", "the autoscaler keeps its state in an annotation"),
+    _p("aisched.io", "inferenceservices/scale", "patch", "the autoscaler sets replicas as kubectl scale does"),
+    *(
+        _p("aisched.io", f"{r}/finalizers", "update", "blockOwnerDeletion on the pods and Services it owns")
+        for r in ("trainingjobs", "inferenceservices")
+    ),
+    _p("", "pods", "list watch create delete patch", "workers; the inventory counts every pod's GPUs"),
+    _p("", "services", "create patch", "headless Services of gangs, Services of models"),
+    _p("", "nodes", "list watch", "GPU capacity, topology, spot labels, interruption taints"),
+    _p("", "events", "create", "explain decisions in kubectl describe"),
     _p("apiextensions.k8s.io", "customresourcedefinitions", "list watch", "kopf notices CRD changes"),
     _p("coordination.k8s.io", "leases", "create", "first replica creates the leader Lease", own_namespace_only=True),
     _p(
@@ -55,6 +58,61 @@ OPERATOR_PERMISSIONS: tuple[Permission, ...] = (
         resource_name=LEASE_NAME,
     ),
 )
+
+Need = tuple[str, str, str]  # group, resource, verb
+
+# Every method of the official client the operator calls, and what each needs. A call that is
+# not here fails tests/unit/kube/test_permissions.py, so a new call cannot go in without its grant.
+CLIENT_CALLS: dict[str, tuple[Need, ...]] = {
+    "list_node": (("", "nodes", "list"),),
+    "list_pod_for_all_namespaces": (("", "pods", "list"),),
+    # The relist: TrainingJobs and InferenceServices deleted while a watch was away.
+    "list_cluster_custom_object": (("aisched.io", "trainingjobs", "list"), ("aisched.io", "inferenceservices", "list")),
+    "create_namespaced_pod": (("", "pods", "create"),),
+    "delete_namespaced_pod": (("", "pods", "delete"),),
+    "patch_namespaced_pod": (("", "pods", "patch"),),
+    "create_namespaced_service": (("", "services", "create"),),
+    "patch_namespaced_service": (("", "services", "patch"),),  # server-side apply
+    "create_namespaced_event": (("", "events", "create"),),
+    "patch_namespaced_custom_object_status": (
+        ("aisched.io", "trainingjobs/status", "patch"),
+        ("aisched.io", "inferenceservices/status", "patch"),
+    ),
+    "patch_cluster_custom_object_status": (("aisched.io", "queues/status", "patch"),),
+    "delete_namespaced_custom_object": (("aisched.io", "trainingjobs", "delete"),),
+    "patch_namespaced_custom_object": (("aisched.io", "inferenceservices", "patch"),),
+    "patch_namespaced_custom_object_scale": (("aisched.io", "inferenceservices/scale", "patch"),),
+    "create_cluster_custom_object": (("aisched.io", "queues", "create"),),
+    "read_namespaced_lease": (("coordination.k8s.io", "leases", "get"),),
+    "create_namespaced_lease": (("coordination.k8s.io", "leases", "create"),),
+    "replace_namespaced_lease": (("coordination.k8s.io", "leases", "update"),),
+}
+
+# What kopf does on the operator's behalf: watch what the handlers follow, notice CRD changes,
+# post Events for handler errors. It writes nothing else: every handler is an event handler.
+KOPF_NEEDS: tuple[Need, ...] = (
+    *(
+        (group, resource, verb)
+        for group, resource in (
+            ("", "nodes"),
+            ("", "pods"),
+            ("aisched.io", "trainingjobs"),
+            ("aisched.io", "inferenceservices"),
+            ("aisched.io", "queues"),
+            ("apiextensions.k8s.io", "customresourcedefinitions"),
+        )
+        for verb in ("list", "watch")
+    ),
+    ("", "events", "create"),
+)
+
+# Clusters that enforce OwnerReferencesPermissionEnforcement let an object name an owner with
+# blockOwnerDeletion only for whoever may update that owner's finalizers.
+OWNER_NEEDS: tuple[Need, ...] = (
+    ("aisched.io", "trainingjobs/finalizers", "update"),
+    ("aisched.io", "inferenceservices/finalizers", "update"),
+)
+
 
 # Things an operator could be tempted to use, that this one must not (no verb at all).
 FORBIDDEN: tuple[tuple[str, str], ...] = (

@@ -21,7 +21,7 @@ is given, so tests use a fresh one and the operator serves its own with `serve`.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from importlib.metadata import version
@@ -589,9 +589,15 @@ class Metrics:
 
     def record_leadership(self, leader: bool) -> None:
         """Set on every Lease change; a standby drops cluster state so only the leader reports it."""
-        self.leader.set(1 if leader else 0)
+        value = 1.0 if leader else 0.0
+        self.leader.set_function(lambda: value)  # replaces what follow_leadership set
         if not leader:
             self.clear_cluster_state()
+
+    def follow_leadership(self, leading: Callable[[], bool]) -> None:
+        """Report the leader gauge from `leading` at each scrape, so it reads 0 the moment the
+        lease's renew deadline passes, even while the event loop that would say so is blocked."""
+        self.leader.set_function(lambda: 1.0 if leading() else 0.0)
 
     def clear_cluster_state(self) -> None:
         """Drop every gauge that describes the cluster rather than this process."""

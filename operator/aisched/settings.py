@@ -99,6 +99,30 @@ class CarbonSettings(BaseSettings):
     timeout_seconds: float = Field(default=10.0, gt=0, le=300, description="Per-request timeout.")
     retries: int = Field(default=3, ge=0, le=10, description="Retries after a timeout, 429 or 5xx.")
     backoff_seconds: float = Field(default=0.5, ge=0, le=60, description="First retry delay; doubles each time.")
+    fetch_deadline_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        le=600,
+        description="Deadline of one fetch, its retries included; it also ends a source that drips its "
+        "answer slowly enough to pass every per-request timeout.",
+    )
+    answer_wait_seconds: float = Field(
+        default=2.0,
+        ge=0,
+        le=60,
+        description="How long the loop waits for a fetch when it has no answer in memory at all; past it the "
+        "loop goes on without carbon (deferrable jobs start in time) and the fetch goes on beside it.",
+    )
+    circuit_failures: int = Field(
+        default=3, ge=1, le=100, description="Failed fetches in a row that open the circuit: the source is not asked."
+    )
+    circuit_open_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        le=86400,
+        description="How long an open circuit keeps the source from being asked; doubled after each failed "
+        "trial, up to 15 times as long.",
+    )
     cache_ttl_seconds: float = Field(default=300.0, ge=0, le=86400, description="How long a fetched answer is reused.")
     max_stale_seconds: float = Field(
         default=6 * 3600.0,
@@ -207,7 +231,30 @@ class Settings(BaseSettings):
         default_factory=list, description="Namespaces to watch; empty watches the whole cluster."
     )
     metrics_port: int = Field(default=8080, ge=1, le=65535, description="Prometheus /metrics port.")
+    metrics_address: str = Field(
+        default="0.0.0.0", description="Address /metrics listens on; 127.0.0.1 keeps it inside the pod."
+    )
     health_port: int = Field(default=8081, ge=1, le=65535, description="Liveness probe port.")
+    health_address: str = Field(
+        default="0.0.0.0", description="Address /healthz listens on (the kubelet probes the pod's IP)."
+    )
+    liveness_pass_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        le=86400,
+        description="/healthz fails when the TrainingJob reconcile loop has completed no pass for this long "
+        "(it passes at least every resyncSeconds), so the kubelet restarts an operator stuck inside a pass.",
+    )
+    api_qps: float = Field(
+        default=200.0,
+        gt=0,
+        le=10_000,
+        description="Kubernetes API requests per second once the burst is spent (client-go's QPS): the operator "
+        "never floods the API server, whatever a burst of jobs asks of it. The default is what large clusters "
+        "give kube-controller-manager and kube-scheduler (this project's local cluster included): a gang of "
+        "pods costs a few requests each, as a Job's do.",
+    )
+    api_burst: int = Field(default=400, ge=1, le=100_000, description="API requests sent at once before the rate.")
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     leader_election: bool = Field(
         default=True, description="Hold a Lease before acting, so only one replica works at a time."
@@ -225,6 +272,13 @@ class Settings(BaseSettings):
     )
     leader_retry_seconds: float = Field(
         default=2.0, gt=0, le=600, description="Period of renewals, and of a standby's attempts to take the Lease."
+    )
+    api_request_timeout_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        le=600,
+        description="Deadline of each Kubernetes API request (watches excepted): a hung API server costs "
+        "one reconcile this long, never a thread for good.",
     )
     relist_seconds: float = Field(
         default=300.0, gt=0, description="Full relist of nodes and pods, repairing anything a watch missed."
@@ -301,6 +355,16 @@ class Settings(BaseSettings):
             raise ValueError(
                 "leader election needs retry < renew deadline < lease seconds, got "
                 f"{self.leader_retry_seconds} / {self.leader_renew_deadline_seconds} / {self.leader_lease_seconds}"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _liveness_outlasts_a_resync(self) -> Settings:
+        # An idle loop passes once a resync period; a bound below it would restart a healthy operator.
+        if self.liveness_pass_seconds <= self.resync_seconds:
+            raise ValueError(
+                f"liveness_pass_seconds ({self.liveness_pass_seconds}) must exceed "
+                f"resync_seconds ({self.resync_seconds})"
             )
         return self
 

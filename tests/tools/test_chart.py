@@ -127,6 +127,34 @@ def test_probes_use_kopfs_health_endpoint_and_metrics_are_served(default_render:
     assert service["spec"]["selector"].items() <= pod_labels.items()
 
 
+def test_a_network_policy_admits_only_scrapes_and_probes(default_render: list[dict[str, Any]]) -> None:
+    policy = the(default_render, "NetworkPolicy")["spec"]
+    pod_labels = the(default_render, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    assert policy["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert policy["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "operator"
+    assert policy["policyTypes"] == ["Ingress"]
+    ports = [rule["ports"] for rule in policy["ingress"]]
+    assert ports == [[{"port": "metrics", "protocol": "TCP"}], [{"port": "health", "protocol": "TCP"}]]
+    # Named ports: whatever numbers the values give them, the policy follows the container's.
+    assert {p["name"] for p in container(default_render)["ports"]} == {"metrics", "health"}
+
+
+def test_the_network_policy_takes_its_scrapers_and_egress_from_values() -> None:
+    monitoring = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+    api_server = {"to": [{"ipBlock": {"cidr": "10.0.0.1/32"}}], "ports": [{"port": 6443, "protocol": "TCP"}]}
+    values = {"networkPolicy": {"metricsFrom": [monitoring], "egress": [api_server]}}
+    args = ["template", "aisched", str(CHART), "--namespace", NAMESPACE, "--kube-version", kubernetes_version()]
+    output = helm(*args, "--set-json", f"networkPolicy={json.dumps(values['networkPolicy'])}").stdout
+    policy = the([doc for doc in yaml.safe_load_all(output) if doc], "NetworkPolicy")["spec"]
+    assert policy["ingress"][0]["from"] == [monitoring]
+    assert "from" not in policy["ingress"][1]  # the kubelet's probes come from the node
+    assert policy["policyTypes"] == ["Ingress", "Egress"]
+    dns, *rest = policy["egress"]
+    assert {p["port"] for p in dns["ports"]} == {53}
+    assert rest == [api_server]
+    assert not by_kind(render("networkPolicy.enabled=false"), "NetworkPolicy")
+
+
 def test_image_defaults_to_the_app_version_and_a_digest_pins_it() -> None:
     app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
     assert container(render())["image"] == f"ghcr.io/aisched/aisched:{app_version}"
@@ -186,6 +214,12 @@ def test_values_reach_the_operator_as_settings(clean_environment: pytest.MonkeyP
         "leaderElection.renewDeadlineSeconds=20",
         "leaderElection.retryPeriodSeconds=4",
         "settings.eventsPerSecond=3",
+        "settings.apiRequestTimeoutSeconds=12",
+        "settings.apiQPS=7",
+        "settings.apiBurst=9",
+        "settings.livenessPassSeconds=90",
+        "metrics.address=127.0.0.1",
+        "health.address=10.0.0.1",
     )
     settings = _settings_from(container(objects)["env"], clean_environment)
     assert settings.namespaces == ["ml", "research"]
@@ -193,6 +227,9 @@ def test_values_reach_the_operator_as_settings(clean_environment: pytest.MonkeyP
     assert (settings.leader_retry_seconds, settings.events_per_second) == (4.0, 3.0)
     assert settings.topology.rack == "cloud.google.com/gce-topology-block"
     assert settings.log_level == "DEBUG"
+    assert (settings.api_request_timeout_seconds, settings.api_qps, settings.api_burst) == (12.0, 7.0, 9)
+    assert settings.liveness_pass_seconds == 90.0
+    assert (settings.metrics_address, settings.health_address) == ("127.0.0.1", "10.0.0.1")
     assert (settings.carbon.provider, settings.carbon.region) == ("watttime", "CAISO_NORTH")
 
 
@@ -278,12 +315,15 @@ def test_queues_from_values_are_valid_queue_objects() -> None:
         "queues[0].nominalGPUs=64",
         "queues[0].weight=2",
         "queues[0].cohort=lab",
+        "queues[0].namespaces={team-a,team-b}",
+        "queues[0].maxPriority=100",
         "queues[1].name=prod",
         "queues[1].nominalGPUs=128",
     )
     queues = {q["metadata"]["name"]: q for q in by_kind(objects, "Queue")}
     assert set(queues) == {"research", "prod"}
-    assert QueueSpec.model_validate(queues["research"]["spec"]).weight == 2
+    research = QueueSpec.model_validate(queues["research"]["spec"])
+    assert (research.weight, research.namespaces, research.max_priority) == (2, ["team-a", "team-b"], 100)
     assert queues["prod"]["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
 
 

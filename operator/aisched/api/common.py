@@ -26,7 +26,15 @@ MAX_DURATION_SECONDS: Final = 366 * 86400
 _OPEN_OBJECT: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
 _STRING_MAP: dict[str, Any] = {"type": "object", "additionalProperties": {"type": "string"}}
 # A resource quantity: 8, "8", "500m", "1Gi"; the API server checks the syntax when it creates the pod.
-_QUANTITY_MAP: dict[str, Any] = {"type": "object", "additionalProperties": {"x-kubernetes-int-or-string": True}}
+# Bounded (sizes, lengths) so that the CEL rules over containers and their GPUs fit the API
+# server's cost budget; far beyond any pod a person writes.
+MAX_CONTAINERS = 32
+MAX_RESOURCES = 32
+_QUANTITY_MAP: dict[str, Any] = {
+    "type": "object",
+    "maxProperties": MAX_RESOURCES,
+    "additionalProperties": {"x-kubernetes-int-or-string": True, "maxLength": 64},
+}
 # "" as a pod takes it: the operator Equal, every effect.
 TOLERATION_OPERATORS = ("Equal", "Exists", "")
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute", "")
@@ -62,9 +70,13 @@ POD_TEMPLATE_SCHEMA: dict[str, Any] = {
             **_OPEN_OBJECT,
             "required": ["containers"],
             "properties": {
-                "containers": {"type": "array", "minItems": 1, "items": _CONTAINER},
+                "containers": {"type": "array", "minItems": 1, "maxItems": MAX_CONTAINERS, "items": _CONTAINER},
                 "tolerations": {"type": "array", "items": _TOLERATION},
                 "nodeSelector": _STRING_MAP,
+                # Typed so that CEL rules can see them: a job's template may set neither
+                # (TrainingJobSpec's rules), the operator places and gates its pods itself.
+                "nodeName": {"type": "string"},
+                "schedulingGates": {"type": "array", "items": _OPEN_OBJECT},
             },
         },
     },
@@ -118,6 +130,8 @@ def _check_pod_template(template: dict[str, Any]) -> dict[str, Any]:
     containers = spec.get("containers")
     if not isinstance(containers, list) or not containers:
         raise ValueError("template.spec.containers needs at least one container")
+    if len(containers) > MAX_CONTAINERS:
+        raise ValueError(f"template.spec.containers may hold at most {MAX_CONTAINERS} containers")
     for index, container in enumerate(containers):
         where = f"template.spec.containers[{index}]"
         if (
@@ -132,8 +146,10 @@ def _check_pod_template(template: dict[str, Any]) -> dict[str, Any]:
         for kind in ("limits", "requests"):
             amounts = resources.get(kind, {})
             _check_object(amounts, f"{where}.resources.{kind}")
+            if len(amounts) > MAX_RESOURCES:
+                raise ValueError(f"{where}.resources.{kind} may name at most {MAX_RESOURCES} resources")
             for resource, amount in amounts.items():
-                if isinstance(amount, bool) or not isinstance(amount, int | str):
+                if isinstance(amount, bool) or not isinstance(amount, int | str) or len(str(amount)) > 64:
                     raise ValueError(f"{where}.resources.{kind}[{resource}] must be an integer or a string")
     _check_tolerations(spec.get("tolerations", []))
     _check_string_map(spec.get("nodeSelector", {}), "template.spec.nodeSelector")
@@ -188,6 +204,52 @@ def _check_tolerations(tolerations: Any) -> None:
         seconds = toleration.get("tolerationSeconds", 0)
         if isinstance(seconds, bool) or not isinstance(seconds, int):
             raise ValueError(f"{where}.tolerationSeconds must be an integer")
+
+
+# The GPU resource as the CRD knows it; the operator's gpuResource setting defaults to it.
+GPU = "nvidia.com/gpu"
+_GPU_IN = "has(c.resources) && has(c.resources.{kind}) && '" + GPU + "' in c.resources.{kind}"
+NODE_NAME_MESSAGE = "template.spec.nodeName is not allowed: the operator chooses every pod's node"
+SCHEDULING_GATES_MESSAGE = "template.spec.schedulingGates is not allowed: the operator gates its pods itself"
+GPU_AMOUNT_MESSAGE = f"a container of the template may ask for {GPU} only exactly gpusPerReplica"
+GPU_CONTAINERS_MESSAGE = f"only one container of the template may ask for {GPU}"
+# A tenant gets the GPUs its spec declares, on the node the scheduler chose: a template could
+# otherwise ask more GPUs than the queue accounts, pin a node, or hold its pods with gates of its own.
+# The rules of every spec with a `template` and a `gpusPerReplica` (TrainingJob, InferenceService).
+TEMPLATE_RULES = [
+    cel("!has(self.template.spec.nodeName)", NODE_NAME_MESSAGE),
+    cel("!has(self.template.spec.schedulingGates)", SCHEDULING_GATES_MESSAGE),
+    *(
+        cel(
+            f"self.template.spec.containers.all(c, !({_GPU_IN.format(kind=kind)}) || "
+            f"string(c.resources.{kind}['{GPU}']) == string(self.gpusPerReplica))",
+            GPU_AMOUNT_MESSAGE,
+        )
+        for kind in ("limits", "requests")
+    ),
+    cel(
+        f"self.template.spec.containers.filter(c, {_GPU_IN.format(kind='limits')}).size() <= 1",
+        GPU_CONTAINERS_MESSAGE,
+    ),
+]
+
+
+def check_template_rules(template: dict[str, Any], gpus_per_replica: int) -> None:
+    """The same rules as TEMPLATE_RULES, with their messages, for the models."""
+    spec = template.get("spec", {})
+    if "nodeName" in spec:
+        raise ValueError(NODE_NAME_MESSAGE)
+    if "schedulingGates" in spec:
+        raise ValueError(SCHEDULING_GATES_MESSAGE)
+    asking = 0
+    for container in spec.get("containers", []):
+        resources = container.get("resources", {})
+        amounts = [resources.get(kind, {}).get(GPU) for kind in ("limits", "requests")]
+        if any(amount is not None and str(amount) != str(gpus_per_replica) for amount in amounts):
+            raise ValueError(GPU_AMOUNT_MESSAGE)
+        asking += amounts[0] is not None
+    if asking > 1:
+        raise ValueError(GPU_CONTAINERS_MESSAGE)
 
 
 def defaulted_to(model: type[ApiModel]) -> Any:

@@ -10,11 +10,13 @@ from pydantic import Field, model_validator
 
 from aisched.api.common import (
     API_VERSION,
+    TEMPLATE_RULES,
     ApiModel,
     Condition,
     PodTemplate,
     SpotPolicy,
     cel,
+    check_template_rules,
     defaulted_to,
     validated_by,
 )
@@ -110,6 +112,8 @@ class RolloutSpec(ApiModel):
 
 
 class InferenceServiceSpec(ApiModel):
+    model_config = validated_by(*TEMPLATE_RULES)
+
     replicas: int = Field(default=1, ge=0, le=1000, description="Model server pods (scale).")
     gpus_per_replica: int = Field(ge=1, le=64)
     gpu_type: str | None = Field(default=None, max_length=128)
@@ -118,6 +122,11 @@ class InferenceServiceSpec(ApiModel):
     autoscaling: AutoscalingSpec | None = None
     spot: ServingSpotSpec = defaulted_to(ServingSpotSpec)
     rollout: RolloutSpec = defaulted_to(RolloutSpec)
+
+    @model_validator(mode="after")
+    def _template_rules(self) -> InferenceServiceSpec:
+        check_template_rules(self.template, self.gpus_per_replica)
+        return self
 
 
 class ScalingDecision(ApiModel):

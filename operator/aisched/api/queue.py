@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from aisched.api.common import API_VERSION, ApiModel, Condition, cel, defaulted_to, validated_by
+from aisched.api.common import API_VERSION, ApiModel, Condition, Name, cel, defaulted_to, validated_by
 
 DEFAULT_QUEUE = "default"
 
@@ -60,6 +60,19 @@ class QueueSpec(ApiModel):
     )
     borrowing: BorrowingSpec = defaulted_to(BorrowingSpec)
     time_slicing: TimeSlicingSpec = defaulted_to(TimeSlicingSpec)
+    namespaces: list[Name] | None = Field(
+        default=None,
+        max_length=1024,
+        description="Namespaces whose TrainingJobs this queue takes; unset takes every namespace. A list, not "
+        "a label selector: a tenant who may label its own namespace cannot bind it to a queue.",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    max_priority: int | None = Field(
+        default=None,
+        ge=-1_000_000,
+        le=1_000_000_000,
+        description="The highest spec.priority a job of this queue may ask for; unset caps none.",
+    )
 
     @model_validator(mode="after")
     def _type_quota_within_nominal(self) -> QueueSpec:

@@ -12,6 +12,7 @@ from pydantic import Field, model_validator
 from aisched.api.common import (
     API_VERSION,
     MAX_DURATION_SECONDS,
+    TEMPLATE_RULES,
     TOPOLOGY_ORDER,
     ApiModel,
     CapacityType,
@@ -21,6 +22,7 @@ from aisched.api.common import (
     SpotPolicy,
     TopologyLevel,
     cel,
+    check_template_rules,
     defaulted_to,
     validated_by,
 )
@@ -149,7 +151,12 @@ class CarbonSpec(ApiModel):
         description="May the run be split into chunks in the cleanest hours (needs checkpointing)?",
     )
     region: str | None = Field(
-        default=None, max_length=128, description="Grid region of the forecast; default from settings."
+        default=None,
+        max_length=128,
+        # Letters, digits, - and _ (DE, US-CAL-CISO, CAISO_NORTH, 13): the region is spliced into a PromQL
+        # query, a URL path and a file name, where a quote, a slash or a dot could take it elsewhere.
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$",
+        description="Grid region of the forecast (letters, digits, - and _); default from settings.",
     )
 
     @model_validator(mode="after")
@@ -178,6 +185,7 @@ class RunPolicy(ApiModel):
 
 
 _SPEC_RULES = [
+    *TEMPLATE_RULES,
     cel(
         "has(self.minReplicas) == has(self.maxReplicas)",
         "elastic jobs set both minReplicas and maxReplicas",
@@ -266,6 +274,11 @@ class TrainingJobSpec(ApiModel):
                 raise ValueError("a deferrable job needs a deadline or carbon.maxDelaySeconds")
         if self.carbon.interruptible and self.checkpoint is None:
             raise ValueError("carbon.interruptible needs checkpoint settings to resume between chunks")
+        return self
+
+    @model_validator(mode="after")
+    def _template_rules(self) -> TrainingJobSpec:
+        check_template_rules(self.template, self.gpus_per_replica)
         return self
 
     @property

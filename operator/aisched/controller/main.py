@@ -9,6 +9,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -23,7 +24,7 @@ from aisched.controller.serving import InferenceServiceController
 from aisched.controller.training import TrainingJobController
 from aisched.kube.client import KubeClient, load_api_client
 from aisched.kube.inventory import Inventory
-from aisched.kube.leader import LeaseElector
+from aisched.kube.leader import KubeLeaseStore, LeaseElector
 from aisched.metrics import Metrics, serve
 from aisched.settings import AutoscalerSettings, Settings
 from aisched.sources.carbon import build_carbon_source
@@ -34,22 +35,37 @@ log = logging.getLogger(__name__)
 HEARTBEAT_STALE_SECONDS = 60.0
 
 
-class _Heartbeat:
-    """The event loop ticks it; /healthz fails when the loop has stopped ticking."""
+class Heartbeat:
+    """What /healthz answers: the event loop ticks, and the reconcile loop completes passes.
 
-    def __init__(self) -> None:
-        self.last = time.monotonic()
+    The loop's tick catches a blocked event loop; the passes catch a reconcile loop stuck inside
+    a pass (a call without a deadline, a deadlock) while the event loop still turns. A standby
+    runs no passes and is judged by its ticks alone until its controllers start.
+    """
+
+    def __init__(self, pass_bound_seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self.last = clock()
+        self.pass_bound_seconds = pass_bound_seconds
+        self.last_pass: float | None = None
 
     def healthy(self) -> bool:
-        return time.monotonic() - self.last < HEARTBEAT_STALE_SECONDS
+        now = self.clock()
+        if now - self.last >= HEARTBEAT_STALE_SECONDS:
+            return False
+        return self.last_pass is None or now - self.last_pass < self.pass_bound_seconds
+
+    def pass_completed(self) -> None:
+        """Also called once as the controllers start: the first pass is due within the bound from then."""
+        self.last_pass = self.clock()
 
     async def tick_forever(self) -> None:
         while True:
-            self.last = time.monotonic()
+            self.last = self.clock()
             await asyncio.sleep(5)
 
 
-def _serve_health(port: int, heartbeat: _Heartbeat) -> ThreadingHTTPServer:
+def _serve_health(address: str, port: int, heartbeat: Heartbeat) -> ThreadingHTTPServer:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             ok = self.path.startswith("/healthz") and heartbeat.healthy()
@@ -60,7 +76,7 @@ def _serve_health(port: int, heartbeat: _Heartbeat) -> ThreadingHTTPServer:
         def log_message(self, format: str, *args: object) -> None:  # probes every few seconds: keep quiet
             return
 
-    server = ThreadingHTTPServer(("0.0.0.0", port), Handler)
+    server = ThreadingHTTPServer((address, port), Handler)
     threading.Thread(target=server.serve_forever, name="healthz", daemon=True).start()
     return server
 
@@ -102,18 +118,28 @@ def _configure_kopf(settings: kopf.OperatorSettings) -> None:
 
 
 async def _operate(settings: Settings, standalone: bool) -> int:
-    heartbeat = _Heartbeat()
+    heartbeat = Heartbeat(settings.liveness_pass_seconds)
     asyncio.get_running_loop().create_task(heartbeat.tick_forever())
-    _serve_health(settings.health_port, heartbeat)
+    _serve_health(settings.health_address, settings.health_port, heartbeat)
     metrics = Metrics(CollectorRegistry())
-    serve(metrics, settings.metrics_port)
+    serve(metrics, settings.metrics_port, settings.metrics_address)
     metrics.record_leadership(False)
     api_client = load_api_client()
-    kube = KubeClient(api_client, events_per_second=settings.events_per_second, event_burst=settings.event_burst)
-    elector = None
-    if settings.leader_election and not standalone:
-        elector = await _acquire_lease(settings, api_client)
+    elector = _elector(settings, api_client) if settings.leader_election and not standalone else None
+    kube = KubeClient(
+        api_client,
+        events_per_second=settings.events_per_second,
+        event_burst=settings.event_burst,
+        request_timeout_seconds=settings.api_request_timeout_seconds,
+        fence=elector.may_write if elector is not None else None,
+        qps=settings.api_qps,
+        burst=settings.api_burst,
+    )
+    if elector is not None:
+        await elector.acquire()
     metrics.record_leadership(True)
+    if elector is not None:
+        metrics.follow_leadership(elector.may_write)
 
     inventory = Inventory(settings)
     carbon_client = httpx.AsyncClient()
@@ -133,23 +159,29 @@ async def _operate(settings: Settings, standalone: bool) -> int:
         prometheus=_prometheus(settings.autoscaler),
         metrics=metrics,
     )
-    registry = _kopf_registry(settings, kube, inventory, jobs=jobs, serving=serving, carbon_client=carbon_client)
-    return await _run_kopf(registry, settings, elector)
+    registry = _kopf_registry(
+        settings, kube, inventory, jobs=jobs, serving=serving, carbon_client=carbon_client, heartbeat=heartbeat
+    )
+    code = await _run_kopf(registry, settings, elector)
+    metrics.record_leadership(False)
+    return code
 
 
-async def _acquire_lease(settings: Settings, api_client: ApiClient) -> LeaseElector:
-    """Wait until this replica holds the leader Lease."""
-    elector = LeaseElector(
+def _elector(settings: Settings, api_client: ApiClient) -> LeaseElector:
+    """The leader election of this replica; its `may_write` fences every write of the KubeClient."""
+    store = KubeLeaseStore(
         api_client,
         settings.leader_namespace,
         settings.leader_lease_name,
+        request_timeout_seconds=settings.leader_renew_deadline_seconds,
+    )
+    return LeaseElector(
+        store,
         replica_identity(),
         lease_seconds=settings.leader_lease_seconds,
         renew_deadline_seconds=settings.leader_renew_deadline_seconds,
         retry_seconds=settings.leader_retry_seconds,
     )
-    await elector.acquire()
-    return elector
 
 
 def _kopf_registry(
@@ -160,6 +192,7 @@ def _kopf_registry(
     jobs: TrainingJobController,
     serving: InferenceServiceController,
     carbon_client: httpx.AsyncClient,
+    heartbeat: Heartbeat,
 ) -> kopf.OperatorRegistry:
     """Our handlers, and the hooks that fill the caches and run the controllers once kopf starts."""
     registry = kopf.OperatorRegistry()
@@ -176,13 +209,16 @@ def _kopf_registry(
         _configure_kopf(settings)
         await relist(kube, inventory, jobs, serving, page_size=operator_settings.list_page_size)
         await kube.ensure_queue(operator_settings.default_queue, nominal_gpus=1_000_000)
-        background.append(asyncio.create_task(jobs.run(), name="trainingjobs"))
+        heartbeat.pass_completed()
+        background.append(asyncio.create_task(jobs.run(on_pass=heartbeat.pass_completed), name="trainingjobs"))
         background.append(asyncio.create_task(serving.run(), name="inferenceservices"))
         background.append(asyncio.create_task(_relist_forever(), name="relist"))
         background.append(asyncio.create_task(kube.send_events(), name="events"))
 
     @kopf.on.cleanup(registry=registry)
     async def stop(**_: object) -> None:
+        if jobs.carbon is not None:
+            await jobs.carbon.aclose()  # fetches beside the loop
         await carbon_client.aclose()
         for task in background:
             task.cancel()

@@ -133,11 +133,23 @@ def _with_env(container: dict[str, Any], env: list[dict[str, str]]) -> None:
     container["env"] = env + kept
 
 
-def _request_gpus(containers: list[dict[str, Any]], resource: str, count: int) -> None:
-    """Give the job's GPUs to the first container, unless the template already placed them."""
-    if any(resource in (c.get("resources", {}).get("limits") or {}) for c in containers):
-        return
-    resources = containers[0].setdefault("resources", {})
+def request_gpus(containers: list[dict[str, Any]], resource: str, count: int) -> None:
+    """The job's GPUs, on the container the template put them on (else the first), and never more.
+
+    The CRD refuses templates that ask otherwise for nvidia.com/gpu; this holds for whatever
+    resource the operator is set to count, so no template gets GPUs its queue does not account.
+    """
+
+    def names_it(container: dict[str, Any]) -> bool:
+        resources = container.get("resources") or {}
+        return any(resource in (resources.get(kind) or {}) for kind in ("limits", "requests"))
+
+    chosen = next((c for c in containers if names_it(c)), containers[0])
+    for container in containers:
+        for amounts in (container.get("resources") or {}).values():
+            if isinstance(amounts, dict):
+                amounts.pop(resource, None)
+    resources = chosen.setdefault("resources", {})
     resources.setdefault("limits", {})[resource] = count
     resources.setdefault("requests", {})[resource] = count
 
@@ -156,7 +168,7 @@ def build_worker_pod(job: TrainingJob, launch: GangLaunch, slot: WorkerSlot) -> 
     env = _env(job, launch, slot.rank)
     for container in spec["containers"]:
         _with_env(container, env)
-    _request_gpus(spec["containers"], launch.gpu_resource, job.spec.gpus_per_replica)
+    request_gpus(spec["containers"], launch.gpu_resource, job.spec.gpus_per_replica)
     spec["restartPolicy"] = "Never"  # the operator restarts the whole gang, never one worker
     spec["hostname"] = worker_hostname(name, slot.rank)
     if launch.world_size > 1:

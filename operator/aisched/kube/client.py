@@ -5,6 +5,13 @@ own threads (as many as its connection pool) so the kopf event loop never
 blocks and hundreds of jobs' writes overlap; asyncio's default pool has only
 cpu_count + 4 threads. NotFound on delete and AlreadyExists on create
 are success: every write is idempotent, so a restarted operator can repeat it.
+
+Every request carries a deadline (`request_timeout_seconds`): a hung API server costs a
+reconcile its timeout, never the thread for good. Under leader election every write first
+asks the `fence` (the elector's `may_write`), in the thread that is about to send it, so a
+replica whose lease has run out sends nothing more even if its event loop was blocked
+while the lease ran out, or the write queued for a free thread meanwhile. Requests are
+rate-limited as client-go's are (`qps`, `burst`).
 """
 
 from __future__ import annotations
@@ -18,11 +25,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from aisched.api import GROUP, VERSION
-from aisched.kube.events import EventRecorder
+from aisched.kube.events import EventRecorder, TokenBucket
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -42,6 +50,28 @@ class Listing(Generic[T]):
     resource_version: str
 
 
+def api_retries() -> urllib3.Retry:
+    """What the API client retries by itself: 429 and 5xx, a few times, after a jittered backoff.
+
+    The API server answers 429 under its priority-and-fairness limits and 5xx while etcd or a
+    webhook is unwell, both passing; the Retry-After it sends is honoured. Every write of ours
+    is idempotent (AlreadyExists and NotFound are success), so POST and DELETE are retried too.
+    A request that times out is not: its deadline (`_request_timeout`) would only multiply.
+    """
+    return urllib3.Retry(
+        total=3,
+        connect=2,
+        read=0,
+        status=3,
+        status_forcelist=(429, 500, 502, 503, 504),
+        allowed_methods=None,  # every method
+        backoff_factor=0.2,
+        backoff_max=5.0,
+        backoff_jitter=0.2,
+        raise_on_status=False,  # the last answer goes to the client, which raises ApiException with it
+    )
+
+
 def load_api_client() -> client.ApiClient:
     """In-cluster credentials when running in a pod, else the local kubeconfig."""
     try:
@@ -50,20 +80,48 @@ def load_api_client() -> client.ApiClient:
         config.load_kube_config()
     configuration = client.Configuration.get_default_copy()
     configuration.connection_pool_maxsize = API_THREADS  # gangs create many pods at once
+    configuration.retries = api_retries()
     return client.ApiClient(configuration)
 
 
+class NotLeadingError(RuntimeError):
+    """A write refused before it was sent: this replica no longer holds the leader lease."""
+
+
 class KubeClient:
-    def __init__(self, api_client: client.ApiClient, *, events_per_second: float = 10.0, event_burst: int = 50) -> None:
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        *,
+        events_per_second: float = 10.0,
+        event_burst: int = 50,
+        request_timeout_seconds: float = 30.0,
+        fence: Callable[[], bool] | None = None,
+        qps: float = 50.0,
+        burst: int = 100,
+    ) -> None:
         self.api_client = api_client
+        self.request_timeout_seconds = request_timeout_seconds
+        self.fence = fence
+        # client-go's QPS and burst: whatever a burst of jobs asks, the API server sees at most this.
+        self._rate = TokenBucket(per_second=qps, burst=burst)
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self._threads = ThreadPoolExecutor(API_THREADS, thread_name_prefix="kube-api")
         self.events = EventRecorder(self._create_event, per_second=events_per_second, burst=event_burst)
 
+    async def _throttle(self) -> None:
+        loop = asyncio.get_running_loop()
+        for _ in range(1000):  # bounded: a wake-up takes the token unless another caller got it first
+            if (wait := self._rate.wait(loop.time())) <= 0:
+                return
+            await asyncio.sleep(wait)
+
     async def _call(self, method: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        await self._throttle()
         return await asyncio.get_running_loop().run_in_executor(
-            self._threads, functools.partial(method, *args, **kwargs)
+            self._threads,
+            functools.partial(method, *args, _request_timeout=self.request_timeout_seconds, **kwargs),
         )
 
     async def _send(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
@@ -71,9 +129,12 @@ class KubeClient:
         cost more CPU than the request itself. Errors still raise ApiException."""
 
         def send() -> None:
-            response = method(*args, _preload_content=False, **kwargs)
+            if self.fence is not None and not self.fence():
+                raise NotLeadingError(f"not sent, the leader lease is lost: {getattr(method, '__name__', method)}")
+            response = method(*args, _preload_content=False, _request_timeout=self.request_timeout_seconds, **kwargs)
             _ = response.data  # read, so the connection goes back to the pool
 
+        await self._throttle()
         await asyncio.get_running_loop().run_in_executor(self._threads, send)
 
     # -- reads (relists that repair the watch-fed caches) -------------------

@@ -1,9 +1,12 @@
 """Leader election on a coordination.k8s.io Lease, so two replicas never act at once.
 
-The standby replica waits in `acquire`; the leader renews the lease every
-`retry_seconds` and gives up (the process then exits and restarts as a standby)
-if it cannot renew within `renew_deadline_seconds`, well before the lease
-expires for others at `lease_seconds`.
+The rules are client-go's (`aisched.policy.leader`): a standby judges the holder's lease by
+how long it has itself watched the record stay unchanged, on its own monotonic clock, never
+by the holder's `renewTime`; the leader renews every `retry_seconds`, each attempt bounded
+by what is left of `renew_deadline_seconds`, and once that deadline passes it stops writing
+(`may_write` turns false, which `KubeClient` checks before every write) before any standby
+may take the lease at `lease_seconds`. A standby logs the API server's refusals (429, 5xx,
+timeouts) and tries again; it never crashes on them.
 """
 
 from __future__ import annotations
@@ -11,111 +14,214 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-from typing import Any
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from aisched.policy.leader import (
+    LeaseRecord,
+    Observation,
+    claim,
+    held_by_another,
+    may_write,
+    observe,
+    renewal_budget,
+)
+
 log = logging.getLogger(__name__)
+JITTER = 1.2  # client-go's: standbys spread their attempts over retry .. retry * (1 + JITTER)
 
 
-def _micro_time(moment: datetime) -> str:
+def micro_time(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+class LeaseStore(Protocol):
+    """Where the record lives; `replace` is a compare-and-swap on the version `read` returned."""
+
+    async def read(self) -> tuple[LeaseRecord, str] | None:
+        """The record and its resourceVersion; None when there is no Lease."""
+        ...
+
+    async def create(self, record: LeaseRecord) -> bool:
+        """False when someone else created it first."""
+        ...
+
+    async def replace(self, record: LeaseRecord, version: str) -> bool:
+        """False when the Lease changed since `version` was read."""
+        ...
+
+
+def _record(spec: dict[str, Any]) -> LeaseRecord:
+    duration = spec.get("leaseDurationSeconds")
+    transitions = spec.get("leaseTransitions")
+    return LeaseRecord(
+        holder=str(spec.get("holderIdentity") or ""),
+        duration_seconds=duration if isinstance(duration, int) else 0,
+        acquire_time=spec.get("acquireTime"),
+        renew_time=spec.get("renewTime"),
+        transitions=transitions if isinstance(transitions, int) else 0,
+    )
+
+
+def _spec(record: LeaseRecord) -> dict[str, Any]:
+    return {
+        "holderIdentity": record.holder,
+        "leaseDurationSeconds": record.duration_seconds,
+        "acquireTime": record.acquire_time,
+        "renewTime": record.renew_time,
+        "leaseTransitions": record.transitions,
+    }
+
+
 @dataclass
-class LeaseElector:
+class KubeLeaseStore:
+    """The Lease on the API server; every request carries a deadline (`request_timeout_seconds`)."""
+
     api_client: client.ApiClient
     namespace: str
     name: str
-    identity: str
-    lease_seconds: int = 15
-    renew_deadline_seconds: int = 10
-    retry_seconds: float = 2.0
+    request_timeout_seconds: float = 5.0
 
     def __post_init__(self) -> None:
         self._api = client.CoordinationV1Api(self.api_client)
 
-    async def acquire(self) -> None:
-        """Return once this replica holds the lease."""
-        announced = False
-        while not await asyncio.to_thread(self._try_acquire_or_renew):
-            if not announced:
-                log.info("standing by: another replica holds lease %s/%s", self.namespace, self.name)
-                announced = True
-            await asyncio.sleep(self.retry_seconds)
-        log.info("leading: holding lease %s/%s as %s", self.namespace, self.name, self.identity)
-
-    async def keep_renewing(self) -> None:
-        """Renew until a renewal deadline is missed; then return (leadership is lost)."""
-        last_renewal = datetime.now(UTC)
-        while True:
-            await asyncio.sleep(self.retry_seconds)
-            try:
-                renewed = await asyncio.to_thread(self._try_acquire_or_renew)
-            except Exception:
-                log.exception("renewing the lease failed")
-                renewed = False
-            now = datetime.now(UTC)
-            if renewed:
-                last_renewal = now
-            elif now - last_renewal > timedelta(seconds=self.renew_deadline_seconds):
-                log.error("lost the lease %s/%s", self.namespace, self.name)
-                return
-
-    def _try_acquire_or_renew(self) -> bool:
-        now = datetime.now(UTC)
+    async def read(self) -> tuple[LeaseRecord, str] | None:
         try:
-            lease: Any = self._api.read_namespaced_lease(self.name, self.namespace, _preload_content=False)
+            response: Any = await asyncio.to_thread(
+                self._api.read_namespaced_lease,
+                self.name,
+                self.namespace,
+                _preload_content=False,
+                _request_timeout=self.request_timeout_seconds,
+            )
         except ApiException as error:
-            if error.status != 404:
-                raise
-            return self._create(now)
-        current = json.loads(lease.data)
-        spec = current.get("spec") or {}
-        holder = spec.get("holderIdentity")
-        renewed = spec.get("renewTime")
-        duration = spec.get("leaseDurationSeconds") or self.lease_seconds
-        expired = renewed is None or datetime.fromisoformat(renewed) + timedelta(seconds=duration) < now
-        if holder not in (None, "", self.identity) and not expired:
-            return False
-        transitions = spec.get("leaseTransitions") or 0
-        current["spec"] = {
-            **spec,
-            "holderIdentity": self.identity,
-            "leaseDurationSeconds": self.lease_seconds,
-            "renewTime": _micro_time(now),
-            "acquireTime": spec.get("acquireTime") if holder == self.identity else _micro_time(now),
-            "leaseTransitions": transitions if holder == self.identity else transitions + 1,
+            if error.status == 404:
+                return None
+            raise
+        lease = json.loads(response.data)
+        return _record(lease.get("spec") or {}), str(lease["metadata"]["resourceVersion"])
+
+    async def create(self, record: LeaseRecord) -> bool:
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": self.name, "namespace": self.namespace},
+            "spec": _spec(record),
         }
+        return await self._write(self._api.create_namespaced_lease, self.namespace, body)
+
+    async def replace(self, record: LeaseRecord, version: str) -> bool:
+        body = {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            # resourceVersion makes the replace a compare-and-swap: 409 if anyone wrote meanwhile.
+            "metadata": {"name": self.name, "namespace": self.namespace, "resourceVersion": version},
+            "spec": _spec(record),
+        }
+        return await self._write(self._api.replace_namespaced_lease, self.name, self.namespace, body)
+
+    async def _write(self, method: Callable[..., Any], *args: Any) -> bool:
         try:
-            # resourceVersion in the body makes this a compare-and-swap.
-            self._api.replace_namespaced_lease(self.name, self.namespace, current)
+            response: Any = await asyncio.to_thread(
+                method, *args, _preload_content=False, _request_timeout=self.request_timeout_seconds
+            )
+            _ = response.data
         except ApiException as error:
             if error.status == 409:
                 return False
             raise
         return True
 
-    def _create(self, now: datetime) -> bool:
-        body = {
-            "apiVersion": "coordination.k8s.io/v1",
-            "kind": "Lease",
-            "metadata": {"name": self.name, "namespace": self.namespace},
-            "spec": {
-                "holderIdentity": self.identity,
-                "leaseDurationSeconds": self.lease_seconds,
-                "acquireTime": _micro_time(now),
-                "renewTime": _micro_time(now),
-                "leaseTransitions": 0,
-            },
-        }
+
+@dataclass
+class LeaseElector:
+    store: LeaseStore
+    identity: str
+    lease_seconds: int = 15
+    renew_deadline_seconds: float = 10.0
+    retry_seconds: float = 2.0
+    clock: Callable[[], float] = field(default=time.monotonic, repr=False)
+    """Monotonic seconds; all of the election's judgement runs on it. Thread-safe: `may_write` is
+    asked from the API client's threads. Unit tests pass their fake loop's `time`."""
+    wall: Callable[[], datetime] = field(default=lambda: datetime.now(UTC), repr=False)
+    """Only for the times written into the record, which nobody here compares."""
+    jitter: Callable[[], float] = field(default=random.random, repr=False)
+    _observation: Observation | None = field(default=None, init=False, repr=False)
+    _renewed_at: float | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.retry_seconds < self.renew_deadline_seconds < self.lease_seconds:
+            raise ValueError("leader election needs retry < renew deadline < lease seconds")
+
+    def may_write(self) -> bool:
+        """True while this replica leads and its last renewal is recent enough to act on."""
+        return may_write(self._renewed_at, self.renew_deadline_seconds, self.clock())
+
+    async def acquire(self) -> None:
+        """Return once this replica holds the lease; refusals and errors of the API server are waited out."""
+        announced = False
+        while not await self._attempt(self.lease_seconds):
+            if not announced:
+                log.info("standing by: another replica holds the leader lease")
+                announced = True
+            await asyncio.sleep(self.retry_seconds * (1 + JITTER * self.jitter()))
+        log.info("leading: holding the leader lease as %s", self.identity)
+
+    async def keep_renewing(self) -> None:
+        """Renew until the renew deadline passes without a renewal; then return (leadership is lost).
+
+        By then `may_write` is already false, so nothing this replica writes afterwards reaches
+        the API server, whatever the caller still has in flight.
+        """
+        while True:
+            await asyncio.sleep(self.retry_seconds)
+            while True:
+                assert self._renewed_at is not None  # acquire() ran
+                budget = renewal_budget(self._renewed_at, self.renew_deadline_seconds, self.clock())
+                if budget <= 0:
+                    log.error("lost the leader lease: no renewal within %g s", self.renew_deadline_seconds)
+                    return
+                if await self._attempt(budget):
+                    break
+                budget = renewal_budget(self._renewed_at, self.renew_deadline_seconds, self.clock())
+                await asyncio.sleep(min(self.retry_seconds, budget))
+
+    async def _attempt(self, budget: float) -> bool:
+        """One try to take or renew the lease, given up after `budget` seconds; False on any failure."""
+        started = self.clock()
         try:
-            self._api.create_namespaced_lease(self.namespace, body)
+            return await asyncio.wait_for(self._take_or_renew(started), timeout=budget)
+        except TimeoutError:
+            log.warning("the leader lease did not answer within %.1f s", budget)
         except ApiException as error:
-            if error.status == 409:
+            log.warning("the API server refused the leader lease: %s %s", error.status, error.reason)
+        except Exception as error:  # connection refused, reset, unreadable: wait it out like a refusal
+            log.warning("could not reach the leader lease: %r", error)
+        return False
+
+    async def _take_or_renew(self, started: float) -> bool:
+        found = await self.store.read()
+        wall = micro_time(self.wall())
+        if found is None:
+            new = claim(None, self.identity, self.lease_seconds, wall)
+            if not await self.store.create(new):
                 return False
-            raise
+        else:
+            current, version = found
+            self._observation = observe(self._observation, current, self.clock())
+            if held_by_another(self._observation, self.identity, self.clock(), self.lease_seconds):
+                return False
+            new = claim(current, self.identity, self.lease_seconds, wall)
+            if not await self.store.replace(new, version):
+                return False
+        # The renewal counts from when it was sent: the server may have applied it any time since.
+        self._renewed_at = started
+        self._observation = Observation(new, started)
         return True

@@ -19,7 +19,7 @@ from typing import Any, Final
 from aisched.api.common import CapacityType
 from aisched.api.inference_service import InferenceService
 from aisched.kube import labels
-from aisched.kube.builders import owner_reference
+from aisched.kube.builders import owner_reference, request_gpus
 
 KIND: Final = "InferenceService"
 # A label of its own, not the TrainingJob's job-name: a TrainingJob and an
@@ -141,7 +141,7 @@ def build_replica_pod(
     template = copy.deepcopy(service.spec.template)
     spec: dict[str, Any] = template.get("spec", {})
     metadata: dict[str, Any] = template.get("metadata", {})
-    _request_gpus(spec["containers"], gpu_resource, service.spec.gpus_per_replica)
+    request_gpus(spec["containers"], gpu_resource, service.spec.gpus_per_replica)
     spec["nodeSelector"] = {**spec.get("nodeSelector", {}), HOSTNAME_LABEL: slot.node}
     if slot.capacity_type == CapacityType.SPOT and spot_grace_seconds is not None:
         spec["terminationGracePeriodSeconds"] = min(spec.get("terminationGracePeriodSeconds", 30), spot_grace_seconds)
@@ -162,15 +162,6 @@ def build_replica_pod(
         },
         "spec": spec,
     }
-
-
-def _request_gpus(containers: list[dict[str, Any]], resource: str, count: int) -> None:
-    """The replica's GPUs go to the first container, unless the template already gave them out."""
-    if any(resource in ((c.get("resources") or {}).get("limits") or {}) for c in containers):
-        return
-    resources = containers[0].setdefault("resources", {})
-    resources.setdefault("limits", {})[resource] = count
-    resources.setdefault("requests", {})[resource] = count
 
 
 def requested_gpus(pod_spec: dict[str, Any], resource: str) -> int:

@@ -10,14 +10,22 @@ pod attribution both label series with the pod's namespace and name.
 or every series went stale) or not a number; :class:`PrometheusError` means no
 answer could be had (unreachable, timed out, rejected query, unreadable reply).
 The controller treats both as a missing metric and holds the replica count.
+
+Each query is bounded as a whole by `timeout_seconds`, its retries included (a server that
+drips its answer passes every per-read timeout, never this one). 429 and 5xx are retried
+after a jittered backoff; outages (those, timeouts, no connection) count towards a circuit
+(`aisched.policy.circuit`) which, open, answers at once without asking, so a Prometheus that
+is down costs each later pass nothing.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
+import random
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Self
@@ -26,12 +34,17 @@ import httpx
 
 from aisched.api.inference_service import MetricSpec, MetricType
 from aisched.policy.autoscale import MetricSample
+from aisched.policy.circuit import Breaker, Circuit, after_failure, after_success, allows
 
 _BODY_EXCERPT = 200
 
 
 class PrometheusError(Exception):
     """Prometheus gave no usable answer; the message says why, for a person."""
+
+
+class PrometheusUnavailableError(PrometheusError):
+    """Prometheus could not be asked (timeout, no connection, 429, 5xx): an outage, not a bad query."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +96,18 @@ def _string(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
+@dataclass(frozen=True)
+class Retry:
+    """How a query retries an outage, and the circuit it feeds; tests pass their clock and sleep."""
+
+    retries: int = 1
+    backoff_seconds: float = 0.2
+    breaker: Breaker = field(default_factory=Breaker)
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC), compare=False)
+    sleep: Callable[[float], Awaitable[None]] = field(default=asyncio.sleep, compare=False)
+    jitter: Callable[[], float] = field(default=random.random, compare=False)
+
+
 class PrometheusSource:
     """Instant queries against one Prometheus (or anything serving its HTTP API: Thanos, Mimir, VictoriaMetrics)."""
 
@@ -94,10 +119,13 @@ class PrometheusSource:
         headers: Mapping[str, str] | None = None,
         names: MetricNames = MetricNames(),
         client: httpx.AsyncClient | None = None,
+        retry: Retry | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self.timeout_seconds = timeout_seconds
         self.names = names
+        self.retry = retry or Retry()
+        self.circuit = Circuit()
         self._owns_client = client is None
         self._client = client or httpx.AsyncClient(timeout=timeout_seconds, headers=dict(headers or {}))
 
@@ -121,6 +149,35 @@ class PrometheusSource:
 
     async def query(self, promql: str, at: datetime | None = None) -> MetricSample | None:
         """One instant query; the sample carries the evaluation time Prometheus reports."""
+        if not allows(self.circuit, self.retry.clock()):
+            raise PrometheusUnavailableError(
+                f"Prometheus at {self.url} is not asked until {self.circuit.reopens_at()} after "
+                f"{self.circuit.failures} failures in a row"
+            )
+        try:
+            sample = await asyncio.wait_for(self._query_retrying(promql, at), timeout=self.timeout_seconds)
+        except TimeoutError:
+            self.circuit = after_failure(self.circuit, self.retry.breaker, self.retry.clock())
+            raise PrometheusUnavailableError(
+                f"Prometheus at {self.url} did not answer within {self.timeout_seconds:g} s"
+            ) from None
+        except PrometheusUnavailableError:
+            self.circuit = after_failure(self.circuit, self.retry.breaker, self.retry.clock())
+            raise
+        self.circuit = after_success(self.circuit)
+        return sample
+
+    async def _query_retrying(self, promql: str, at: datetime | None) -> MetricSample | None:
+        for attempt in range(self.retry.retries + 1):
+            try:
+                return await self._query_once(promql, at)
+            except PrometheusUnavailableError:
+                if attempt == self.retry.retries:
+                    raise
+            await self.retry.sleep(self.retry.backoff_seconds * 2**attempt * (0.5 + 0.5 * self.retry.jitter()))
+        raise AssertionError("unreachable")
+
+    async def _query_once(self, promql: str, at: datetime | None) -> MetricSample | None:
         form = {"query": promql, "timeout": f"{self.timeout_seconds:g}s"}
         if at is not None:
             form["time"] = f"{at.timestamp():.3f}"
@@ -129,9 +186,16 @@ class PrometheusSource:
             # POST: queries naming many pods outgrow what proxies accept in a URL.
             response = await self._client.post(endpoint, data=form, timeout=self.timeout_seconds)
         except httpx.TimeoutException as exc:
-            raise PrometheusError(f"Prometheus at {self.url} did not answer within {self.timeout_seconds:g} s") from exc
+            raise PrometheusUnavailableError(
+                f"Prometheus at {self.url} did not answer within {self.timeout_seconds:g} s"
+            ) from exc
         except httpx.HTTPError as exc:
-            raise PrometheusError(f"cannot reach Prometheus at {self.url}: {exc}") from exc
+            raise PrometheusUnavailableError(f"cannot reach Prometheus at {self.url}: {exc}") from exc
+        if response.status_code == 429 or response.status_code >= 500:
+            try:
+                return _parse(response, self.url)
+            except PrometheusError as error:
+                raise PrometheusUnavailableError(str(error)) from None
         return _parse(response, self.url)
 
 

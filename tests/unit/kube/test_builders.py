@@ -91,6 +91,20 @@ def test_template_gpu_limits_and_user_env_are_kept() -> None:
     assert "MINE" in names
 
 
+def test_a_template_never_gets_more_gpus_than_the_job_declares() -> None:
+    # The CRD refuses such templates for nvidia.com/gpu; the builder holds for any GPU resource,
+    # and for objects that reached the operator some other way (changed in place below, past the model).
+    job = _job()
+    job.spec.template["spec"]["containers"] = [
+        {"name": "side", "image": "s", "resources": {"requests": {"nvidia.com/gpu": 4, "cpu": "1"}}},
+        {"name": "main", "image": "m", "resources": {"limits": {"nvidia.com/gpu": 64}}},
+    ]
+    side, main = build_worker_pod(job, LAUNCH, LAUNCH.slots[0])["spec"]["containers"]
+    # The first container that named GPUs gets the job's 8, limits and requests; no other keeps any.
+    assert side["resources"] == {"requests": {"cpu": "1", "nvidia.com/gpu": 8}, "limits": {"nvidia.com/gpu": 8}}
+    assert main["resources"] == {"limits": {}}
+
+
 def test_headless_service_selects_every_worker() -> None:
     service = build_headless_service(_job())
     assert service["spec"]["clusterIP"] == "None"

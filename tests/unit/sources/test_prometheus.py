@@ -8,7 +8,7 @@ import socket
 import threading
 from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeVar
 from urllib.parse import parse_qs
@@ -17,10 +17,19 @@ import pytest
 
 from aisched.api.inference_service import MetricSpec, MetricType
 from aisched.policy.autoscale import MetricSample
-from aisched.sources.prometheus import MetricNames, PrometheusError, PrometheusSource, builtin_query
+from aisched.policy.circuit import Breaker
+from aisched.sources.prometheus import (
+    MetricNames,
+    PrometheusError,
+    PrometheusSource,
+    PrometheusUnavailableError,
+    Retry,
+    builtin_query,
+)
 
 T = TypeVar("T")
 EVAL_TIME = 1_740_830_400.5
+NOW = datetime(2026, 11, 23, 12, tzinfo=UTC)
 
 
 @dataclass
@@ -28,6 +37,8 @@ class Reply:
     status: int = 200
     body: bytes = b""
     delay_seconds: float = 0.0
+    drip_seconds: float = 0.0
+    """Seconds between the body's bytes: every read gets a byte in time, the whole never comes."""
 
 
 @dataclass
@@ -38,6 +49,8 @@ class FakePrometheus:
     reply: Reply = field(default_factory=Reply)
     requests: list[tuple[str, str, dict[str, list[str]]]] = field(default_factory=list)
     released: threading.Event = field(default_factory=threading.Event)
+    then: list[Reply] = field(default_factory=list)
+    """Replies for the following requests, one each, before `reply` again."""
 
     def answer(self, status: int, body: Any) -> None:
         raw = body if isinstance(body, bytes) else json.dumps(body).encode()
@@ -53,14 +66,23 @@ def prometheus() -> Iterator[FakePrometheus]:
             length = int(self.headers.get("Content-Length", 0))
             form = parse_qs(self.rfile.read(length).decode())
             state.requests.append((self.command, self.path, form))
-            reply = state.reply
+            reply = state.then.pop(0) if state.then else state.reply
             if reply.delay_seconds:
                 state.released.wait(reply.delay_seconds)
             self.send_response(reply.status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(reply.body)))
             self.end_headers()
-            self.wfile.write(reply.body)
+            try:
+                if not reply.drip_seconds:
+                    self.wfile.write(reply.body)
+                for index in range(len(reply.body) if reply.drip_seconds else 0):
+                    self.wfile.write(reply.body[index : index + 1])
+                    self.wfile.flush()
+                    if state.released.wait(reply.drip_seconds):
+                        break
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client gave up
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
@@ -170,6 +192,70 @@ def test_slow_server_times_out(prometheus: FakePrometheus) -> None:
     prometheus.reply = Reply(200, json.dumps(vector("1")).encode(), delay_seconds=5)
     with pytest.raises(PrometheusError, match=r"did not answer within 0.2 s"):
         run(ask(prometheus.url, timeout_seconds=0.2))
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [Reply(200, b"x" * 1000, delay_seconds=30), Reply(200, b" " * 1000, drip_seconds=0.05)],
+    ids=["hanging", "dripping"],
+)
+def test_a_hanging_or_dripping_server_costs_one_timeout_then_the_circuit_answers(
+    prometheus: FakePrometheus, reply: Reply
+) -> None:
+    run(_hang_or_drip(prometheus, reply))
+
+
+async def _hang_or_drip(prometheus: FakePrometheus, reply: Reply) -> None:
+    # The drip's byte every 50 ms passes httpx's per-read timeout; only the query's deadline ends it.
+    prometheus.reply = reply
+    loop = asyncio.get_running_loop()
+    retry = Retry(retries=1, breaker=Breaker(threshold=2, open_for=timedelta(minutes=1)), clock=lambda: NOW)
+    async with PrometheusSource(prometheus.url, timeout_seconds=0.3, retry=retry) as source:
+        for _ in range(2):
+            start = loop.time()
+            with pytest.raises(PrometheusUnavailableError, match=r"did not answer within 0\.3 s"):
+                await source.query("up")
+            assert loop.time() - start < 0.6
+        asked = len(prometheus.requests)
+        start = loop.time()
+        with pytest.raises(PrometheusUnavailableError, match="not asked until"):
+            await source.query("up")
+        assert loop.time() - start < 0.05 and len(prometheus.requests) == asked
+
+
+def test_429_and_5xx_are_retried_after_a_jittered_backoff(prometheus: FakePrometheus) -> None:
+    run(_retried(prometheus))
+
+
+async def _retried(prometheus: FakePrometheus) -> None:
+    prometheus.answer(200, vector("3"))
+    prometheus.then = [Reply(503, b"<html>busy</html>")]
+    waits: list[float] = []
+
+    async def record(seconds: float) -> None:
+        waits.append(seconds)
+
+    retry = Retry(retries=1, backoff_seconds=0.2, sleep=record, jitter=lambda: 0.5)
+    async with PrometheusSource(prometheus.url, retry=retry) as source:
+        sample = await source.query("up")
+    assert sample is not None and sample.value == 3
+    assert waits == [pytest.approx(0.15)]
+    assert len(prometheus.requests) == 2
+
+
+def test_a_rejected_query_is_no_outage_and_opens_no_circuit(prometheus: FakePrometheus) -> None:
+    run(_rejected(prometheus))
+
+
+async def _rejected(prometheus: FakePrometheus) -> None:
+    prometheus.answer(400, {"status": "error", "errorType": "bad_data", "error": "parse error"})
+    retry = Retry(breaker=Breaker(threshold=1), clock=lambda: NOW)
+    async with PrometheusSource(prometheus.url, retry=retry) as source:
+        for _ in range(3):
+            with pytest.raises(PrometheusError, match="rejected the query"):
+                await source.query("sum(}")
+        assert not source.circuit.is_open
+    assert len(prometheus.requests) == 3
 
 
 def test_unreachable_server_is_a_clear_error() -> None:

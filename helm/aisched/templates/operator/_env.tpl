@@ -31,6 +31,10 @@
   value: {{ .Values.metrics.port | quote }}
 - name: AISCHED_HEALTH_PORT
   value: {{ .Values.health.port | quote }}
+- name: AISCHED_METRICS_ADDRESS
+  value: {{ .Values.metrics.address | quote }}
+- name: AISCHED_HEALTH_ADDRESS
+  value: {{ .Values.health.address | quote }}
 - name: AISCHED_RELIST_SECONDS
   value: {{ $s.relistSeconds | quote }}
 - name: AISCHED_LIST_PAGE_SIZE
@@ -41,6 +45,14 @@
   value: {{ $s.eventsPerSecond | quote }}
 - name: AISCHED_EVENT_BURST
   value: {{ $s.eventBurst | quote }}
+- name: AISCHED_API_REQUEST_TIMEOUT_SECONDS
+  value: {{ $s.apiRequestTimeoutSeconds | quote }}
+- name: AISCHED_API_QPS
+  value: {{ $s.apiQPS | quote }}
+- name: AISCHED_API_BURST
+  value: {{ $s.apiBurst | quote }}
+- name: AISCHED_LIVENESS_PASS_SECONDS
+  value: {{ $s.livenessPassSeconds | quote }}
 - name: AISCHED_LEADER_ELECTION
   value: {{ .Values.leaderElection.enabled | quote }}
 - name: AISCHED_LEADER_LEASE_NAME

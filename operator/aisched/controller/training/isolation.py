@@ -23,6 +23,7 @@ from aisched.api import TrainingJob
 from aisched.api.training_job import TrainingJobStatus
 from aisched.controller.training.state import PLURAL, JobKey, TrainingJobState
 from aisched.policy.job_status import CANNOT_SCHEDULE, INVALID_SPEC, set_aside, taken_back
+from aisched.policy.tenancy import Refusal, refusal
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +121,31 @@ class JobIsolation(TrainingJobState):
             await self._write_status(obj, job, updated)
 
 
+class QueueRefusalError(Exception):
+    """The job's queue does not take it (`aisched.policy.tenancy`): its namespace, or its priority."""
+
+    def __init__(self, refusal: Refusal) -> None:
+        super().__init__(refusal.message)
+        self.refusal = refusal
+
+
+def queue_refusal(queue: dict[str, Any] | None, job: TrainingJob, namespace: str) -> Refusal | None:
+    """Whether the job's Queue refuses it, reading the Queue's tenancy fields as far as they go:
+    an unreadable Queue binds no namespace and caps no priority, so it stops no job."""
+    spec = (queue or {}).get("spec") or {}
+    namespaces = spec.get("namespaces")
+    if not (isinstance(namespaces, list) and all(isinstance(n, str) for n in namespaces)):
+        namespaces = None
+    cap = spec.get("maxPriority")
+    if isinstance(cap, bool) or not isinstance(cap, int):
+        cap = None
+    return refusal(namespace, job.spec.priority, job.spec.queue, namespaces, cap)
+
+
 def why_set_aside(error: Exception) -> tuple[str, str]:
     """The reason and message of the condition a job the scheduling cycle cannot handle gets."""
+    if isinstance(error, QueueRefusalError):
+        return error.refusal.reason, error.refusal.message
     if isinstance(error, ValidationError):
         problems = [_describe_problem(e) for e in error.errors()[:MAX_ERRORS_LISTED]]
         more = error.error_count() - len(problems)

@@ -67,11 +67,13 @@ class TrainingJobController(SchedulingCycle):
 
     # -- the loop -----------------------------------------------------------
 
-    async def run(self) -> None:
+    async def run(self, on_pass: Callable[[], None] = lambda: None) -> None:
+        """Reconcile for ever; `on_pass` hears of each pass completed (the liveness probe's evidence)."""
         while True:
             # At the resync every job is dirty: the timers the loop keeps (TTL, deadlines) fire there too.
             keys = await self.queue.next_batch(self.jobs.keys)
             await self.reconcile_once(keys)
+            on_pass()
 
     async def reconcile_once(self, keys: Iterable[JobKey]) -> None:
         """One pass: reconcile KEYS, then each cluster-wide stage, in this order."""

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from aisched.api import CapacityType, Queue, SpotPolicy, TrainingJob, TrainingJobPhase
 from aisched.controller.training.carbon import CarbonDeferral
+from aisched.controller.training.isolation import QueueRefusalError, queue_refusal
 from aisched.controller.training.reporting import Reporting
 from aisched.controller.training.state import CONCURRENT_RECONCILES
 from aisched.kube import labels
@@ -72,6 +73,10 @@ class SchedulingCycle(CarbonDeferral, Reporting):
             job = self._parse_once(obj)
             if isinstance(job, ValidationError):  # a CRD older or looser than this operator let it in
                 await self._set_aside(obj, None, job, now)
+                continue
+            refused = queue_refusal(self.queues.get(job.spec.queue), job, key[0])
+            if refused is not None:  # tenancy: its namespace is not bound to the queue, or it asks too much
+                await self._set_aside(obj, job, QueueRefusalError(refused), now)
                 continue
             try:
                 entry = await self._enter_cycle(obj, job, snapshot, doomed, now)

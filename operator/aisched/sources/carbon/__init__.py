@@ -1,7 +1,8 @@
 """Grid carbon intensity sources behind one interface (:class:`CarbonSource`).
 
 Build the configured one with :func:`build_carbon_source`; every source is async, over
-httpx (or a file), with timeouts, retries with backoff, a TTL cache and typed errors.
+httpx (or a file), with timeouts, retries with jittered backoff, typed errors, and a cache that
+reads it beside the loop under a deadline and a circuit breaker.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from datetime import timedelta
 
 import httpx
 
+from aisched.policy.circuit import Breaker
 from aisched.settings import CarbonSettings
 from aisched.sources.carbon.base import (
     CarbonSource,
@@ -79,8 +81,12 @@ def build_carbon_source(settings: CarbonSettings, client: httpx.AsyncClient) -> 
             if settings.file_path is None:
                 raise ValueError("carbon provider file needs file_path")
             inner = FileSource(settings.file_path)
+    open_for = timedelta(seconds=settings.circuit_open_seconds)
     return CachedCarbonSource(
         inner,
         ttl=timedelta(seconds=settings.cache_ttl_seconds),
         max_stale=timedelta(seconds=settings.max_stale_seconds),
+        deadline=timedelta(seconds=settings.fetch_deadline_seconds),
+        answer_wait=timedelta(seconds=settings.answer_wait_seconds),
+        breaker=Breaker(settings.circuit_failures, open_for, max_open_for=open_for * 15),
     )

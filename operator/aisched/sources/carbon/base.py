@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import random
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -68,9 +69,13 @@ class HttpPolicy:
     backoff_max_seconds: float = 30.0
     sleep: Sleep = field(default=asyncio.sleep, compare=False, repr=False)
     """How the backoff waits; tests pass one that records the waits instead."""
+    jitter: Callable[[], float] = field(default=random.random, compare=False, repr=False)
+    """A number in [0, 1): each wait is between half and all of the doubled backoff, so the
+    replicas and regions that failed together do not all come back at the same moment."""
 
     def delay(self, attempt: int, retry_after: str | None) -> float:
-        wait: float = min(self.backoff_max_seconds, self.backoff_seconds * 2.0**attempt)
+        backoff = min(self.backoff_max_seconds, self.backoff_seconds * 2.0**attempt)
+        wait: float = backoff * (0.5 + 0.5 * self.jitter())
         if retry_after is not None:
             # A 429/503 may say how long to wait (seconds; the HTTP-date form is ignored).
             with contextlib.suppress(ValueError):

@@ -1,4 +1,13 @@
-"""A TTL cache in front of any carbon source, which also rides out the source's outages."""
+"""A cache in front of any carbon source that reads it beside the loop and rides out its outages.
+
+Callers (the scheduling loop) get an answer from memory at once: fresh for `ttl`, then stale
+for up to `max_stale` while a fresh one is fetched in the background (`BackgroundFetcher`:
+one fetch per region at a time, bounded as a whole by `deadline`, behind a circuit that stops
+asking a failing source for a while). Only when memory has nothing usable does a caller wait,
+and then at most `answer_wait`, for the fetch it started (callers that find one under way
+do not wait); past that it gets a CarbonSourceError, as from a source that is down, and the
+loop goes on without carbon.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +18,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Generic, TypeVar
 
 from aisched.policy.carbon import Forecast, ForecastCoverageError, IntensityPoint
-from aisched.sources.carbon.base import CarbonSource, CarbonSourceError
+from aisched.policy.circuit import Breaker
+from aisched.sources.background import BackgroundFetcher, FetchTimeoutError
+from aisched.sources.carbon.base import CarbonSource, CarbonSourceError, CarbonSourceTimeoutError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -24,11 +35,11 @@ class _Entry(Generic[T]):
 
 
 class CachedCarbonSource:
-    """Answers from memory for `ttl`; on a failure, from an answer up to `max_stale` old.
+    """Answers from memory; fetches beside the caller; a stale answer serves while a fresh one comes.
 
     A forecast is fetched for a little longer than asked (one TTL) so that the next
     calls, made a little later for a window a little later, are answered from it.
-    `last_error` keeps the failure behind the latest stale answer (None once fresh).
+    `last_error` keeps the failure of the latest fetch (None once one succeeds).
     """
 
     def __init__(
@@ -37,52 +48,102 @@ class CachedCarbonSource:
         *,
         ttl: timedelta,
         max_stale: timedelta,
+        deadline: timedelta = timedelta(seconds=30),
+        answer_wait: timedelta = timedelta(seconds=2),
+        breaker: Breaker | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.name = inner.name
         self._inner = inner
         self._ttl = ttl
         self._max_stale = max_stale
+        self._answer_wait = answer_wait.total_seconds()
         self._clock = clock
+        self.fetcher = BackgroundFetcher(
+            f"carbon source {inner.name}",
+            deadline_seconds=deadline.total_seconds(),
+            breaker=breaker or Breaker(),
+            clock=clock,
+        )
         self._forecasts: dict[str, _Entry[Forecast]] = {}
         self._currents: dict[str, _Entry[IntensityPoint]] = {}
-        self.last_error: CarbonSourceError | None = None
+
+    @property
+    def last_error(self) -> CarbonSourceError | None:
+        return self._as_source_error(self.fetcher.last_error, "fetch")
 
     async def forecast(self, region: str, start: datetime, end: datetime) -> Forecast:
         now = self._clock()
         entry = self._forecasts.get(region)
-        if entry and now - entry.fetched_at < self._ttl and entry.start <= start and end <= entry.end:
-            return self._clip(entry.value, start, end)
-        try:
-            value = await self._inner.forecast(region, start, end + self._ttl)
-        except CarbonSourceError as exc:
-            if entry is None or now - entry.fetched_at > self._max_stale or entry.value.end <= start:
-                raise
-            self._note_stale(exc, entry.fetched_at)
-            return self._clip(entry.value, start, end)
-        self.last_error = None
-        self._forecasts[region] = _Entry(now, start, end + self._ttl, value)
-        return self._clip(value, start, end)
+        covers = entry is not None and entry.start <= start and end <= entry.end
+        if entry is None or now - entry.fetched_at >= self._ttl or not covers:
+            asked_end = end + self._ttl
+
+            def keep(value: object) -> None:
+                assert isinstance(value, Forecast)
+                self._forecasts[region] = _Entry(now, start, asked_end, value)
+
+            key = ("forecast", region)
+            started = self.fetcher.start(key, lambda: self._inner.forecast(region, start, asked_end), keep)
+            if started and not self._usable_forecast(entry, now, start):
+                await self.fetcher.wait(key, self._answer_wait)
+                entry = self._forecasts.get(region)
+        if entry is None or not self._usable_forecast(entry, now, start):
+            raise self._no_answer(f"forecast for {region}")
+        self._note_if_stale(entry, now)
+        return self._clip(entry.value, start, end)
 
     async def current(self, region: str) -> IntensityPoint:
         now = self._clock()
         entry = self._currents.get(region)
-        if entry and now - entry.fetched_at < self._ttl:
-            return entry.value
-        try:
-            value = await self._inner.current(region)
-        except CarbonSourceError as exc:
-            if entry is None or now - entry.fetched_at > self._max_stale:
-                raise
-            self._note_stale(exc, entry.fetched_at)
-            return entry.value
-        self.last_error = None
-        self._currents[region] = _Entry(now, now, now, value)
-        return value
+        if entry is None or now - entry.fetched_at >= self._ttl:
 
-    def _note_stale(self, error: CarbonSourceError, fetched_at: datetime) -> None:
-        self.last_error = error
-        log.warning("%s; using the answer fetched at %s", error, fetched_at.isoformat())
+            def keep(value: object) -> None:
+                assert isinstance(value, IntensityPoint)
+                self._currents[region] = _Entry(now, now, now, value)
+
+            key = ("current", region)
+            started = self.fetcher.start(key, lambda: self._inner.current(region), keep)
+            if started and (entry is None or now - entry.fetched_at > self._max_stale):
+                await self.fetcher.wait(key, self._answer_wait)
+                entry = self._currents.get(region)
+        if entry is None or now - entry.fetched_at > self._max_stale:
+            raise self._no_answer(f"intensity of {region}")
+        self._note_if_stale(entry, now)
+        return entry.value
+
+    async def aclose(self) -> None:
+        self.fetcher.cancel()
+
+    def _usable_forecast(self, entry: _Entry[Forecast] | None, now: datetime, start: datetime) -> bool:
+        return entry is not None and now - entry.fetched_at <= self._max_stale and entry.value.end > start
+
+    def _note_if_stale(self, entry: _Entry[T], now: datetime) -> None:
+        if now - entry.fetched_at >= self._ttl and self.fetcher.last_error is not None:
+            log.warning("%s; using the answer fetched at %s", self.last_error, entry.fetched_at.isoformat())
+
+    def _no_answer(self, what: str) -> CarbonSourceError:
+        circuit = self.fetcher.circuit
+        if circuit.is_open:
+            return CarbonSourceError(
+                self.name,
+                what,
+                f"not asked until {circuit.reopens_at()} after {circuit.failures} failures in a row; "
+                f"last: {self.fetcher.last_error}",
+            )
+        error = self._as_source_error(self.fetcher.last_error, what)
+        if error is not None:
+            return error
+        return CarbonSourceTimeoutError(
+            self.name, what, f"no answer within {self._answer_wait:g} s; still fetching beside the loop"
+        )
+
+    def _as_source_error(self, error: Exception | None, what: str) -> CarbonSourceError | None:
+        if error is None or isinstance(error, CarbonSourceError):
+            return error
+        if isinstance(error, FetchTimeoutError):
+            return CarbonSourceTimeoutError(self.name, what, str(error))
+        return CarbonSourceError(self.name, what, repr(error))
 
     @staticmethod
     def _clip(forecast: Forecast, start: datetime, end: datetime) -> Forecast:

@@ -70,6 +70,9 @@ class FileSource:
         self._parsed: dict[Path, tuple[tuple[int, int], Forecast]] = {}
 
     async def _load(self, region: str) -> Forecast:
+        if "/" in region or "\\" in region or region.startswith("."):
+            # The CRD refuses such regions; this holds for objects that got in before it did.
+            raise CarbonSourceDataError(_NAME, f"forecast for {region!r}", "a region is not a path")
         path = Path(str(self._path).replace("{region}", region))
         try:
             stat = os.stat(path)  # follows the symlink a ConfigMap update swaps

@@ -66,8 +66,10 @@ class PrometheusSource:
         self._policy = policy
 
     def _promql(self, region: str) -> str:
-        # str.replace, not str.format: PromQL is full of braces.
-        return self._query.replace("{region}", region)
+        # str.replace, not str.format: PromQL is full of braces. The region comes from a job's spec and
+        # lands inside a double-quoted PromQL string: escaped, it cannot close the string and add a selector.
+        escaped = region.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+        return self._query.replace("{region}", escaped)
 
     async def _one_series(self, path: str, params: dict[str, str], what: str) -> _Series:
         body = await get_json(

@@ -15,11 +15,13 @@ import pytest
 
 @dataclass(frozen=True)
 class Reply:
-    """One scripted answer: JSON (dict/list), raw text or bytes; optionally late."""
+    """One scripted answer: JSON (dict/list), raw text or bytes; optionally late, or dripped."""
 
     body: Any = None
     status: int = 200
     delay_s: float = 0.0
+    drip_s: float = 0.0
+    """Seconds between the body's bytes: each read gets something in time, the whole never does."""
     headers: dict[str, str] = field(default_factory=dict)
 
     def encoded(self) -> tuple[bytes, str]:
@@ -70,7 +72,13 @@ class ScriptedServer:
                     for key, value in reply.headers.items():
                         self.send_header(key, value)
                     self.end_headers()
-                    self.wfile.write(body)
+                    if not reply.drip_s:
+                        self.wfile.write(body)
+                    for index in range(len(body) if reply.drip_s else 0):
+                        self.wfile.write(body[index : index + 1])
+                        self.wfile.flush()
+                        if server.release.wait(reply.drip_s):
+                            break
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up (a timeout test)
 

@@ -1,18 +1,24 @@
-"""The TTL cache: answers from memory while fresh, from a stale answer while the source is down."""
+"""The cache: answers from memory while fresh, stale while a fresh one is fetched beside the caller,
+bounded by deadlines and a circuit against hanging and dripping sources (real local HTTP servers)."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
 import pytest
 
+from aisched.policy.carbon import Forecast
+from aisched.policy.circuit import Breaker
 from aisched.settings import CarbonSettings
 from aisched.sources.carbon import (
     CachedCarbonSource,
+    CarbonSourceError,
     CarbonSourceHTTPError,
+    CarbonSourceTimeoutError,
     NationalGridSource,
     build_carbon_source,
 )
@@ -24,7 +30,8 @@ T0 = datetime(2024, 5, 21, 10, tzinfo=UTC)
 ROWS = [(10, 0, 200.0, None), (10, 30, 180.0, None), (11, 0, 150.0, None), (11, 30, 120.0, None), (12, 0, 100.0, None)]
 
 
-def test_fresh_answers_come_from_memory_and_stale_ones_ride_out_an_outage(server: ScriptedServer) -> None:
+@pytest.mark.asyncio
+async def test_fresh_answers_come_from_memory_and_stale_ones_ride_out_an_outage(server: ScriptedServer) -> None:
     now = [T0]
     server.reply("/intensity/2024-05-21T10:00Z/2024-05-21T12:05Z", Reply(payloads.gb_national(ROWS)))
     server.reply("/intensity/2024-05-21T10:06Z/2024-05-21T12:11Z", Reply("down", status=503))
@@ -43,19 +50,104 @@ def test_fresh_answers_come_from_memory_and_stale_ones_ride_out_an_outage(server
             seen.append((await cached.forecast("GB", now[0], now[0] + timedelta(hours=2))).values)
             assert len(server.requests) == 1, "the second ask is answered from memory"
             now[0] = T0 + timedelta(minutes=6)
+            # Stale: answered from memory at once, while a fresh answer is fetched beside the caller.
             seen.append((await cached.forecast("GB", now[0], now[0] + timedelta(hours=2))).values)
+            await cached.fetcher.settle()
             assert isinstance(cached.last_error, CarbonSourceHTTPError)
             now[0] = T0 + timedelta(hours=7)
             with pytest.raises(CarbonSourceHTTPError):
                 await cached.forecast("GB", now[0], now[0] + timedelta(hours=2))
             return seen
 
-    seen = asyncio.run(scenario())
+    seen = await scenario()
     assert seen == [
         (200.0, 180.0, 150.0, 120.0),
         (200.0, 180.0, 150.0, 120.0, 100.0),
         (200.0, 180.0, 150.0, 120.0, 100.0),
     ]
+
+
+def bounded(server: ScriptedServer, clock: list[datetime]) -> Callable[[httpx.AsyncClient], CachedCarbonSource]:
+    """A cache whose fetches end after half a second and whose callers wait a fifth of one."""
+
+    def make(client: httpx.AsyncClient) -> CachedCarbonSource:
+        return CachedCarbonSource(
+            NationalGridSource(client, server.url, FAST),
+            ttl=timedelta(minutes=5),
+            max_stale=timedelta(hours=6),
+            deadline=timedelta(seconds=0.5),
+            answer_wait=timedelta(seconds=0.2),
+            breaker=Breaker(threshold=2, open_for=timedelta(minutes=1)),
+            clock=lambda: clock[0],
+        )
+
+    return make
+
+
+async def timed(ask: Awaitable[object]) -> tuple[float, object]:
+    """Seconds the ask took, and its answer or the error it raised."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    try:
+        answer: object = await ask
+    except CarbonSourceError as error:
+        answer = error
+    return loop.time() - start, answer
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [Reply(payloads.gb_national(ROWS), delay_s=30), Reply(payloads.gb_national(ROWS), drip_s=0.05)],
+    ids=["hanging", "dripping"],
+)
+@pytest.mark.asyncio
+async def test_a_hanging_or_dripping_source_costs_the_caller_its_answer_wait_only(
+    server: ScriptedServer, reply: Reply
+) -> None:
+    # A drip sends a byte every 50 ms: well inside the 200 ms per-read timeout, so only the fetch's
+    # deadline ends it. The caller waits its answer wait and goes on; the circuit then opens.
+    clock = [T0]
+    server.reply("/intensity/2024-05-21T10:00Z/2024-05-21T12:05Z", reply)
+
+    async def scenario() -> None:
+        async with httpx.AsyncClient(trust_env=False) as client:
+            cached = bounded(server, clock)(client)
+            took, answer = await timed(cached.forecast("GB", T0, T0 + timedelta(hours=2)))
+            assert took < 0.45 and isinstance(answer, CarbonSourceTimeoutError), answer
+            await cached.fetcher.settle()
+            assert isinstance(cached.last_error, CarbonSourceTimeoutError)
+            took, answer = await timed(cached.forecast("GB", T0, T0 + timedelta(hours=2)))
+            await cached.fetcher.settle()
+            assert cached.fetcher.circuit.is_open
+            asked = len(server.requests)
+            took, answer = await timed(cached.forecast("GB", T0, T0 + timedelta(hours=2)))
+            assert took < 0.05, "an open circuit answers at once"
+            assert isinstance(answer, CarbonSourceError) and "not asked until" in str(answer)
+            assert len(server.requests) == asked
+
+    await scenario()
+
+
+@pytest.mark.asyncio
+async def test_a_stale_answer_serves_at_once_while_a_hung_source_is_asked_beside_the_caller(
+    server: ScriptedServer,
+) -> None:
+    clock = [T0]
+    server.reply("/intensity/2024-05-21T10:00Z/2024-05-21T12:05Z", Reply(payloads.gb_national(ROWS)))
+    server.reply("/intensity/2024-05-21T10:06Z/2024-05-21T12:11Z", Reply(payloads.gb_national(ROWS), delay_s=30))
+
+    async def scenario() -> None:
+        async with httpx.AsyncClient(trust_env=False) as client:
+            cached = bounded(server, clock)(client)
+            await cached.forecast("GB", T0, T0 + timedelta(hours=2))
+            clock[0] = T0 + timedelta(minutes=6)
+            took, answer = await timed(cached.forecast("GB", clock[0], clock[0] + timedelta(hours=2)))
+            assert took < 0.05 and isinstance(answer, Forecast)
+            assert cached.fetcher.fetching(("forecast", "GB"))
+            await cached.fetcher.settle()
+            assert isinstance(cached.last_error, CarbonSourceTimeoutError)
+
+    await scenario()
 
 
 def test_settings_build_each_provider_behind_the_cache(tmp_path: Path) -> None:

@@ -44,6 +44,15 @@ def test_a_region_picks_its_own_file(tmp_path: Path) -> None:
     assert asyncio.run(source.current("DE")).grams_per_kwh == 400.0
 
 
+def test_a_region_that_is_a_path_reads_no_file(tmp_path: Path) -> None:
+    (tmp_path / "forecasts").mkdir()
+    write(tmp_path / "secret.csv", "time,intensity\n2019-12-20 00:00:00,1\n")
+    source = FileSource(tmp_path / "forecasts" / "{region}.csv", clock=lambda: NOW)
+    for region in ("../secret", "..", "/etc/x", "a\\b"):
+        with pytest.raises(CarbonSourceDataError, match="a region is not a path"):
+            asyncio.run(source.current(region))
+
+
 def test_an_updated_file_is_read_again(tmp_path: Path) -> None:
     path = write(tmp_path / "gb.csv", GB_CI)
     source = FileSource(path, clock=lambda: NOW)

@@ -21,6 +21,11 @@ from tests.unit.sources.carbon.conftest import Reply, ScriptedServer
 from tests.unit.sources.carbon.running import FAST
 
 
+def top_jitter() -> float:
+    """The jitter at its top: waits are the whole doubled backoff."""
+    return 1.0
+
+
 def fetch(server: ScriptedServer | str, policy: HttpPolicy = FAST, waits: list[float] | None = None) -> object:
     base = server if isinstance(server, str) else server.url
 
@@ -40,16 +45,27 @@ def fetch(server: ScriptedServer | str, policy: HttpPolicy = FAST, waits: list[f
 def test_server_errors_are_retried_with_doubling_backoff(server: ScriptedServer) -> None:
     server.reply("/thing", Reply("busy", status=503), Reply("busy", status=502), Reply({"ok": 1}))
     waits: list[float] = []
-    policy = HttpPolicy(timeout_seconds=0.5, retries=3, backoff_seconds=1.0, backoff_max_seconds=10.0)
+    policy = HttpPolicy(
+        timeout_seconds=0.5, retries=3, backoff_seconds=1.0, backoff_max_seconds=10.0, jitter=top_jitter
+    )
     assert fetch(server, policy, waits) == {"ok": 1}
     assert waits == [1.0, 2.0]
     assert len(server.asked("/thing")) == 3
 
 
+def test_backoff_is_jittered_between_half_and_all_of_the_doubled_wait() -> None:
+    policy = HttpPolicy(backoff_seconds=1.0, backoff_max_seconds=10.0)
+    assert replace(policy, jitter=lambda: 0.0).delay(2, None) == 2.0
+    assert replace(policy, jitter=top_jitter).delay(2, None) == 4.0
+    assert all(2.0 <= policy.delay(2, None) <= 4.0 for _ in range(100))
+    # A Retry-After is a floor the jitter never cuts.
+    assert replace(policy, jitter=lambda: 0.0).delay(0, "7") == 7.0
+
+
 def test_retry_after_is_honoured_within_the_cap(server: ScriptedServer) -> None:
     server.reply("/thing", Reply("slow down", status=429, headers={"Retry-After": "7"}), Reply([1, 2]))
     waits: list[float] = []
-    policy = HttpPolicy(timeout_seconds=0.5, retries=1, backoff_seconds=1.0, backoff_max_seconds=5.0)
+    policy = HttpPolicy(timeout_seconds=0.5, retries=1, backoff_seconds=1.0, backoff_max_seconds=5.0, jitter=top_jitter)
     assert fetch(server, policy, waits) == [1, 2]
     assert waits == [5.0]
 

@@ -42,6 +42,18 @@ def test_instant_query_for_now(server: ScriptedServer) -> None:
     assert (point.time, point.grams_per_kwh) == (START, 123.4)
 
 
+def test_a_region_cannot_close_the_string_it_is_spliced_into(server: ScriptedServer) -> None:
+    # A region comes from a tenant's spec; the CRD refuses quotes, but an object from before it must not
+    # turn the query into one that selects someone else's series.
+    server.reply("/api/v1/query", Reply(payloads.prometheus_vector(START.timestamp(), "1")))
+    hostile = 'GB"} or vector(0) or {a="'
+    call(lambda c: PrometheusSource(c, server.url, QUERY, timedelta(minutes=30), FAST), lambda s: s.current(hostile))
+    (asked,) = server.asked("/api/v1/query")
+    assert (
+        asked.query["query"] == 'grid_carbon_intensity_grams_per_kwh{region="GB\\"} or vector(0) or {a=\\""} offset 1d'
+    )
+
+
 def test_more_than_one_series_is_refused(server: ScriptedServer) -> None:
     server.reply("/api/v1/query_range", Reply(payloads.prometheus_matrix([(START.timestamp(), "1")], series=2)))
     with pytest.raises(CarbonSourceDataError, match="returned 2 series"):

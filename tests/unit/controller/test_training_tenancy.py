@@ -1,0 +1,67 @@
+"""Tenancy in the scheduling cycle: a Queue takes jobs only from its namespaces and up to its priority cap.
+
+A refused job gets Admitted=False with the reason and creates nothing, while a job the queue
+takes is admitted in the same pass. Client double, fixed clock, fake loop clock (looptime).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from aisched.policy.tenancy import NAMESPACE_NOT_ALLOWED, PRIORITY_ABOVE_CAP
+from tests.builders import a_queue
+from tests.unit.controller.kube_double import KubeDouble
+from tests.unit.controller.test_training_isolation import condition, events, one_pass, status_of
+from tests.unit.controller.test_training_loop import a_controller, a_job, a_node
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
+
+
+def research(**spec: Any) -> dict[str, Any]:
+    queue = a_queue("research", nominal_gpus=64).obj()
+    queue["spec"].update(spec)
+    return queue
+
+
+def created(kube: KubeDouble) -> list[str]:
+    return [obj["metadata"]["name"] for (obj,) in kube.calls("create")]
+
+
+@pytest.mark.parametrize(
+    ("queue_spec", "job_spec", "reason"),
+    [
+        ({"namespaces": ["team-a"]}, {}, NAMESPACE_NOT_ALLOWED),
+        ({"maxPriority": 10}, {"priority": 11}, PRIORITY_ABOVE_CAP),
+    ],
+    ids=["namespace not bound", "priority above the cap"],
+)
+async def test_a_job_its_queue_refuses_is_not_admitted_and_says_why(
+    kube: KubeDouble, queue_spec: dict[str, Any], job_spec: dict[str, Any], reason: str
+) -> None:
+    kube.allow("patch_status", "post_event", "create")
+    controller = a_controller(kube)
+    controller.inventory.upsert_node(a_node("n1", 8))
+    controller.queue_seen(research(**queue_spec))
+    controller.job_seen(a_job("refused", queue="research", gpusPerReplica=4, **job_spec))
+    controller.job_seen(a_job("taken", gpusPerReplica=4))  # the default queue: no tenancy fields
+    await one_pass(controller)
+    assert status_of(controller, "taken")["phase"] == "Placing"
+    refused = status_of(controller, "refused")
+    assert (refused["phase"], refused["reason"]) == ("Queued", reason)
+    admitted = condition(refused, "Admitted")
+    assert (admitted["status"], admitted["reason"]) == ("False", reason)
+    assert "research" in admitted["message"]
+    assert ("refused", "Warning", reason) in events(kube)
+    assert not [name for name in created(kube) if name.startswith("refused")]
+
+
+async def test_a_job_within_its_queues_namespaces_and_cap_is_admitted(kube: KubeDouble) -> None:
+    kube.allow("patch_status", "post_event", "create")
+    controller = a_controller(kube)
+    controller.inventory.upsert_node(a_node("n1", 8))
+    controller.queue_seen(research(namespaces=["ns"], maxPriority=10))
+    controller.job_seen(a_job("fits", queue="research", gpusPerReplica=4, priority=10))
+    await one_pass(controller)
+    assert status_of(controller, "fits")["phase"] == "Placing"
