@@ -64,6 +64,7 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         """What the scheduler is asked: every waiting job (unless deferred, waiting for capacity or set
         aside) and every placed one, with the jobs by key and the capacity chosen for each waiting job."""
         doomed = self.inventory.doomed_nodes()
+        self._spot_fits.clear()  # the snapshot is this cycle's: so are the answers about it
         parsed: dict[str, tuple[dict[str, Any], TrainingJob]] = {}
         requests: list[JobRequest] = []
         capacity_of: dict[str, CapacityDecision] = {}
@@ -285,9 +286,14 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         self, job: TrainingJob, snapshot: ClusterSnapshot, doomed: frozenset[str], now: datetime
     ) -> CapacityDecision:
         spec = job.spec
-        spot_fits = spec.spot.policy != SpotPolicy.NEVER and isinstance(
-            place_gang(self._request(job, doomed, (CapacityType.SPOT,)), snapshot), PlacementDecision
-        )
+        spot_fits = False
+        if spec.spot.policy != SpotPolicy.NEVER:
+            # Thousands of waiting jobs come in a few shapes: one search per shape and cycle, not per job.
+            on_spot = self._request(job, doomed, (CapacityType.SPOT,))
+            fits = self._spot_fits.get(on_spot)
+            if fits is None:
+                fits = self._spot_fits[on_spot] = isinstance(place_gang(on_spot, snapshot), PlacementDecision)
+            spot_fits = fits
         capacity = next((c for c in job.status.conditions if c.type == "Capacity"), None)
         pinned = None
         if capacity is not None and capacity.reason == DEADLINE_NEEDS_ON_DEMAND:

@@ -26,6 +26,7 @@ from aisched.metrics import Metrics
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.interruptions import InterruptionPrior
 from aisched.policy.lifecycle import HOLDS_GPUS
+from aisched.policy.placement import GangRequest
 from aisched.settings import Settings
 from aisched.sources.carbon import CachedCarbonSource
 from aisched.sources.energy import GpuEnergySource
@@ -71,6 +72,8 @@ class TrainingJobState:
     _reported_at: datetime | None = None
     # Set by every mark; a pass during which no job was marked reports at once: the jobs have settled.
     _marked_during_cycle: bool = False
+    # Whether a gang of each shape fits on spot capacity, for the scheduling cycle under way.
+    _spot_fits: dict[GangRequest, bool] = field(default_factory=dict)
     # When each waiting job's status was last written by the scheduling cycle: its message is refreshed
     # at most every WAITING_MESSAGE_REFRESH.
     _waiting_written: dict[JobKey, datetime] = field(default_factory=dict)
