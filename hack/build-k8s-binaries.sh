@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the local control plane from the Go module proxy and cache it outside
 # the repository: kube-apiserver, kube-controller-manager, kube-scheduler and
-# kubectl (k8s.io/kubernetes), etcd, kwok and helm, at the versions pinned in
+# kubectl (k8s.io/kubernetes), the node components kubelet and kube-proxy
+# (hack/real-nodes.sh runs them), etcd, kwok and helm, at the versions pinned in
 # hack/versions.env. Idempotent: a binary whose --version already matches is
 # kept. Prints the cache's bin directory on stdout when done.
 set -euo pipefail
@@ -21,7 +22,7 @@ has_version() {
 
 build_kubernetes() {
   local v="${KUBERNETES_VERSION}" minor staging_v
-  local components=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+  local components=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
   local missing=() c
   for c in "${components[@]}"; do
     if [[ "$c" == kubectl ]]; then has_version "$c" "${v}" version --client || missing+=("$c")
