@@ -11,7 +11,7 @@
 #             python:3.11-slim-bookworm
 #   operator  aisched.local/aisched:dev: the project's Dockerfile on that base
 #   training  aisched.local/training:dev: the example training image
-#             (examples/training), with the workload SDK and numpy only
+#             (manifests/examples/real-training), with the workload SDK and numpy only
 #
 # Each image is rebuilt only when its inputs change (a hash of them is kept
 # beside the archive); buildah's layer cache makes a rebuild after a code
@@ -70,14 +70,15 @@ build_base() {
   log "base: building ${BASE_IMAGE} from Debian ${DEBIAN_SUITE} packages"
   tmp="$(mktemp -d)"
   # -- base: what goes into the Python base image
-  # python3-venv brings ensurepip's pip, which (unlike Debian's python3-pip) is
-  # an ordinary distribution that the Dockerfile may uninstall. The image is an
-  # application's Python, as python:slim is, so PEP 668's marker goes.
-  mmdebstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
-    --customize-hook='chroot "$1" python3 -m ensurepip --default-pip' \
+  # The image is an application's Python, as python:slim is, so PEP 668's
+  # marker goes; pip and setuptools are installed from Debian's wheels into
+  # /usr/local (unlike Debian's python3-pip, an ordinary distribution that the
+  # Dockerfile may uninstall).
+  mmdebstrap --variant=minbase --include=python3,python3-pip-whl,python3-setuptools-whl,ca-certificates \
     --customize-hook='rm -f "$1"/usr/lib/python3*/EXTERNALLY-MANAGED' \
+    --customize-hook='chroot "$1" sh -c "set -- /usr/share/python-wheels/pip-*.whl; python3 \$1/pip install -q --no-index --no-cache-dir \$1 /usr/share/python-wheels/setuptools-*.whl"' \
     --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*' \
-    --dpkgopt='path-exclude=/usr/share/{doc,man,locale}/*' \
+    --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
     "${DEBIAN_SUITE}" "${tmp}/rootfs.tar" 2>"${tmp}/mmdebstrap.log" ||
     { tail -n 20 "${tmp}/mmdebstrap.log" >&2; die "mmdebstrap failed"; }
   # -- end
@@ -108,8 +109,8 @@ build_operator() {
 }
 
 build_training() {
-  bud training aisched.local/training:dev "${REPO_ROOT}/examples/training/Dockerfile" "${REPO_ROOT}" \
-    "$(tree_key examples/training workload-sdk operator/aisched/workload)"
+  bud training aisched.local/training:dev "${REPO_ROOT}/manifests/examples/real-training/Dockerfile" "${REPO_ROOT}" \
+    "$(tree_key manifests/examples/real-training operator/workload-sdk operator/aisched/workload operator/aisched/__init__.py)"
 }
 
 main() {

@@ -30,6 +30,8 @@ GPUS_PER_NODE="${AISCHED_REAL_NODE_GPUS:-2}"
 # Real nodes take only pods that tolerate this, so that the KWOK fleet's jobs
 # (images that exist nowhere) never land on them.
 REAL_NODE_TAINT="aisched.io/real-node=true:NoSchedule"
+# The hostPath the example training job checkpoints to.
+SHARED_DIR=/var/tmp/aisched-checkpoints
 
 usage() { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
 
@@ -191,6 +193,9 @@ cmd_up() {
   ((${#missing[@]} == 0)) || die "missing ${missing[*]}: run hack/install-node-packages.sh"
   [[ -f "${AISCHED_CACHE_DIR}/images/pause.tar" ]] || "${HACK_DIR}/build-images.sh" pause
   echo "${count}" >"${NODES_DIR}/count" 2>/dev/null || { mkdir -p "${NODES_DIR}"; echo "${count}" >"${NODES_DIR}/count"; }
+  # Storage both nodes see, as a ReadWriteMany volume would be in a cloud;
+  # it outlives the cluster, as checkpoints do.
+  mkdir -p "${SHARED_DIR}" && chmod 1777 "${SHARED_DIR}"
   make_host_bridge
   for ((i = 1; i <= count; i++)); do start_node "$i"; done
   local deadline=$((SECONDS + ${AISCHED_CLUSTER_TIMEOUT:-300}))
