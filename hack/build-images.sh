@@ -97,8 +97,15 @@ bud() {
   build_base
   log "$1: building $2"
   # chroot isolation and the host's network: the build's RUN steps fetch
-  # wheels from the package index and need no namespaces of their own.
-  "${BUILDAH[@]}" bud -q --layers --isolation chroot --network host \
+  # wheels from the package index and need no namespaces of their own. They
+  # reach it as the host does: with its pip.conf (a mirror, say) and its CA
+  # bundle (a TLS-inspecting proxy's CA), mounted for the build and never
+  # written into a layer.
+  local host_settings=() file
+  for file in /etc/pip.conf /etc/ssl/certs/ca-certificates.crt; do
+    [[ -f "${file}" ]] && host_settings+=(--volume "${file}:${file}:ro")
+  done
+  "${BUILDAH[@]}" bud -q --layers --isolation chroot --network host "${host_settings[@]}" \
     --build-arg "PYTHON_IMAGE=${BASE_IMAGE}" -f "$3" -t "$2" "$4" >/dev/null
   save "$1" "$2" "$5"
 }

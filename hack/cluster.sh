@@ -228,6 +228,7 @@ start_apiserver() {
     --service-account-key-file "${pki}/sa.pub" --service-account-signing-key-file "${pki}/sa.key" \
     --service-cluster-ip-range "${SERVICE_CIDR}" \
     --kubelet-client-certificate "${pki}/apiserver-kubelet-client.crt" --kubelet-client-key "${pki}/apiserver-kubelet-client.key" \
+    --kubelet-preferred-address-types InternalIP,Hostname \
     --allow-privileged --profiling=false
 }
 
