@@ -63,9 +63,7 @@ def training_job(name: str, namespace: str, checkpoint_root: Path, *, replicas: 
     }
 
 
-def reference_run(
-    api: client.ApiClient, namespace: str, node: str, checkpoint_root: Path, rank: int
-) -> dict[str, Any]:
+def reference_run(api: client.ApiClient, namespace: str, node: str, checkpoint_root: Path, rank: int) -> dict[str, Any]:
     """The same training, uninterrupted, as a plain pod on NODE; returns its final.json."""
     name = f"reference-{rank}"
     args = [*train_args(step_seconds=0), "--output-dir", f"{MOUNT}/{namespace}/{name}"]

@@ -20,6 +20,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import time
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from aisched.workload import Checkpointer
 log = logging.getLogger("train")
 
 FEATURES, HIDDEN, SAMPLES, BATCH, LEARNING_RATE = 16, 32, 2048, 64, 0.05
+_CHECKPOINT = re.compile(r"step-(\d{9})\.npz")
 
 
 def make_data(seed: int, rank: int) -> tuple[np.ndarray, np.ndarray]:
@@ -74,6 +76,21 @@ def checkpoint_path(directory: Path, step: int) -> Path:
     return directory / f"step-{step:09d}.npz"
 
 
+def own_resume_step(directory: Path, gang_step: int) -> int:
+    """The first step at or after GANG_STEP that this rank saved.
+
+    The operator resumes a gang from the oldest step all its workers saved.
+    Ranks that synchronise every step (an all-reduce) all saved that very
+    step; these ranks train independently, so one may have saved a later step
+    on SIGTERM, and it continues from there to stay on its own trajectory.
+    """
+    saved = sorted(int(m.group(1)) for p in directory.iterdir() if (m := _CHECKPOINT.fullmatch(p.name)))
+    later = [step for step in saved if step >= gang_step]
+    if not later:
+        raise SystemExit(f"no checkpoint at or after step {gang_step} in {directory}")
+    return later[0]
+
+
 def save(directory: Path, step: int, weights: dict[str, np.ndarray]) -> str:
     """Write atomically, so a SIGKILL mid-write never leaves a torn checkpoint under the final name."""
     path = checkpoint_path(directory, step)
@@ -105,11 +122,11 @@ def main() -> None:
     checkpointer.install_sigterm_handler()
     start = 0
     if checkpointer.resume is not None:
-        # Each rank resumes from its own file of the step the operator names.
-        with np.load(checkpoint_path(directory, checkpointer.resume.step)) as saved:
+        resumed = own_resume_step(directory, checkpointer.resume.step)
+        with np.load(checkpoint_path(directory, resumed)) as saved:
             weights.update({name: saved[name].copy() for name in weights})
-        start = checkpointer.resume.step + 1
-        log.info("resumed from step %d", checkpointer.resume.step)
+        start = resumed + 1
+        log.info("resumed from step %d (the gang's: %d)", resumed, checkpointer.resume.step)
 
     loss = float("nan")
     for step in range(start, args.steps):

@@ -1,0 +1,142 @@
+"""The operator in-cluster: the chart with the image built here, two replicas on the real nodes, one leader.
+
+Installed into a namespace that enforces the restricted Pod Security Standard,
+acting with its ServiceAccount's RBAC, handing over when the leader's pod is
+deleted, and scraped by a real Prometheus that finds it through its Service.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from aisched.testing.cluster import LocalCluster, free_ports, wait_for
+from tests.e2e.conftest import OPERATOR_NAMESPACE, REAL_NODE_LABEL, get_json, ok
+from tests.e2e.training import apply, running_workers, training_job, workers
+
+LEASE = "aisched-leader"
+SELECTOR = "app.kubernetes.io/component=operator"
+
+
+def operator_pods(cluster: LocalCluster) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = get_json(cluster, "pods", "-n", OPERATOR_NAMESPACE, "-l", SELECTOR)["items"]
+    return [p for p in items if not p["metadata"].get("deletionTimestamp")]
+
+
+def ready(pod: dict[str, Any]) -> bool:
+    conditions = pod.get("status", {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def leader(cluster: LocalCluster) -> str | None:
+    """The pod whose replica holds the Lease (identities are '<pod name>_<uuid>')."""
+    lease = get_json(cluster, "lease", LEASE, "-n", OPERATOR_NAMESPACE)
+    holder: str | None = lease.get("spec", {}).get("holderIdentity")
+    return holder.rsplit("_", 1)[0] if holder else None
+
+
+def test_chart_runs_two_replicas_on_the_real_nodes_under_restricted_pod_security(
+    cluster: LocalCluster, operator_release: str
+) -> None:
+    pods = wait_for(lambda: [p for p in operator_pods(cluster) if ready(p)] or None, 120, "operator pods Ready")
+    pods = wait_for(lambda: len(operator_pods(cluster)) == 2 and operator_pods(cluster), 120, "two replicas")
+    nodes = {p["spec"]["nodeName"] for p in pods}
+    for node in nodes:
+        assert get_json(cluster, "node", node)["metadata"]["labels"].get(REAL_NODE_LABEL) == "true"
+    namespace = get_json(cluster, "namespace", OPERATOR_NAMESPACE)
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    # The operator acts as its ServiceAccount, not as an administrator.
+    assert {p["spec"]["serviceAccountName"] for p in pods} == {"aisched"}
+    assert wait_for(lambda: leader(cluster), 60, "a leader") in {p["metadata"]["name"] for p in pods}
+    listed = cluster.kubectl("get", "tj", "-A")
+    assert listed.returncode == 0, listed.stderr
+
+
+def test_deleting_the_leader_hands_over_without_duplicate_workers(
+    cluster: LocalCluster, api_client: client.ApiClient, namespace: str, checkpoint_root: Path
+) -> None:
+    wait_for(lambda: len([p for p in operator_pods(cluster) if ready(p)]) == 2, 120, "two Ready replicas")
+    apply(cluster, training_job("handover", namespace, checkpoint_root))
+    wait_for(lambda: running_workers(cluster, namespace, "handover", 1), 120, "the worker running")
+    before = leader(cluster)
+    assert before is not None
+    ok(cluster.kubectl("delete", "pod", before, "-n", OPERATOR_NAMESPACE, "--wait=false"))
+    after = wait_for(lambda: (holder := leader(cluster)) not in (None, before) and holder, 90, "a new leader")
+    assert after in {p["metadata"]["name"] for p in operator_pods(cluster)}
+    # The new leader adopts the running gang rather than starting another.
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        live = [p for p in workers(cluster, namespace, "handover") if not p["metadata"].get("deletionTimestamp")]
+        assert len(live) == 1, [p["metadata"]["name"] for p in live]
+        time.sleep(1)
+
+
+@pytest.fixture
+def prometheus(cluster: LocalCluster, tmp_path: Path) -> Iterator[str]:
+    """Debian's Prometheus, discovering the operator through its Service's endpoints."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.skip("prometheus is not installed (make tools)")
+    port = free_ports(1)[0]
+    scrape = {
+        "job_name": "aisched",
+        "scrape_interval": "2s",
+        "kubernetes_sd_configs": [
+            {
+                "role": "endpoints",
+                "kubeconfig_file": str(cluster.kubeconfig),
+                "namespaces": {"names": [OPERATOR_NAMESPACE]},
+            }
+        ],
+        "relabel_configs": [
+            {"source_labels": ["__meta_kubernetes_service_name"], "regex": ".*-metrics", "action": "keep"},
+            {"source_labels": ["__meta_kubernetes_pod_name"], "target_label": "pod"},
+        ],
+    }
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump({"scrape_configs": [scrape]}))
+    process = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={tmp_path / 'prometheus.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=(tmp_path / "prometheus.log").open("wb"),
+    )
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+
+
+def query(base: str, promql: str) -> list[dict[str, Any]]:
+    try:
+        with urllib.request.urlopen(f"{base}/api/v1/query?query={urllib.request.quote(promql)}", timeout=5) as r:
+            result: list[dict[str, Any]] = json.loads(r.read())["data"]["result"]
+            return result
+    except OSError:
+        return []
+
+
+def test_prometheus_scrapes_both_replicas_through_the_service(
+    cluster: LocalCluster, operator_release: str, prometheus: str
+) -> None:
+    wait_for(lambda: len([p for p in operator_pods(cluster) if ready(p)]) == 2, 120, "two Ready replicas")
+    up = wait_for(
+        lambda: len(series := query(prometheus, 'up{job="aisched"} == 1')) == 2 and series, 90, "2 targets up"
+    )
+    assert {s["metric"]["pod"] for s in up} == {p["metadata"]["name"] for p in operator_pods(cluster)}
+    leaders = wait_for(lambda: query(prometheus, "aisched_leader"), 60, "aisched_leader scraped")
+    assert sorted(float(s["value"][1]) for s in leaders) == [0.0, 1.0]
