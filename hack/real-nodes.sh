@@ -229,11 +229,15 @@ cmd_import() {
   local count i archive
   count="$(cat "${NODES_DIR}/count" 2>/dev/null || echo 0)"
   ((count > 0)) || die "no real nodes run in ${CLUSTER_DIR}"
+  # The nodes unpack in parallel: each import is mostly one containerd's disk work.
+  local pids=() pid
   for ((i = 1; i <= count; i++)); do
-    for archive in "$@"; do
+    (for archive in "$@"; do
       ctr --address "$(node_dir "$i")/containerd.sock" -n k8s.io images import "${archive}" >/dev/null
-    done
+    done) &
+    pids+=("$!")
   done
+  for pid in "${pids[@]}"; do wait "${pid}" || die "importing $* failed"; done
   log "imported $* into ${count} nodes"
 }
 

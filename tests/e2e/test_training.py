@@ -52,6 +52,7 @@ def interrupt_and_resume(
     api_client: client.ApiClient,
     namespace: str,
     name: str,
+    *,
     replicas: int,
     interrupted: list[str],
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
@@ -117,13 +118,14 @@ def test_interrupted_job_resumes_elsewhere_with_the_uninterrupted_weights(
     cluster: LocalCluster,
     api_client: client.ApiClient,
     namespace: str,
-    real_nodes: list[str],
     checkpoint_root: Path,
     interrupted: list[str],
 ) -> None:
     name = "solo"
     apply(cluster, training_job(name, namespace, checkpoint_root))
-    terminations, resumed, recorded = interrupt_and_resume(cluster, api_client, namespace, name, 1, interrupted)
+    terminations, resumed, recorded = interrupt_and_resume(
+        cluster, api_client, namespace, name, replicas=1, interrupted=interrupted
+    )
     assert STEPS_BEFORE_NOTICE <= recorded < STEPS - 1
     assert_saved_on_sigterm(terminations, 1, recorded)
     assert_resumed_from(resumed, recorded)
@@ -140,13 +142,14 @@ def test_gang_stops_checkpoints_and_resumes_together(
     cluster: LocalCluster,
     api_client: client.ApiClient,
     namespace: str,
-    real_nodes: list[str],
     checkpoint_root: Path,
     interrupted: list[str],
 ) -> None:
     name = "gang"
     apply(cluster, training_job(name, namespace, checkpoint_root, replicas=2))
-    terminations, resumed, recorded = interrupt_and_resume(cluster, api_client, namespace, name, 2, interrupted)
+    terminations, resumed, recorded = interrupt_and_resume(
+        cluster, api_client, namespace, name, replicas=2, interrupted=interrupted
+    )
     assert_saved_on_sigterm(terminations, 2, recorded)
     assert_resumed_from(resumed, recorded)
     wait_succeeded(cluster, namespace, name)

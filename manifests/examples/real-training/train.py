@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+
 from aisched.workload import Checkpointer
 
 log = logging.getLogger("train")
