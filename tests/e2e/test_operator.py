@@ -104,16 +104,17 @@ def prometheus(cluster: LocalCluster, tmp_path: Path) -> Iterator[str]:
         ],
     }
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump({"scrape_configs": [scrape]}))
-    process = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={tmp_path / 'prometheus.yml'}",
-            f"--storage.tsdb.path={tmp_path / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=(tmp_path / "prometheus.log").open("wb"),
-    )
+    with (tmp_path / "prometheus.log").open("wb") as log:  # the child keeps its own descriptor
+        process = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={tmp_path / 'prometheus.yml'}",
+                f"--storage.tsdb.path={tmp_path / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
