@@ -62,25 +62,6 @@ def test_chart_runs_two_replicas_on_the_real_nodes_under_restricted_pod_security
     assert listed.returncode == 0, listed.stderr
 
 
-def test_deleting_the_leader_hands_over_without_duplicate_workers(
-    cluster: LocalCluster, api_client: client.ApiClient, namespace: str, checkpoint_root: Path
-) -> None:
-    wait_for(lambda: len([p for p in operator_pods(cluster) if ready(p)]) == 2, 120, "two Ready replicas")
-    apply(cluster, training_job("handover", namespace, checkpoint_root))
-    wait_for(lambda: running_workers(cluster, namespace, "handover", 1), 120, "the worker running")
-    before = leader(cluster)
-    assert before is not None
-    ok(cluster.kubectl("delete", "pod", before, "-n", OPERATOR_NAMESPACE, "--wait=false"))
-    after = wait_for(lambda: (holder := leader(cluster)) not in (None, before) and holder, 90, "a new leader")
-    assert after in {p["metadata"]["name"] for p in operator_pods(cluster)}
-    # The new leader adopts the running gang rather than starting another.
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        live = [p for p in workers(cluster, namespace, "handover") if not p["metadata"].get("deletionTimestamp")]
-        assert len(live) == 1, [p["metadata"]["name"] for p in live]
-        time.sleep(1)
-
-
 @pytest.fixture
 def prometheus(cluster: LocalCluster, tmp_path: Path) -> Iterator[str]:
     """Debian's Prometheus, discovering the operator through its Service's endpoints."""
@@ -141,3 +122,22 @@ def test_prometheus_scrapes_both_replicas_through_the_service(
     assert {s["metric"]["pod"] for s in up} == {p["metadata"]["name"] for p in operator_pods(cluster)}
     leaders = wait_for(lambda: query(prometheus, "aisched_leader"), 60, "aisched_leader scraped")
     assert sorted(float(s["value"][1]) for s in leaders) == [0.0, 1.0]
+
+
+def test_deleting_the_leader_hands_over_without_duplicate_workers(
+    cluster: LocalCluster, api_client: client.ApiClient, namespace: str, checkpoint_root: Path
+) -> None:
+    wait_for(lambda: len([p for p in operator_pods(cluster) if ready(p)]) == 2, 120, "two Ready replicas")
+    apply(cluster, training_job("handover", namespace, checkpoint_root))
+    wait_for(lambda: running_workers(cluster, namespace, "handover", 1), 120, "the worker running")
+    before = leader(cluster)
+    assert before is not None
+    ok(cluster.kubectl("delete", "pod", before, "-n", OPERATOR_NAMESPACE, "--wait=false"))
+    after = wait_for(lambda: (holder := leader(cluster)) not in (None, before) and holder, 90, "a new leader")
+    assert after in {p["metadata"]["name"] for p in operator_pods(cluster)}
+    # The new leader adopts the running gang rather than starting another.
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        live = [p for p in workers(cluster, namespace, "handover") if not p["metadata"].get("deletionTimestamp")]
+        assert len(live) == 1, [p["metadata"]["name"] for p in live]
+        time.sleep(1)

@@ -58,11 +58,13 @@ def interrupt_and_resume(
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
     """Run NAME until it has trained a while, interrupt the node of its first worker, and wait for the resumed gang.
 
-    Returns the stopped workers' terminations, the resumed workers, and the step the job recorded.
+    Returns the stopped workers' terminations, the resumed workers (checked to be the next generation,
+    resuming from the recorded step), and the step the job recorded.
     """
     with PodHistory(api_client, namespace) as history:
         first = wait_for(lambda: running_workers(cluster, namespace, name, replicas), RUN_TIMEOUT, "the gang running")
         old = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in first}
+        generation = int(env_of(first[0])["AISCHED_GANG_GENERATION"])
         wait_for(
             lambda: all(last_step(cluster, namespace, pod) >= STEPS_BEFORE_NOTICE for pod in old),
             RUN_TIMEOUT,
@@ -83,6 +85,7 @@ def interrupt_and_resume(
     # The kubelet gave the workers the grace period the operator chose, within the AWS notice.
     assert all(grace is not None and 0 < grace <= 120 for grace in graces.values()), graces
     assert all(p["spec"]["nodeName"] != victim for p in new), "resumed on the interrupted node"
+    assert_resumed_from(new, recorded, generation + 1)
     return terminations, new, recorded
 
 
@@ -98,11 +101,12 @@ def assert_saved_on_sigterm(terminations: list[dict[str, Any]], replicas: int, r
     assert min(steps) == recorded, (steps, recorded)
 
 
-def assert_resumed_from(pods: list[dict[str, Any]], recorded: int) -> None:
+def assert_resumed_from(pods: list[dict[str, Any]], recorded: int, generation: int) -> None:
+    """The next generation of the gang, told the step the job recorded."""
     for pod in pods:
         env = env_of(pod)
         assert env["AISCHED_RESUME_STEP"] == str(recorded), env
-        assert env["AISCHED_GANG_GENERATION"] == "1", env
+        assert env["AISCHED_GANG_GENERATION"] == str(generation), env
 
 
 def wait_succeeded(cluster: LocalCluster, namespace: str, name: str) -> None:
@@ -128,7 +132,6 @@ def test_interrupted_job_resumes_elsewhere_with_the_uninterrupted_weights(
     )
     assert STEPS_BEFORE_NOTICE <= recorded < STEPS - 1
     assert_saved_on_sigterm(terminations, 1, recorded)
-    assert_resumed_from(resumed, recorded)
     wait_succeeded(cluster, namespace, name)
 
     result = final_result(checkpoint_root / namespace / name / "rank-0")
@@ -151,7 +154,6 @@ def test_gang_stops_checkpoints_and_resumes_together(
         cluster, api_client, namespace, name, replicas=2, interrupted=interrupted
     )
     assert_saved_on_sigterm(terminations, 2, recorded)
-    assert_resumed_from(resumed, recorded)
     wait_succeeded(cluster, namespace, name)
 
     node = resumed[0]["spec"]["nodeName"]
