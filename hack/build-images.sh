@@ -65,7 +65,8 @@ build_pause() {
 
 build_base() {
   local key tmp container
-  key="$(printf '%s' "${DEBIAN_SUITE} $(sed -n '/^# -- base/,/^# --/p' "${BASH_SOURCE[0]}")" | sha256sum | cut -c1-16)"
+  # The key: the suite and the lines between the "-- base" and "-- end" marks below.
+  key="$(printf '%s' "${DEBIAN_SUITE} $(sed -n '/# -- base/,/# -- end/p' "${BASH_SOURCE[0]}")" | sha256sum | cut -c1-16)"
   if up_to_date base "${key}" && "${BUILDAH[@]}" inspect "${BASE_IMAGE}" >/dev/null 2>&1; then log "base: cached"; return; fi
   log "base: building ${BASE_IMAGE} from Debian ${DEBIAN_SUITE} packages"
   tmp="$(mktemp -d)"
@@ -73,7 +74,8 @@ build_base() {
   # The image is an application's Python, as python:slim is, so PEP 668's
   # marker goes; pip and setuptools are installed from Debian's wheels into
   # /usr/local (unlike Debian's python3-pip, an ordinary distribution that the
-  # Dockerfile may uninstall).
+  # Dockerfile may uninstall). The hooks run in mmdebstrap's shell, with $1 the new root.
+  # shellcheck disable=SC2016
   mmdebstrap --variant=minbase --include=python3,python3-pip-whl,python3-setuptools-whl,ca-certificates \
     --customize-hook='rm -f "$1"/usr/lib/python3*/EXTERNALLY-MANAGED' \
     --customize-hook='chroot "$1" sh -c "set -- /usr/share/python-wheels/pip-*.whl; python3 \$1/pip install -q --no-index --no-cache-dir \$1 /usr/share/python-wheels/setuptools-*.whl"' \

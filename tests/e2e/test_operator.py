@@ -11,6 +11,7 @@ import json
 import shutil
 import subprocess
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +34,11 @@ def operator_pods(cluster: LocalCluster) -> list[dict[str, Any]]:
     return [p for p in items if not p["metadata"].get("deletionTimestamp")]
 
 
+def ready_replicas(cluster: LocalCluster, count: int) -> list[dict[str, Any]] | None:
+    pods = [p for p in operator_pods(cluster) if ready(p)]
+    return pods if len(pods) == count else None
+
+
 def ready(pod: dict[str, Any]) -> bool:
     conditions = pod.get("status", {}).get("conditions") or []
     return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
@@ -48,8 +54,7 @@ def leader(cluster: LocalCluster) -> str | None:
 def test_chart_runs_two_replicas_on_the_real_nodes_under_restricted_pod_security(
     cluster: LocalCluster, operator_release: str
 ) -> None:
-    pods = wait_for(lambda: [p for p in operator_pods(cluster) if ready(p)] or None, 120, "operator pods Ready")
-    pods = wait_for(lambda: len(operator_pods(cluster)) == 2 and operator_pods(cluster), 120, "two replicas")
+    pods = wait_for(lambda: ready_replicas(cluster, 2), 120, "two Ready replicas")
     nodes = {p["spec"]["nodeName"] for p in pods}
     for node in nodes:
         assert get_json(cluster, "node", node)["metadata"]["labels"].get(REAL_NODE_LABEL) == "true"
@@ -105,7 +110,7 @@ def prometheus(cluster: LocalCluster, tmp_path: Path) -> Iterator[str]:
 
 def query(base: str, promql: str) -> list[dict[str, Any]]:
     try:
-        with urllib.request.urlopen(f"{base}/api/v1/query?query={urllib.request.quote(promql)}", timeout=5) as r:
+        with urllib.request.urlopen(f"{base}/api/v1/query?query={urllib.parse.quote(promql)}", timeout=5) as r:
             result: list[dict[str, Any]] = json.loads(r.read())["data"]["result"]
             return result
     except OSError:
@@ -115,9 +120,11 @@ def query(base: str, promql: str) -> list[dict[str, Any]]:
 def test_prometheus_scrapes_both_replicas_through_the_service(
     cluster: LocalCluster, operator_release: str, prometheus: str
 ) -> None:
-    wait_for(lambda: len([p for p in operator_pods(cluster) if ready(p)]) == 2, 120, "two Ready replicas")
+    wait_for(lambda: ready_replicas(cluster, 2), 120, "two Ready replicas")
     up = wait_for(
-        lambda: len(series := query(prometheus, 'up{job="aisched"} == 1')) == 2 and series, 90, "2 targets up"
+        lambda: query(prometheus, 'count(up{job="aisched"} == 1) == 2') and query(prometheus, 'up{job="aisched"}'),
+        90,
+        "2 targets up",
     )
     assert {s["metric"]["pod"] for s in up} == {p["metadata"]["name"] for p in operator_pods(cluster)}
     leaders = wait_for(lambda: query(prometheus, "aisched_leader"), 60, "aisched_leader scraped")
@@ -127,7 +134,7 @@ def test_prometheus_scrapes_both_replicas_through_the_service(
 def test_deleting_the_leader_hands_over_without_duplicate_workers(
     cluster: LocalCluster, api_client: client.ApiClient, namespace: str, checkpoint_root: Path
 ) -> None:
-    wait_for(lambda: len([p for p in operator_pods(cluster) if ready(p)]) == 2, 120, "two Ready replicas")
+    wait_for(lambda: ready_replicas(cluster, 2), 120, "two Ready replicas")
     apply(cluster, training_job("handover", namespace, checkpoint_root))
     wait_for(lambda: running_workers(cluster, namespace, "handover", 1), 120, "the worker running")
     before = leader(cluster)

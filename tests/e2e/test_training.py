@@ -113,7 +113,7 @@ def wait_succeeded(cluster: LocalCluster, namespace: str, name: str) -> None:
     def done() -> bool:
         phase = job(cluster, namespace, name).get("status", {}).get("phase")
         assert phase != "Failed", job(cluster, namespace, name)["status"]
-        return phase == "Succeeded"
+        return bool(phase == "Succeeded")
 
     wait_for(done, RUN_TIMEOUT, f"{name} to succeed", interval=1)
 
