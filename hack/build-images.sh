@@ -67,7 +67,7 @@ build_base() {
   local key tmp container
   # The key: the suite and the lines between the "-- base" and "-- end" marks below.
   key="$(printf '%s' "${DEBIAN_SUITE} $(sed -n '/# -- base/,/# -- end/p' "${BASH_SOURCE[0]}")" | sha256sum | cut -c1-16)"
-  if up_to_date base "${key}" && "${BUILDAH[@]}" inspect "${BASE_IMAGE}" >/dev/null 2>&1; then log "base: cached"; return; fi
+  if up_to_date base "${key}" && "${BUILDAH[@]}" inspect "${BASE_IMAGE}" >/dev/null 2>&1; then return; fi
   log "base: building ${BASE_IMAGE} from Debian ${DEBIAN_SUITE} packages"
   tmp="$(mktemp -d)"
   # -- base: what goes into the Python base image
@@ -93,10 +93,12 @@ build_base() {
   rm -rf "${tmp}"
 }
 
-# bud NAME IMAGE DOCKERFILE CONTEXT KEY: a Dockerfile built on the base image.
+# bud NAME IMAGE DOCKERFILE CONTEXT KEY: a Dockerfile built on the base image
+# (rebuilt when KEY or the base changes).
 bud() {
-  if up_to_date "$1" "$5"; then log "$1: cached"; return; fi
   build_base
+  set -- "$1" "$2" "$3" "$4" "$5-$(<"${IMAGES_DIR}/base.key")"
+  if up_to_date "$1" "$5"; then log "$1: cached"; return; fi
   log "$1: building $2"
   # chroot isolation and the host's network: the build's RUN steps fetch
   # wheels from the package index and need no namespaces of their own. They
