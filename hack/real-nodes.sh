@@ -191,6 +191,9 @@ cmd_up() {
   for c in containerd runc ctr nsenter unshare iptables conntrack; do command -v "$c" >/dev/null || missing+=("$c"); done
   [[ -x "${CNI_BIN_DIR}/bridge" ]] || missing+=("${CNI_BIN_DIR}/bridge")
   ((${#missing[@]} == 0)) || die "missing ${missing[*]}: run hack/install-node-packages.sh"
+  for c in kubelet kube-proxy fake-gpu-plugin pause; do
+    [[ -x "${AISCHED_BIN_DIR}/${c}" ]] || { "${HACK_DIR}/build-k8s-binaries.sh" >/dev/null; break; }
+  done
   [[ -f "${AISCHED_CACHE_DIR}/images/pause.tar" ]] || "${HACK_DIR}/build-images.sh" pause
   echo "${count}" >"${NODES_DIR}/count" 2>/dev/null || { mkdir -p "${NODES_DIR}"; echo "${count}" >"${NODES_DIR}/count"; }
   # Storage both nodes see, as a ReadWriteMany volume would be in a cloud;
