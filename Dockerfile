@@ -25,6 +25,10 @@ RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
  && pip uninstall -y pip setuptools wheel \
  && aisched --help >/dev/null
 # The chart's restricted securityContext runs as this uid; "nonroot" as in distroless images.
+# It needs a passwd entry: kopf names its peering identity after getpass.getuser(),
+# which raises KeyError for a uid that has none.
+RUN echo "nonroot:x:65532:65532:nonroot:/nonexistent:/usr/sbin/nologin" >>/etc/passwd \
+ && echo "nonroot:x:65532:" >>/etc/group
 USER 65532:65532
 WORKDIR /tmp
 EXPOSE 8080 8081

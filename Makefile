@@ -6,6 +6,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 PRESET ?= small
+# Real nodes (kubelet + containerd, root only) beside the fake ones: make cluster-up REAL_NODES=2
+REAL_NODES ?= 0
 CRD_DIRS := crds helm/aisched/templates/crds
 GENERATED := $(CRD_DIRS) helm/aisched/dashboards manifests/install.yaml manifests/prometheus-rules.yaml
 
@@ -27,12 +29,20 @@ tools: ## install the system tools tests use for real (Prometheus, promtool) if 
 	hack/install-tools.sh
 
 .PHONY: k8s-binaries
-k8s-binaries: ## build (or reuse from ~/.cache/aisched) etcd, kube-*, kubectl, kwok, helm
+k8s-binaries: ## build (or reuse from ~/.cache/aisched) etcd, kube-*, kubelet, kube-proxy, kubectl, kwok, helm
 	hack/build-k8s-binaries.sh
 
+.PHONY: node-packages
+node-packages: ## install containerd, runc, CNI plugins, buildah, mmdebstrap, umoci, skopeo from Debian if missing
+	hack/install-node-packages.sh
+
+.PHONY: images
+images: node-packages k8s-binaries ## build (or reuse) the pause, base, operator and training images, no Docker needed
+	hack/build-images.sh all
+
 .PHONY: cluster-up
-cluster-up: k8s-binaries ## start the local GPU cluster (PRESET=small|large)
-	hack/cluster.sh up $(PRESET)
+cluster-up: k8s-binaries ## start the local GPU cluster (PRESET=small|large, REAL_NODES=N real kubelets)
+	AISCHED_REAL_NODES=$(REAL_NODES) hack/cluster.sh up $(PRESET)
 
 .PHONY: cluster-down
 cluster-down: ## stop the demo operator and the local GPU cluster, and remove its state
@@ -44,8 +54,8 @@ cluster-status: ## tell what the local GPU cluster runs
 	hack/cluster.sh status
 
 .PHONY: demo
-demo: venv k8s-binaries ## local GPU cluster + operator + sample jobs, then watch them
-	hack/demo.sh
+demo: venv k8s-binaries ## local GPU cluster + operator + sample jobs (REAL_NODES=2: and a real job on a real node)
+	AISCHED_REAL_NODES=$(REAL_NODES) hack/demo.sh
 
 .PHONY: generate
 generate: venv k8s-binaries ## regenerate the CRDs (crds/ and the chart), dashboards, install bundle and rules file
@@ -55,8 +65,8 @@ generate: venv k8s-binaries ## regenerate the CRDs (crds/ and the chart), dashbo
 
 .PHONY: lint
 lint: venv ## ruff (lint + format check), shellcheck
-	$(BIN)/ruff check operator tests benchmarks
-	$(BIN)/ruff format --check operator tests benchmarks
+	$(BIN)/ruff check operator tests benchmarks manifests/examples
+	$(BIN)/ruff format --check operator tests benchmarks manifests/examples
 	$(BIN)/shellcheck -x hack/*.sh
 
 .PHONY: typecheck
@@ -86,8 +96,12 @@ test-tools: venv tools k8s-binaries ## tests that drive real helm and promtool (
 test-integration: venv tools k8s-binaries ## integration tests against the local GPU cluster (small preset)
 	$(BIN)/pytest tests/integration -q; rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
+.PHONY: test-e2e
+test-e2e: venv tools node-packages images ## e2e tests: two real nodes, the chart in-cluster, real training jobs (root)
+	$(BIN)/pytest tests/e2e -q; rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
+
 .PHONY: test
-test: verify test-unit test-tools test-integration ## everything CI runs: verify, unit, tools, integration
+test: verify test-unit test-tools test-integration ## everything CI runs: verify, unit, tools, integration (test-e2e runs apart)
 
 .PHONY: bench
 bench: venv k8s-binaries ## benchmarks; figures in benchmarks/results/ (BENCH_ONLY="placement trace": just those)

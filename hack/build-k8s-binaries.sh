@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Build the local control plane from the Go module proxy and cache it outside
 # the repository: kube-apiserver, kube-controller-manager, kube-scheduler and
-# kubectl (k8s.io/kubernetes), etcd, kwok and helm, at the versions pinned in
+# kubectl (k8s.io/kubernetes), the node components kubelet and kube-proxy
+# (hack/real-nodes.sh runs them, with the fake GPU device plugin and pause of
+# hack/node-tools), etcd, kwok and helm, at the versions pinned in
 # hack/versions.env. Idempotent: a binary whose --version already matches is
 # kept. Prints the cache's bin directory on stdout when done.
 set -euo pipefail
@@ -21,7 +23,7 @@ has_version() {
 
 build_kubernetes() {
   local v="${KUBERNETES_VERSION}" minor staging_v
-  local components=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+  local components=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
   local missing=() c
   for c in "${components[@]}"; do
     if [[ "$c" == kubectl ]]; then has_version "$c" "${v}" version --client || missing+=("$c")
@@ -111,6 +113,21 @@ build_helm() {
   "${AISCHED_BIN_DIR}/helm" version --short >&2
 }
 
+# The real nodes' fake GPU device plugin and pod sandbox (hack/node-tools),
+# rebuilt when their sources change.
+build_node_tools() {
+  local src="${HACK_DIR}/node-tools" key
+  key="$(cat "${src}/go.mod" "${src}/go.sum" "${src}"/*/main.go | sha256sum | cut -c1-16)"
+  if [[ -x "${AISCHED_BIN_DIR}/fake-gpu-plugin" && -x "${AISCHED_BIN_DIR}/pause" &&
+    "$(cat "${AISCHED_BIN_DIR}/.node-tools.key" 2>/dev/null)" == "${key}" ]]; then
+    log "node tools: cached"; return
+  fi
+  log "node tools: building fake-gpu-plugin and pause"
+  (cd "${src}" && GOFLAGS="-mod=mod -buildvcs=false" go build -trimpath -ldflags "-s -w" \
+    -o "${AISCHED_BIN_DIR}/" ./fake-gpu-plugin ./pause)
+  echo "${key}" >"${AISCHED_BIN_DIR}/.node-tools.key"
+}
+
 main() {
   local start=${SECONDS}
   log "cache: ${AISCHED_BIN_DIR}"
@@ -118,6 +135,7 @@ main() {
   build_kwok
   build_helm
   build_kubernetes
+  build_node_tools
   log "all binaries ready in $((SECONDS - start))s"
   echo "${AISCHED_BIN_DIR}"
 }

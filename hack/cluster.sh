@@ -12,6 +12,7 @@
 # second cluster (the test fixture's) runs beside a developer's:
 #   AISCHED_APISERVER_PORT (6443)  AISCHED_ETCD_CLIENT_PORT (2379)  AISCHED_ETCD_PEER_PORT (2380)
 #   AISCHED_CONTROLLER_MANAGER_PORT (10257)  AISCHED_SCHEDULER_PORT (10259)
+# AISCHED_REAL_NODES=N adds N real nodes (kubelet, containerd; hack/real-nodes.sh).
 # AISCHED_CLUSTER_TIMEOUT (seconds, default 300) bounds each wait of `up`;
 # AISCHED_KWOK_LOG_LEVEL=INFO logs every stage kwok plays (default WARN: at
 # INFO it logs each node's Lease renewal). AISCHED_NODE_LEASE_SECONDS (default
@@ -19,6 +20,8 @@
 set -euo pipefail
 # shellcheck source=hack/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# shellcheck source=hack/node-network.sh
+source "${HACK_DIR}/node-network.sh"
 
 CLUSTER_DIR="$(realpath -m "${AISCHED_CLUSTER_DIR:-${REPO_ROOT}/.cluster}")"
 STATE_FILE="${CLUSTER_DIR}/cluster.env"
@@ -147,8 +150,10 @@ make_pki() {
     -out "${pki}/ca.crt" 2>/dev/null
   new_cert apiserver "/CN=kube-apiserver" "keyUsage=critical,digitalSignature
 extendedKeyUsage=serverAuth
-subjectAltName=DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:127.0.0.1,IP:${SERVICE_FIRST_IP}"
+subjectAltName=DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:127.0.0.1,IP:${SERVICE_FIRST_IP},IP:${HOST_IP}"
   client_cert admin "/O=system:masters/CN=aisched-admin"
+  # kube-apiserver's identity towards kubelets (logs, exec, port-forward).
+  client_cert apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client"
   # The built-in RBAC roles of these two are bound to exactly these user names.
   client_cert kube-controller-manager "/CN=system:kube-controller-manager"
   client_cert kube-scheduler "/CN=system:kube-scheduler"
@@ -208,12 +213,12 @@ start_etcd() {
 }
 
 start_apiserver() {
-  local pki="${CLUSTER_DIR}/pki"
-  # The `kubernetes` Service's endpoints are switched off
-  # (--endpoint-reconciler-type=none): Endpoints may not hold loopback
-  # addresses, and nothing runs in a pod here that could use them.
-  start kube-apiserver \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "${APISERVER_PORT}" \
+  local pki="${CLUSTER_DIR}/pki" network=(--bind-address 127.0.0.1 --advertise-address 127.0.0.1 --endpoint-reconciler-type none)
+  # Without real nodes the `kubernetes` Service's endpoints are switched off:
+  # Endpoints may not hold loopback addresses, and no pod runs that could use
+  # them. Real nodes reach it, and their pods its Service, on the host bridge.
+  if ((REAL_NODES > 0)); then network=(--bind-address 0.0.0.0 --advertise-address "${HOST_IP}" --endpoint-reconciler-type lease); fi
+  start kube-apiserver "${network[@]}" --secure-port "${APISERVER_PORT}" \
     --etcd-servers "http://127.0.0.1:${ETCD_CLIENT_PORT}" \
     --tls-cert-file "${pki}/apiserver.crt" --tls-private-key-file "${pki}/apiserver.key" \
     --client-ca-file "${pki}/ca.crt" \
@@ -225,7 +230,8 @@ start_apiserver() {
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-account-key-file "${pki}/sa.pub" --service-account-signing-key-file "${pki}/sa.key" \
     --service-cluster-ip-range "${SERVICE_CIDR}" \
-    --endpoint-reconciler-type none \
+    --kubelet-client-certificate "${pki}/apiserver-kubelet-client.crt" --kubelet-client-key "${pki}/apiserver-kubelet-client.key" \
+    --kubelet-preferred-address-types InternalIP,Hostname \
     --allow-privileged --profiling=false
 }
 
@@ -310,6 +316,7 @@ ports_from_env() {
   ETCD_PEER_PORT="${AISCHED_ETCD_PEER_PORT:-2380}"
   CONTROLLER_MANAGER_PORT="${AISCHED_CONTROLLER_MANAGER_PORT:-10257}"
   SCHEDULER_PORT="${AISCHED_SCHEDULER_PORT:-10259}"
+  REAL_NODES="${AISCHED_REAL_NODES:-0}"
 }
 
 load_ports() {
@@ -326,6 +333,7 @@ print_usage_hint() {
 }
 
 up_failed() {
+  AISCHED_CLUSTER_DIR="${CLUSTER_DIR}" "${HACK_DIR}/real-nodes.sh" down
   stop_all
   log "the cluster did not come up; logs are in ${CLUSTER_DIR}/logs ('hack/cluster.sh down' removes them)"
 }
@@ -356,6 +364,7 @@ ETCD_CLIENT_PORT=${ETCD_CLIENT_PORT}
 ETCD_PEER_PORT=${ETCD_PEER_PORT}
 CONTROLLER_MANAGER_PORT=${CONTROLLER_MANAGER_PORT}
 SCHEDULER_PORT=${SCHEDULER_PORT}
+REAL_NODES=${REAL_NODES}
 EOF
   trap up_failed EXIT
   log "cluster state in ${CLUSTER_DIR}; ${nodes} nodes from ${description}"
@@ -374,8 +383,9 @@ EOF
   log "created ${nodes} nodes; waiting for them to be Ready"
   wait_for "${nodes} Ready nodes" kwok nodes_ready "${nodes}"
   wait_for "the default ServiceAccount" kube-controller-manager default_serviceaccount
+  if ((REAL_NODES > 0)); then AISCHED_CLUSTER_DIR="${CLUSTER_DIR}" "${HACK_DIR}/real-nodes.sh" up "${REAL_NODES}"; fi
   trap - EXIT
-  log "cluster up in $((SECONDS - started))s: ${nodes} GPU nodes"
+  log "cluster up in $((SECONDS - started))s: ${nodes} GPU nodes, ${REAL_NODES} of them real"
   print_usage_hint
 }
 
@@ -387,6 +397,7 @@ cmd_down() {
   # Only ever delete a directory that `up` made.
   [[ -f "${STATE_FILE}" || -d "${CLUSTER_DIR}/pids" ]] ||
     die "${CLUSTER_DIR} does not look like a cluster state directory; not removing it"
+  AISCHED_CLUSTER_DIR="${CLUSTER_DIR}" "${HACK_DIR}/real-nodes.sh" down
   stop_all
   rm -rf "${CLUSTER_DIR}"
   log "cluster down; removed ${CLUSTER_DIR}"
@@ -417,6 +428,7 @@ main() {
   local command="${1:-}"
   [[ $# -gt 0 ]] && shift
   load_ports
+  load_node_network "${CLUSTER_DIR}"
   case "${command}" in
     up) (($# <= 1)) || usage; cmd_up "$@" ;;
     down) (($# == 0)) || usage; cmd_down ;;

@@ -4,6 +4,9 @@
 #
 #   hack/demo.sh          start everything (idempotent) and show the jobs
 #   hack/demo.sh stop     stop the operator (make cluster-down stops the rest)
+#
+# AISCHED_REAL_NODES=2 (make demo REAL_NODES=2; root) adds two real nodes and
+# runs a real training job (manifests/examples/real-training) on one of them.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -13,6 +16,8 @@ export PATH="${AISCHED_BIN_DIR}:${PATH}"
 OPERATOR_PID="${CLUSTER_DIR}/operator.pid"
 OPERATOR_LOG="${CLUSTER_DIR}/logs/operator.log"
 VENV="${REPO_ROOT}/.venv"
+REAL_NODES="${AISCHED_REAL_NODES:-0}"
+REAL_JOB="${REPO_ROOT}/manifests/examples/real-training/trainingjob.yaml"
 
 operator_running() {
   [[ -f "${OPERATOR_PID}" ]] && kill -0 "$(<"${OPERATOR_PID}")" 2>/dev/null
@@ -56,13 +61,24 @@ main() {
   AISCHED_CLUSTER_DIR="${CLUSTER_DIR}" "${HACK_DIR}/cluster.sh" up small
   kubectl apply --server-side -f "${REPO_ROOT}/crds/" >/dev/null
   kubectl wait --for condition=established --timeout=60s crd/trainingjobs.aisched.io >/dev/null
+  if ((REAL_NODES > 0)); then
+    "${HACK_DIR}/build-images.sh" training
+    AISCHED_CLUSTER_DIR="${CLUSTER_DIR}" "${HACK_DIR}/real-nodes.sh" import "${AISCHED_CACHE_DIR}/images/training.tar"
+  fi
   start_operator
   kubectl apply -f "${REPO_ROOT}/manifests/examples/"
+  if ((REAL_NODES > 0)); then kubectl apply -f "${REAL_JOB}"; fi
   wait_for_jobs
   echo
   kubectl get trainingjobs,inferenceservices,queues
   echo
   kubectl get pods -o wide
+  if ((REAL_NODES > 0)); then
+    # The real job's worker runs in containerd on a real node: show it training.
+    kubectl wait --for=condition=Ready pod -l aisched.io/job-name=real-train --timeout=120s >/dev/null || true
+    sleep 3
+    echo; kubectl logs -l aisched.io/job-name=real-train --tail 3
+  fi
   cat <<HINT
 
 The operator runs in the background (log: ${OPERATOR_LOG}). Try:
@@ -70,6 +86,8 @@ The operator runs in the background (log: ${OPERATOR_LOG}). Try:
   kubectl describe tj llm-pretrain            # conditions and events say why
   hack/interrupt-node.sh <node of finetune-spot> --provider aws --notice 30
   kubectl get tj -w
+  kubectl logs -f -l aisched.io/job-name=real-train                     # with REAL_NODES: a real job
+  hack/interrupt-node.sh <its node> --provider aws --notice 30          # it saves, moves, resumes
 Stop everything with: make cluster-down
 HINT
 }

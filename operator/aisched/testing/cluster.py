@@ -142,13 +142,16 @@ class LocalCluster:
         return self.run("kubectl", *args, timeout=timeout, **kwargs)
 
 
-def start_cluster(state_dir: Path, preset: str = "small") -> LocalCluster:
-    """`hack/cluster.sh up PRESET` on free ports in STATE_DIR; returns once the cluster is ready."""
+def start_cluster(state_dir: Path, preset: str = "small", real_nodes: int = 0) -> LocalCluster:
+    """`hack/cluster.sh up PRESET` on free ports in STATE_DIR; returns once the cluster is ready.
+
+    REAL_NODES adds that many real nodes (kubelet and containerd, hack/real-nodes.sh; root only).
+    """
     binaries = ensure_binaries()
     output = ""
     for _ in range(2):  # a port may be taken between choosing and binding it
         ports = dict(zip(PORT_VARIABLES, map(str, free_ports(len(PORT_VARIABLES))), strict=True))
-        env = {**os.environ, **ports, "AISCHED_CLUSTER_DIR": str(state_dir)}
+        env = {**os.environ, **ports, "AISCHED_CLUSTER_DIR": str(state_dir), "AISCHED_REAL_NODES": str(real_nodes)}
         result = subprocess.run(
             [str(CLUSTER_SCRIPT), "up", preset], capture_output=True, text=True, env=env, check=False
         )
