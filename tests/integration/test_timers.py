@@ -29,8 +29,14 @@ RESYNCS_WATCHED = 6
 
 
 @pytest.fixture
-def deferring_operator(operator: OperatorProcess, tmp_path: Path) -> Iterator[OperatorProcess]:
-    """The session operator restarted with a forecast dirty for the next hour, resyncing every 2 s."""
+def deferring_operator(
+    cluster: LocalCluster, namespace: str, operator: OperatorProcess, tmp_path: Path
+) -> Iterator[OperatorProcess]:
+    """The session operator restarted with a forecast dirty for the next hour, resyncing every 2 s.
+
+    Afterwards the backlog goes before the usual operator comes back: no longer deferred, a
+    thousand jobs would fill the cluster while their namespace is deleted, under later tests.
+    """
     now = datetime.now(UTC).replace(second=0, microsecond=0)
     rows = ["time,intensity"]
     for minute in range(-5, 6 * 60):
@@ -50,6 +56,8 @@ def deferring_operator(operator: OperatorProcess, tmp_path: Path) -> Iterator[Op
     try:
         yield operator
     finally:
+        deleted = cluster.kubectl("delete", "tj", "--all", "-n", namespace, "--wait=true", timeout=300)
+        assert deleted.returncode == 0, deleted.stderr
         operator.stop()
         operator.extra_env.clear()
         operator.extra_env.update(saved)

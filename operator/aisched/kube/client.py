@@ -38,6 +38,22 @@ API_THREADS = 32  # concurrent API calls; also the size of the connection pool
 LIST_ATTEMPTS = 3  # a list whose continue token keeps expiring is given up, for the next relist
 
 
+def namespace_closing(error: BaseException) -> bool:
+    """ERROR says the object's namespace is being deleted (403) or is gone (404): nothing more can be made there."""
+    if not isinstance(error, ApiException) or error.status not in (403, 404):
+        return False
+    try:
+        body = json.loads(error.body or "{}")
+    except ValueError:
+        return False
+    if not isinstance(body, dict):
+        return False
+    details = body.get("details") if isinstance(body.get("details"), dict) else {}
+    if error.status == 404:
+        return details.get("kind") == "namespaces"
+    return "is being terminated" in str(body.get("message", ""))
+
+
 class ListExpiredError(Exception):
     """A paginated list kept outliving its continue token."""
 

@@ -113,6 +113,8 @@ class ApiProxy:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
         self._thread = None
+        # Closed here, not by the garbage collector: its ResourceWarning would fail whichever test runs then.
+        self._loop.close()
         if self._pki is not None:
             self._pki.cleanup()
 
@@ -179,6 +181,11 @@ class ApiProxy:
             await self._session.close()
         if self._runner is not None:
             await self._runner.cleanup()
+        # A handler of a watch the operator still held outlives the runner's shutdown timeout: end it here.
+        leftovers = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+        for task in leftovers:
+            task.cancel()
+        await asyncio.gather(*leftovers, return_exceptions=True)
 
     async def _open_gap(self, resource: str) -> None:
         self._gaps.add(resource)

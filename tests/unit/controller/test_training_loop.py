@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry
 
 from aisched.api import TrainingJobPhase
@@ -228,3 +229,38 @@ async def test_a_running_chunk_keeps_its_wake_up_at_the_chunk_end_after_an_earli
     assert controller.queue.pending_timers() == 1
     assert await marked_within(controller, STEP.total_seconds() - 10) == set()
     assert await marked_within(controller, 10) == {("ns", "chunky")}
+
+
+async def test_jobs_of_a_namespace_being_deleted_hold_no_gpus_and_stop_no_one_else(kube: KubeDouble) -> None:
+    """A tenant deletes a namespace full of jobs: they are not admitted again, and the node goes to others."""
+
+    def create(obj: dict[str, Any]) -> None:
+        if obj["metadata"]["namespace"] == "closing":
+            body = '{"kind":"Status","reason":"Forbidden","message":"pods \\"x\\" is forbidden: unable to create'
+            body += ' new content in namespace closing because it is being terminated"}'
+            raise _forbidden(body)
+
+    kube.allow("patch_status", "post_event").answer("create", create)
+    controller = a_controller(kube)
+    controller.inventory.upsert_node(a_node("n1", 8))
+    for name in ("doomed-1", "doomed-2"):
+        controller.job_seen(a_job_with_uid(name, "closing"))
+    await controller.reconcile_once(await controller.queue.next_batch(controller.jobs.keys))
+    assert [obj["metadata"]["namespace"] for (obj,) in kube.calls("create")] == ["closing"]
+    controller.job_seen(a_job_with_uid("other", "ns"))
+    await controller.reconcile_once(await controller.queue.next_batch(controller.jobs.keys))
+    created = [(obj["metadata"]["namespace"], obj["metadata"]["name"]) for (obj,) in kube.calls("create")]
+    assert created[1:] == [("ns", "other-g1-w0")]
+    assert reconcile_errors(controller) == 0
+
+
+def a_job_with_uid(name: str, namespace: str) -> dict[str, Any]:
+    job = a_training_job(name).namespace(namespace).gpus(8).obj()
+    job["metadata"]["uid"] = f"uid-{name}"  # the API server's: the worker's owner reference names it
+    return job
+
+
+def _forbidden(body: str) -> ApiException:
+    error = ApiException(status=403, reason="Forbidden")
+    error.body = body
+    return error

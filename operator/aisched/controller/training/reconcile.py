@@ -10,12 +10,15 @@ import asyncio
 from datetime import datetime
 from typing import Any
 
+from kubernetes.client.exceptions import ApiException
+
 from aisched.api import TrainingJob, TrainingJobPhase
 from aisched.api.training_job import TrainingJobStatus
 from aisched.controller.training.isolation import JobIsolation
 from aisched.controller.training.state import PLURAL, JobKey
 from aisched.kube import labels
 from aisched.kube.builders import GangLaunch, WorkerSlot, build_headless_service, build_worker_pod
+from aisched.kube.client import namespace_closing
 from aisched.kube.inventory import PodRecord
 from aisched.policy.deadlines import checkpoint_grace_seconds
 from aisched.policy.job_status import apply_step, checkpoint_reason, interrupted_gang_stopped, record_checkpoints
@@ -27,7 +30,7 @@ Phase = TrainingJobPhase
 class JobReconciler(JobIsolation):
     async def reconcile(self, key: JobKey) -> None:
         obj = self.jobs.get(key)
-        if obj is None:
+        if obj is None or self._in_closing_namespace(key):
             return
         job = self._read(obj)
         if job is None:
@@ -76,6 +79,8 @@ class JobReconciler(JobIsolation):
         namespace, name = job.metadata["namespace"], job.metadata["name"]
         if step.verb == Verb.CREATE_WORKERS:
             await self._create_workers(obj, job, status, pods)
+            if self._in_closing_namespace((namespace, name)):
+                return
         elif step.verb == Verb.RELEASE_GATES:
             await asyncio.gather(*(self.kube.release_scheduling_gates(p.namespace, p.name) for p in pods if p.gated))
         elif step.verb == Verb.DELETE_WORKERS:
@@ -131,9 +136,15 @@ class JobReconciler(JobIsolation):
         to_create = [build_worker_pod(job, launch, slot) for slot in launch.slots]
         # Only a gang needs the Service to rendezvous; a lone worker is its own master.
         service = [self.kube.create(build_headless_service(job))] if launch.world_size > 1 else []
-        await asyncio.gather(
-            *service, *(self.kube.create(pod) for pod in to_create if pod["metadata"]["name"] not in existing)
-        )
+        try:
+            await asyncio.gather(
+                *service, *(self.kube.create(pod) for pod in to_create if pod["metadata"]["name"] not in existing)
+            )
+        except ApiException as error:
+            if not namespace_closing(error):
+                raise
+            self._namespace_closed(job.metadata["namespace"])
+            return
         # Every pod of the gang exists now (a failed create raised above): hand them to
         # kube-scheduler together, without a round trip through the watch first.
         namespace = job.metadata["namespace"]

@@ -69,7 +69,7 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         requests: list[JobRequest] = []
         capacity_of: dict[str, CapacityDecision] = {}
         for key, obj in list(self.jobs.items()):
-            if self._still_set_aside(key, obj):
+            if self._still_set_aside(key, obj) or self._in_closing_namespace(key):
                 continue
             job = self._parse_once(obj)
             if isinstance(job, ValidationError):  # a CRD older or looser than this operator let it in

@@ -7,6 +7,7 @@ layer over this state; the layers share it rather than pass it around.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -34,6 +35,8 @@ from aisched.sources.energy import GpuEnergySource
 log = logging.getLogger(__name__)
 JobKey = tuple[str, str]
 PLURAL = "trainingjobs"
+# A namespace found being deleted is left alone this long: its jobs can create nothing and hold no GPUs.
+CLOSING_NAMESPACE_SECONDS = 60.0
 # Jobs reconciled at once; a little under the API client's threads, leaving some to the serving loop.
 CONCURRENT_RECONCILES = 24
 
@@ -79,6 +82,8 @@ class TrainingJobState:
     _waiting_written: dict[JobKey, datetime] = field(default_factory=dict)
     # Jobs by the nodes of their status placement: a node's event marks those jobs, not every job.
     _placed_on: dict[str, set[JobKey]] = field(default_factory=dict)
+    # Namespaces the API server said are being deleted, with when (monotonic) that is next asked again.
+    _closing_namespaces: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.pools = PoolTracker(
@@ -143,6 +148,25 @@ class TrainingJobState:
         if not jobs:
             self._placed_on.pop(node, None)
 
+    def _namespace_closed(self, namespace: str) -> None:
+        """NAMESPACE is being deleted: its jobs are left out of scheduling and reconciles for a while.
+
+        Until the namespace controller deletes them, they would otherwise be admitted, hold
+        GPUs their pods can never use, and fail a reconcile each (a tenant deleting a
+        namespace of a thousand jobs would stall everyone else)."""
+        if namespace not in self._closing_namespaces:
+            log.info("namespace %s is being deleted: its TrainingJobs are left alone", namespace)
+        self._closing_namespaces[namespace] = time.monotonic() + CLOSING_NAMESPACE_SECONDS
+
+    def _in_closing_namespace(self, key: JobKey) -> bool:
+        until = self._closing_namespaces.get(key[0])
+        if until is None:
+            return False
+        if time.monotonic() < until:
+            return True
+        del self._closing_namespaces[key[0]]
+        return False
+
     def jobs_on_node(self, node: str) -> set[JobKey]:
         """TrainingJobs with a worker on NODE, or NODE in their placement."""
         on_node = {
@@ -169,6 +193,8 @@ class TrainingJobState:
         reserved: dict[str, int] = {}
         for (namespace, name), obj in self.jobs.items():
             job = self._read(obj)
+            if self._in_closing_namespace((namespace, name)):
+                continue
             if job is None or job.status.phase not in HOLDS_GPUS or job.status.placement is None:
                 continue
             # Pods that exist hold their GPUs in the inventory (pinned by node selector even
