@@ -48,9 +48,9 @@ def namespace_closing(error: BaseException) -> bool:
         return False
     if not isinstance(body, dict):
         return False
-    details = body.get("details") if isinstance(body.get("details"), dict) else {}
+    details = body.get("details")
     if error.status == 404:
-        return details.get("kind") == "namespaces"
+        return isinstance(details, dict) and details.get("kind") == "namespaces"
     return "is being terminated" in str(body.get("message", ""))
 
 

@@ -164,10 +164,10 @@ async def test_a_placed_gang_set_aside_runs_on_and_says_it_is_out_of_the_schedul
     enter = controller._enter_cycle
     broken = True
 
-    async def enter_cycle(obj: dict[str, Any], job: TrainingJob, *args: Any) -> Any:
+    async def enter_cycle(obj: dict[str, Any], job: TrainingJob, *args: Any, **kwargs: Any) -> Any:
         if broken:
             raise ValueError("odd placement")
-        return await enter(obj, job, *args)
+        return await enter(obj, job, *args, **kwargs)
 
     monkeypatch.setattr(controller, "_enter_cycle", enter_cycle)
     await controller.schedule()

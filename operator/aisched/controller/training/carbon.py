@@ -7,12 +7,14 @@ forecast and the energy counters, and writes what the plans decide.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from datetime import datetime, timedelta
 from typing import Any
 
 from aisched.api import TrainingJob, TrainingJobPhase
-from aisched.controller.training.isolation import CHUNK_ENDS, EMISSIONS
+from aisched.api.training_job import TrainingJobStatus
+from aisched.controller.training.isolation import CHUNK_ENDS, EMISSIONS, CycleWrites
 from aisched.controller.training.reconcile import JobReconciler
 from aisched.controller.training.state import PLURAL, JobKey, start_now_requested
 from aisched.kube import labels
@@ -50,7 +52,7 @@ CARBON_SOURCE_NAMES = {
 
 
 class CarbonDeferral(JobReconciler):
-    async def _defer(self, obj: dict[str, Any], job: TrainingJob, now: datetime) -> bool:
+    async def _defer(self, obj: dict[str, Any], job: TrainingJob, now: datetime, writes: CycleWrites) -> bool:
         """Hold a deferrable job in Deferred until its planned start; True while it waits.
 
         Re-planned on every cycle, so a newer forecast moves the start. With no forecast the
@@ -70,18 +72,25 @@ class CarbonDeferral(JobReconciler):
             return False
         plan = await self._carbon_plan(job, now, work, paused=paused)
         if not plan.is_deferred(now):
-            await self._start_chunk(obj, job, plan, now, first=not paused)
+            self._start_chunk(obj, job, plan, now, writes, first=not paused)
             return False
         updated = deferred(job, plan, now, paused=paused)
         if status.phase != Phase.DEFERRED:
             self.metrics.record_deferral(str(spec.carbon.mode))
             self.kube.post_event(obj, "Normal", "Deferred", deferred_message(plan))
-        await self._write_status(obj, job, updated)
+        self._write_in_cycle(writes, obj, job, updated, now)
         self._wake_at(job, plan.start, now)
         return True
 
-    async def _start_chunk(
-        self, obj: dict[str, Any], job: TrainingJob, plan: CarbonPlan, now: datetime, *, first: bool
+    def _start_chunk(
+        self,
+        obj: dict[str, Any],
+        job: TrainingJob,
+        plan: CarbonPlan,
+        now: datetime,
+        writes: CycleWrites,
+        *,
+        first: bool,
     ) -> None:
         """A planned start (or resume) has come: queue the job, with the end of the chunk it runs in."""
         status = job.status
@@ -95,10 +104,8 @@ class CarbonDeferral(JobReconciler):
             updated = with_chunk_end(status, chunk_end)  # keep the scheduler's reason for the wait
         else:
             return
-        await self._write_status(obj, job, updated)
-        if chunk_end is None:
-            await self._drop_chunk_end(job)
-        else:
+        writes.append(self._carried_out(obj, job, now, functools.partial(self._write_chunk_end, obj, job, updated)))
+        if chunk_end is not None:
             self._wake_at(job, chunk_end, now)
 
     async def _carbon_plan(
@@ -185,8 +192,12 @@ class CarbonDeferral(JobReconciler):
         await self._drop_chunk_end(job)
 
     async def _set_chunk_end(self, obj: dict[str, Any], job: TrainingJob, end: datetime | None) -> None:
-        await self._write_status(obj, job, with_chunk_end(job.status, end))
-        if end is None:
+        await self._write_chunk_end(obj, job, with_chunk_end(job.status, end))
+
+    async def _write_chunk_end(self, obj: dict[str, Any], job: TrainingJob, status: TrainingJobStatus) -> None:
+        """STATUS written, its chunk end included: a chunk end it no longer has is dropped explicitly."""
+        await self._write_status(obj, job, status)
+        if status.chunk_end is None:
             await self._drop_chunk_end(job)
 
     async def _drop_chunk_end(self, job: TrainingJob) -> None:

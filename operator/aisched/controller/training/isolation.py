@@ -11,9 +11,10 @@ what is wrong with it) or CannotSchedule (the error, and where it was raised).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import traceback
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -26,6 +27,8 @@ from aisched.policy.job_status import CANNOT_SCHEDULE, INVALID_SPEC, set_aside, 
 from aisched.policy.tenancy import Refusal, refusal
 
 log = logging.getLogger(__name__)
+# Status writes the scheduling cycle collects while it reads the jobs, to make them together.
+CycleWrites = list[Coroutine[Any, Any, bool]]
 
 # The stages that go over every job, as the logs and the per-job backoff name them.
 SCHEDULING = "scheduling"
@@ -110,7 +113,9 @@ class JobIsolation(TrainingJobState):
         except Exception:
             log.exception("cannot write why TrainingJob %s/%s is left out of the scheduling cycle", *key)
 
-    async def _taken_back(self, key: JobKey, obj: dict[str, Any], job: TrainingJob, now: datetime) -> None:
+    def _taken_back(
+        self, key: JobKey, obj: dict[str, Any], job: TrainingJob, now: datetime, writes: CycleWrites
+    ) -> None:
         """KEY went through the cycle's reading of it: a gang the cycle had set aside is in its reach again."""
         if key in self._set_aside_generation:
             del self._set_aside_generation[key]
@@ -118,7 +123,24 @@ class JobIsolation(TrainingJobState):
         # Read off the status rather than the memory above, so a restarted operator clears it too.
         updated = taken_back(job, now)
         if updated is not job.status:
-            await self._write_status(obj, job, updated)
+            self._write_in_cycle(writes, obj, job, updated, now)
+
+    async def _carried_out(
+        self, obj: dict[str, Any], job: TrainingJob, now: datetime, action: Callable[[], Awaitable[None]]
+    ) -> bool:
+        """Carry out one job's share of the cycle's decision; a failure sets that job aside, and no other."""
+        try:
+            await action()
+        except Exception as error:
+            await self._set_aside(obj, job, error, now)
+            return False
+        return True
+
+    def _write_in_cycle(
+        self, writes: CycleWrites, obj: dict[str, Any], job: TrainingJob, status: TrainingJobStatus, now: datetime
+    ) -> None:
+        """A status write of the scheduling cycle's, made with the others it asks for, guarded as they are."""
+        writes.append(self._carried_out(obj, job, now, functools.partial(self._write_status, obj, job, status)))
 
 
 class QueueRefusalError(Exception):

@@ -13,7 +13,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Coroutine
 from datetime import datetime
 from typing import Any
 
@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from aisched.api import CapacityType, Queue, SpotPolicy, TrainingJob, TrainingJobPhase
 from aisched.controller.training.carbon import CarbonDeferral
-from aisched.controller.training.isolation import QueueRefusalError, queue_refusal
+from aisched.controller.training.isolation import CycleWrites, QueueRefusalError, queue_refusal
 from aisched.controller.training.reporting import Reporting
 from aisched.controller.training.state import CONCURRENT_RECONCILES
 from aisched.kube import labels
@@ -68,6 +68,7 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         parsed: dict[str, tuple[dict[str, Any], TrainingJob]] = {}
         requests: list[JobRequest] = []
         capacity_of: dict[str, CapacityDecision] = {}
+        writes: CycleWrites = []
         for key, obj in list(self.jobs.items()):
             if self._still_set_aside(key, obj) or self._in_closing_namespace(key):
                 continue
@@ -80,8 +81,8 @@ class SchedulingCycle(CarbonDeferral, Reporting):
                 await self._set_aside(obj, job, QueueRefusalError(refused), now)
                 continue
             try:
-                entry = await self._enter_cycle(obj, job, snapshot, doomed, now)
-                await self._taken_back(key, obj, job, now)
+                entry = await self._enter_cycle(obj, job, snapshot, doomed, now=now, writes=writes)
+                self._taken_back(key, obj, job, now, writes)
             except Exception as error:
                 await self._set_aside(obj, job, error, now)
                 continue
@@ -92,6 +93,9 @@ class SchedulingCycle(CarbonDeferral, Reporting):
             if capacity is not None:
                 capacity_of[request.key] = capacity
             parsed[request.key] = (obj, job)
+        # Thousands of jobs may sit this cycle out with a status to write: the writes overlap, and
+        # land before any decision is carried out (one job may be written again by its launch).
+        await _at_most(CONCURRENT_RECONCILES, writes)
         return parsed, requests, capacity_of
 
     async def _carry_out_cycle(
@@ -164,17 +168,30 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         await _at_most(CONCURRENT_RECONCILES, waits)
 
     async def _enter_cycle(
-        self, obj: dict[str, Any], job: TrainingJob, snapshot: ClusterSnapshot, doomed: frozenset[str], now: datetime
+        self,
+        obj: dict[str, Any],
+        job: TrainingJob,
+        snapshot: ClusterSnapshot,
+        doomed: frozenset[str],
+        *,
+        now: datetime,
+        writes: CycleWrites,
     ) -> tuple[JobRequest, CapacityDecision | None] | None:
-        """What JOB asks of this cycle, and the capacity chosen for it; None when it sits this one out."""
+        """What JOB asks of this cycle, and the capacity chosen for it; None when it sits this one out.
+
+        The status writes this asks for are added to WRITES, for the cycle to make together."""
         phase = job.status.phase
         # A new job (no phase yet) is first written Queued only if this cycle cannot place it.
         if phase in (None, Phase.QUEUED, Phase.DEFERRED) and not job.spec.suspend:
-            if await self._defer(obj, job, now):
+            if await self._defer(obj, job, now, writes):
                 return None
             capacity = self._choose_capacity(job, snapshot, doomed, now)
             if capacity.choice == CapacityChoice.WAIT:
-                await self._write_status(obj, job, queued(job, capacity.reason, capacity.message, now))
+                key = (job.metadata["namespace"], job.metadata["name"])
+                last = self._waiting_written.get(key)
+                if waiting_write_due(job.status, capacity.reason, capacity.message, last_written=last, now=now):
+                    self._waiting_written[key] = now
+                    self._write_in_cycle(writes, obj, job, queued(job, capacity.reason, capacity.message, now), now)
                 return None
             spot = capacity.choice == CapacityChoice.SPOT
             types = (CapacityType.SPOT,) if spot else (CapacityType.ON_DEMAND,)
@@ -225,17 +242,6 @@ class SchedulingCycle(CarbonDeferral, Reporting):
                     log.error("cannot read Queue %s: %s; its jobs wait as for a queue that does not exist", name, error)
                     self._refused_queues[name] = obj
         return quotas
-
-    async def _carried_out(
-        self, obj: dict[str, Any], job: TrainingJob, now: datetime, action: Callable[[], Awaitable[None]]
-    ) -> bool:
-        """Carry out one job's share of the cycle's decision; a failure sets that job aside, and no other."""
-        try:
-            await action()
-        except Exception as error:
-            await self._set_aside(obj, job, error, now)
-            return False
-        return True
 
     async def _keep_waiting(
         self, obj: dict[str, Any], job: TrainingJob, reason: str, message: str, now: datetime
