@@ -54,6 +54,19 @@ def namespace_closing(error: BaseException) -> bool:
     return "is being terminated" in str(body.get("message", ""))
 
 
+def refused_create(error: BaseException) -> str | None:
+    """What the API server said refusing a create (admission, Pod Security, an invalid object); None for
+    any other failure, which a retry may cure (a namespace being deleted is `namespace_closing`'s)."""
+    if not isinstance(error, ApiException) or error.status not in (400, 403, 422) or namespace_closing(error):
+        return None
+    try:
+        body = json.loads(error.body or "{}")
+    except ValueError:
+        body = None
+    message = body.get("message") if isinstance(body, dict) else None
+    return str(message or error.reason or f"HTTP {error.status}")
+
+
 class ListExpiredError(Exception):
     """A paginated list kept outliving its continue token."""
 

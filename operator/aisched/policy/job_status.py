@@ -81,7 +81,7 @@ def interruption_lost_work(status: TrainingJobStatus) -> float:
 
 def queued(job: TrainingJob, reason: str, message: str, now: datetime) -> TrainingJobStatus:
     """The job waits for placement: Queued, and not Admitted, for REASON."""
-    return _waiting(job.status, reason, message, now, job.metadata.get("generation"))
+    return waiting_status(job.status, reason, message, now, job.metadata.get("generation"))
 
 
 # A waiting job's message (GPUs in use, the largest free domain) changes with every cycle on
@@ -101,7 +101,7 @@ def waiting_write_due(
     return last_written is None or now - last_written >= WAITING_MESSAGE_REFRESH
 
 
-def _waiting(
+def waiting_status(
     current: TrainingJobStatus, reason: str, message: str, now: datetime, generation: int | None
 ) -> TrainingJobStatus:
     status = current.model_copy(deep=True)
@@ -132,7 +132,7 @@ def set_aside(
     """The scheduler left the job out of its cycle for REASON: a pending job waits, Queued and not
     Admitted; a gang already placed keeps its phase and is marked not Schedulable."""
     if current.phase in PENDING_PHASES:
-        return _waiting(current, reason, message, now, generation)
+        return waiting_status(current, reason, message, now, generation)
     status = current.model_copy(deep=True)
     status.conditions = set_condition(
         status.conditions, SCHEDULABLE, ConditionStatus.FALSE, reason, message, now=now, generation=generation

@@ -7,6 +7,7 @@ a fixed clock for the controller and a fake loop clock (looptime) for the queue.
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -264,3 +265,52 @@ def _forbidden(body: str) -> ApiException:
     error = ApiException(status=403, reason="Forbidden")
     error.body = body
     return error
+
+
+async def test_a_worker_the_api_server_refuses_is_a_condition_and_the_gang_gives_its_gpus_back_in_time(
+    kube: KubeDouble,
+) -> None:
+    refusal = 'pods "refused-g1-w0" is forbidden: violates PodSecurity "restricted:latest": privileged'
+
+    def create(obj: dict[str, Any]) -> None:
+        if obj["metadata"]["name"].startswith("refused"):
+            error = ApiException(status=403, reason="Forbidden")
+            error.body = json.dumps({"kind": "Status", "reason": "Forbidden", "message": refusal})
+            raise error
+
+    kube.allow("patch_status", "post_event", "delete_pod").answer("create", create)
+    now = [T0]
+    controller = a_controller(kube)
+    controller.clock = lambda: now[0]
+    controller.inventory.upsert_node(a_node("n1", 8))
+    controller.job_seen(a_job_with_uid("refused", "ns"))
+    await controller.reconcile_once(await controller.queue.next_batch(controller.jobs.keys))
+    status = controller.jobs[("ns", "refused")]["status"]
+    created = condition(status, "WorkersCreated")
+    assert (status["phase"], created["status"], created["reason"], created["message"]) == (
+        "Placing",
+        "False",
+        "FailedCreate",
+        refusal,
+    )
+    assert reconcile_errors(controller) == 1
+    # Refused for longer than the bound: the gang gives the node back, and another job gets it.
+    now[0] = T0 + timedelta(minutes=6)
+    controller.job_seen(a_job_with_uid("other", "ns"))
+    await controller.reconcile_once({("ns", "refused")})
+    status = controller.jobs[("ns", "refused")]["status"]
+    assert (status["phase"], status["reason"], status.get("gpus")) == ("Queued", "FailedCreate", 0)
+    assert ("ns", "refused-g1-w0") in kube.calls("delete_pod")
+    assert controller.jobs[("ns", "other")]["status"]["phase"] == "Placing"
+    # It sits out the scheduler for the bound, then is tried again.
+    await controller.queue.next_batch(controller.jobs.keys, timeout=0)
+    controller.job_seen({**controller.jobs[("ns", "other")], "status": {"phase": "Succeeded"}})
+    await controller.schedule()
+    assert controller.jobs[("ns", "refused")]["status"]["phase"] == "Queued"
+    now[0] += timedelta(minutes=5)
+    await controller.schedule()
+    assert controller.jobs[("ns", "refused")]["status"]["phase"] == "Placing"
+
+
+def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next(c for c in status["conditions"] if c["type"] == kind)

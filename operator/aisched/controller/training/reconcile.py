@@ -18,11 +18,12 @@ from aisched.controller.training.isolation import JobIsolation
 from aisched.controller.training.state import PLURAL, JobKey
 from aisched.kube import labels
 from aisched.kube.builders import GangLaunch, WorkerSlot, build_headless_service, build_worker_pod
-from aisched.kube.client import namespace_closing
+from aisched.kube.client import namespace_closing, refused_create
 from aisched.kube.inventory import PodRecord
 from aisched.policy.deadlines import checkpoint_grace_seconds
 from aisched.policy.job_status import apply_step, checkpoint_reason, interrupted_gang_stopped, record_checkpoints
 from aisched.policy.lifecycle import Observation, Step, Verb, Worker, WorkerPhase, next_step
+from aisched.policy.refusals import FAILED_CREATE, failed_create, workers_created
 
 Phase = TrainingJobPhase
 
@@ -78,7 +79,7 @@ class JobReconciler(JobIsolation):
     ) -> None:
         namespace, name = job.metadata["namespace"], job.metadata["name"]
         if step.verb == Verb.CREATE_WORKERS:
-            await self._create_workers(obj, job, status, pods)
+            status = await self._create_workers(obj, job, status, pods, now)
             if self._in_closing_namespace((namespace, name)):
                 return
         elif step.verb == Verb.RELEASE_GATES:
@@ -115,11 +116,16 @@ class JobReconciler(JobIsolation):
         return checkpoint_grace_seconds(self.settings.spot_notice_seconds)
 
     async def _create_workers(
-        self, obj: dict[str, Any], job: TrainingJob, status: TrainingJobStatus, pods: list[PodRecord]
-    ) -> None:
+        self, obj: dict[str, Any], job: TrainingJob, status: TrainingJobStatus, pods: list[PodRecord], now: datetime
+    ) -> TrainingJobStatus:
+        """Create the gang's missing workers and release them together; STATUS as it stands after.
+
+        A worker the API server refuses is the job's condition (`failed_create`), and the reconcile
+        fails, to be retried with backoff; refused long enough, the gang gives its GPUs back.
+        """
         placement = status.placement
         if placement is None or not placement.nodes:
-            return
+            return status
         generation = status.gang_generation or 0
         existing = {p.name for p in pods}
         last = status.last_checkpoint
@@ -141,10 +147,14 @@ class JobReconciler(JobIsolation):
                 *service, *(self.kube.create(pod) for pod in to_create if pod["metadata"]["name"] not in existing)
             )
         except ApiException as error:
-            if not namespace_closing(error):
+            if namespace_closing(error):
+                self._namespace_closed(job.metadata["namespace"])
+                return status
+            refused = refused_create(error)
+            if refused is None:
                 raise
-            self._namespace_closed(job.metadata["namespace"])
-            return
+            await self._refused(obj, job, failed_create(job, status, refused, now), to_create)
+            raise WorkersRefusedError(f"the API server refused a worker: {refused}") from None
         # Every pod of the gang exists now (a failed create raised above): hand them to
         # kube-scheduler together, without a round trip through the watch first.
         namespace = job.metadata["namespace"]
@@ -155,6 +165,21 @@ class JobReconciler(JobIsolation):
                 if pod["spec"].get("schedulingGates")
             )
         )
+        return workers_created(job, status, now)
+
+    async def _refused(
+        self, obj: dict[str, Any], job: TrainingJob, status: TrainingJobStatus, workers: list[dict[str, Any]]
+    ) -> None:
+        """Say why the gang cannot start; a gang that gave its GPUs back leaves no worker behind."""
+        if status.phase == Phase.QUEUED:
+            namespace = job.metadata["namespace"]
+            await asyncio.gather(*(self.kube.delete_pod(namespace, w["metadata"]["name"]) for w in workers))
+            self.kube.post_event(obj, "Warning", FAILED_CREATE, status.message or "")
+        await self._write_status(obj, job, status)
+
+
+class WorkersRefusedError(Exception):
+    """The API server refused a worker of the gang; the job's WorkersCreated condition says what it said."""
 
 
 def _worker(pod: PodRecord) -> Worker:

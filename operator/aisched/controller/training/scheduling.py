@@ -32,6 +32,7 @@ from aisched.policy.job_status import placed, preempted, queued, waiting_write_d
 from aisched.policy.placement import GangRequest, place_gang
 from aisched.policy.placement import Placement as PlacementDecision
 from aisched.policy.queueing import QueueQuota
+from aisched.policy.refusals import refusal_retry_at
 from aisched.policy.scheduler import JobRequest, ScheduleResult, schedule
 from aisched.policy.spot import CapacityChoice, CapacityDecision, SpotJob, choose_capacity, spot_checkpoint_interval
 
@@ -184,6 +185,9 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         # A new job (no phase yet) is first written Queued only if this cycle cannot place it.
         if phase in (None, Phase.QUEUED, Phase.DEFERRED) and not job.spec.suspend:
             if await self._defer(obj, job, now, writes):
+                return None
+            if (retry_at := refusal_retry_at(job, now)) is not None:
+                self._wake_at(job, retry_at, now)
                 return None
             capacity = self._choose_capacity(job, snapshot, doomed, now)
             if capacity.choice == CapacityChoice.WAIT:
