@@ -153,7 +153,7 @@ class JobReconciler(JobIsolation):
             refused = refused_create(error)
             if refused is None:
                 raise
-            await self._refused(obj, job, failed_create(job, status, refused, now), to_create)
+            await self._refused(obj, job, failed_create(job, status, refused, now), refused, to_create)
             raise WorkersRefusedError(f"the API server refused a worker: {refused}") from None
         # Every pod of the gang exists now (a failed create raised above): hand them to
         # kube-scheduler together, without a round trip through the watch first.
@@ -168,13 +168,19 @@ class JobReconciler(JobIsolation):
         return workers_created(job, status, now)
 
     async def _refused(
-        self, obj: dict[str, Any], job: TrainingJob, status: TrainingJobStatus, workers: list[dict[str, Any]]
+        self,
+        obj: dict[str, Any],
+        job: TrainingJob,
+        status: TrainingJobStatus,
+        refusal: str,
+        workers: list[dict[str, Any]],
     ) -> None:
-        """Say why the gang cannot start; a gang that gave its GPUs back leaves no worker behind."""
+        """Say why the gang cannot start, in an event as the Job controller does and in STATUS; a
+        gang that gave its GPUs back leaves no worker behind."""
+        self.kube.post_event(obj, "Warning", FAILED_CREATE, refusal)
         if status.phase == Phase.QUEUED:
             namespace = job.metadata["namespace"]
             await asyncio.gather(*(self.kube.delete_pod(namespace, w["metadata"]["name"]) for w in workers))
-            self.kube.post_event(obj, "Warning", FAILED_CREATE, status.message or "")
         await self._write_status(obj, job, status)
 
 
