@@ -97,6 +97,8 @@ async def relist(
         jobs.node_changed(name)
         serving.node_changed(name)
     listed_jobs = {(o.namespace, o.name) for o in training_jobs.items}
+    # Pods were listed first: a worker whose job the later list lacks belongs to a deleted job.
+    jobs.workers_unowned(p.record for p in pods.items if p.record is not None and p.record.job_key not in listed_jobs)
     for namespace, name in gone_from_list(jobs.jobs, listed_jobs, training_jobs.resource_version):
         log.info("TrainingJob %s/%s was deleted while the watch was away", namespace, name)
         jobs.job_gone(namespace, name)

@@ -189,6 +189,7 @@ def build_worker_pod(job: TrainingJob, launch: GangLaunch, slot: WorkerSlot) -> 
             "labels": pod_labels,
             "annotations": metadata.get("annotations", {}),
             "ownerReferences": [owner_reference(job)],
+            "finalizers": [labels.REPORT_FINALIZER],
         },
         "spec": spec,
     }

@@ -30,6 +30,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from aisched.api import GROUP, VERSION
+from aisched.kube import labels
 from aisched.kube.events import EventRecorder, TokenBucket
 
 log = logging.getLogger(__name__)
@@ -242,6 +243,22 @@ class KubeClient:
             )
         except ApiException as error:
             if error.status not in (404, 422):  # gone, or gates already off
+                raise
+
+    async def release_report_finalizer(self, namespace: str, name: str) -> None:
+        """Take the report finalizer off a worker pod: a deleted one then goes, as its kubelet asked."""
+        # Strategic merge removes our entry only: finalizers other controllers added stay.
+        patch = {"metadata": {"$deleteFromPrimitiveList/finalizers": [labels.REPORT_FINALIZER]}}
+        try:
+            await self._send(
+                self.core.patch_namespaced_pod,
+                name,
+                namespace,
+                patch,
+                _content_type="application/strategic-merge-patch+json",
+            )
+        except ApiException as error:
+            if error.status != 404:
                 raise
 
     async def patch_status(self, plural: str, namespace: str | None, name: str, status: dict[str, Any]) -> None:

@@ -121,6 +121,10 @@ class Inventory:
         records = (self.node_from_object(obj) for obj in objects)
         return self.relist_nodes((r for r in records if r is not None), list_version)
 
+    def reachable(self, node: str) -> bool:
+        """NODE exists and its kubelet reports Ready: it can still confirm what happens to its pods."""
+        return node in self.nodes and node not in self._not_ready
+
     def doomed_nodes(self) -> frozenset[str]:
         """Nodes whose workloads must move: an interruption notice, or NotReady."""
         return frozenset(n.name for n in self.nodes.values() if n.interrupted) | frozenset(self._not_ready)

@@ -13,6 +13,9 @@ RANK: Final = f"{PREFIX}/rank"
 # Gated pods are invisible to kube-scheduler; the gate comes off once every
 # pod of the gang exists, so the gang binds together or not at all.
 GANG_GATE: Final = f"{PREFIX}/gang"
+# On every worker pod: the API server keeps a deleted worker until the operator has
+# recorded the checkpoint it reported (policy/report_tracking.py), restarts included.
+REPORT_FINALIZER: Final = f"{PREFIX}/checkpoint-report"
 # Users annotate a deferred job with this to start it now.
 START_NOW: Final = f"{PREFIX}/start-now"
 

@@ -43,6 +43,10 @@ class PodRecord:
     """Kept for the operator's own pods only: the workers' checkpoint reports."""
     unschedulable_since: datetime | None = None
     unschedulable_message: str | None = None
+    tracked: bool = False
+    """Carries the operator's report finalizer: the API server keeps it until the operator lets go."""
+    gone_by: datetime | None = None
+    """The deletionTimestamp: when a deleted pod's grace runs out and its kubelet should have stopped it."""
 
     pinned_node: str | None = None  # nodeSelector kubernetes.io/hostname: where it will bind
     resource_version: str = field(default="", compare=False)
@@ -122,6 +126,8 @@ def read_pod(obj: dict[str, Any], gpu_resource: str) -> PodRecord:
         pinned_node=_interned_text(_mapping(spec.get("nodeSelector")).get("kubernetes.io/hostname")),
         unschedulable_since=_timestamp(scheduled.get("lastTransitionTime")) if unschedulable else None,
         unschedulable_message=_text(scheduled.get("message")) if unschedulable and ours else None,
+        tracked=labels.REPORT_FINALIZER in _strings(metadata.get("finalizers")),
+        gone_by=_timestamp(metadata.get("deletionTimestamp")),
         resource_version=_text(metadata.get("resourceVersion")) or "",
     )
 
@@ -178,6 +184,10 @@ def _interned_text(value: Any) -> str | None:
     # Node names and the like repeat across thousands of pods: one string each.
     text = _text(value)
     return sys.intern(text) if text is not None else None
+
+
+def _strings(value: Any) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
 
 
 def _string_map(value: Any) -> dict[str, str]:

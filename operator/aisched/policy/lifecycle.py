@@ -199,13 +199,15 @@ def _gang_ended(
     failed = [w for w in seen.workers if w.phase == WorkerPhase.FAILED and w.exit_code != CHECKPOINTED_EXIT_CODE]
     if failed:
         return _worker_failed(spec, status, failed[0])
-    if phase == Phase.RUNNING and len(seen.workers) < expected:
-        # A pod vanished under a running gang (node deleted, evicted): treat it as an interruption.
+    # Deleted by someone else (evicted, drained, its node gone), a worker is lost as soon as its
+    # pod is going: the pod may stay a while (the report finalizer), the worker will not come back.
+    staying = [w for w in seen.workers if not w.terminating]
+    if phase == Phase.RUNNING and len(staying) < expected:
         return Step(
             Verb.DELETE_WORKERS,
             Phase.CHECKPOINTING,
             "WorkerLost",
-            f"{expected - len(seen.workers)} of {expected} workers disappeared; restarting the gang",
+            f"{expected - len(staying)} of {expected} workers disappeared; restarting the gang",
             count_interruption=True,
             events=(("Warning", "WorkerLost", "a worker pod disappeared; restarting the gang"),),
         )

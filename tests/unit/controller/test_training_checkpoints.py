@@ -1,4 +1,8 @@
-"""What the TrainingJob controller keeps of the checkpoints its workers report (the pure rules: tests/unit/policy)."""
+"""What the TrainingJob controller keeps of the checkpoints its workers report, restarts included.
+
+Workers keep their pods (the report finalizer) until the job's status holds what they
+reported; the pure rules are in tests/unit/policy/test_report_tracking.py.
+"""
 
 from __future__ import annotations
 
@@ -6,76 +10,116 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from aisched.api.training_job import CheckpointRecord, TrainingJobStatus
+import pytest
+from kubernetes.client.exceptions import ApiException
+
 from aisched.controller.training import TrainingJobController
 from aisched.kube import labels
-from aisched.kube.inventory import Inventory, PodRecord
-from aisched.policy.job_status import WorkerReport, record_checkpoints
+from aisched.kube.inventory import Inventory
 from aisched.settings import Settings
+from tests.builders import a_training_job
 from tests.unit.controller.kube_double import KubeDouble
+
+pytestmark = pytest.mark.asyncio
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 KEY = ("ns", "llm")
 
 
-def stopped_worker(rank: int, step: int, generation: int = 1) -> dict[str, Any]:
-    """A worker that saved STEP on SIGTERM and exited, as the kubelet reports it."""
-    report = json.dumps({"step": step, "path": f"/ckpt/{step}", "time": (T0 + timedelta(seconds=step)).isoformat()})
+def a_worker(rank: int, *, step: int | None = None, phase: str = "Failed", generation: int = 1) -> dict[str, Any]:
+    """A worker of the gang, deleted for a notice; with STEP, it saved that step on SIGTERM and exited."""
+    status: dict[str, Any] = {"phase": phase}
+    if step is not None:
+        saved = (T0 + timedelta(seconds=step)).isoformat()
+        report = json.dumps({"step": step, "path": f"/ckpt/{step}", "time": saved})
+        terminated = {"exitCode": 75, "message": report}
+        status["containerStatuses"] = [{"name": "trainer", "state": {"terminated": terminated}}]
     return {
         "metadata": {
             "namespace": "ns",
-            "name": f"llm-worker-{rank}",
+            "name": f"llm-g{generation}-w{rank}",
             "labels": {
                 labels.JOB_NAME: "llm",
                 labels.JOB_KIND: "TrainingJob",
                 labels.RANK: str(rank),
                 labels.GANG_GENERATION: str(generation),
             },
+            "finalizers": [labels.REPORT_FINALIZER],
+            "deletionTimestamp": (T0 + timedelta(seconds=30)).isoformat(),
         },
         "spec": {"nodeName": "n1", "containers": [{"name": "trainer"}]},
-        "status": {
-            "phase": "Failed",
-            "containerStatuses": [{"name": "trainer", "state": {"terminated": {"exitCode": 75, "message": report}}}],
-        },
+        "status": status,
     }
 
 
-def a_controller(kube: KubeDouble) -> TrainingJobController:
+def a_checkpointing_job() -> dict[str, Any]:
+    """A two-worker job whose gang is being stopped for an interruption notice."""
+    job = a_training_job("llm").namespace("ns").replicas(2).obj()
+    job["status"] = {"phase": "Checkpointing", "reason": "CapacityInterrupted", "gangGeneration": 1, "replicas": 2}
+    return job
+
+
+def a_controller(kube: KubeDouble, job: dict[str, Any], pods: list[dict[str, Any]]) -> TrainingJobController:
+    """A controller (just started, as after a restart) that has seen JOB and PODS."""
     settings = Settings()
-    # The client allows no call: these tests only feed the watch side.
-    return TrainingJobController(settings, kube.client, Inventory(settings))
+    controller = TrainingJobController(settings, kube.client, Inventory(settings), clock=lambda: T0)
+    controller.inventory.upsert_node(
+        {"metadata": {"name": "n1"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    )
+    controller.job_seen(job)
+    for pod in pods:
+        record = controller.inventory.upsert_pod(pod)
+        assert record is not None and record.tracked
+    return controller
 
 
-def reports(pods: list[PodRecord]) -> list[WorkerReport]:
-    return [(p.labels.get(labels.RANK), p.termination_message) for p in pods]
+def recorded_step(controller: TrainingJobController) -> int | None:
+    checkpoint = controller.jobs[KEY].get("status", {}).get("lastCheckpoint")
+    return checkpoint["step"] if checkpoint else None
 
 
-def deleted(controller: TrainingJobController, pod: dict[str, Any]) -> PodRecord:
-    """The watch events of a worker that stops and is deleted before the reconcile loop runs."""
-    record = controller.inventory.upsert_pod(pod)
-    assert record is not None
-    controller.pod_changed(record)
-    controller.inventory.delete_pod(record.namespace, record.name)
-    controller.pod_changed(record)
-    return record
+async def test_stopped_workers_stay_until_the_status_holds_the_checkpoint_they_reported(kube: KubeDouble) -> None:
+    calls: list[str] = []
+    kube.answer("patch_status", lambda *args: calls.append("status"))
+    kube.answer("release_report_finalizer", lambda namespace, name: calls.append(name))
+    controller = a_controller(kube, a_checkpointing_job(), [a_worker(0, step=1200), a_worker(1, step=1100)])
+    await controller.reconcile(KEY)
+    assert recorded_step(controller) == 1100  # the step both ranks saved
+    assert calls == ["status", "llm-g1-w0", "llm-g1-w1"]  # let go only once it is written
 
 
-def test_a_worker_deleted_right_after_it_stopped_keeps_its_checkpoint_report(kube: KubeDouble) -> None:
-    controller = a_controller(kube)
-    record = deleted(controller, stopped_worker(0, 1200))
-    assert controller.inventory.pods_of_job(*KEY) == []
-    assert controller.departed_workers(KEY, 1) == [record]
-    # A new gang makes the reports of the old one moot.
-    assert controller.departed_workers(KEY, 2) == []
-    assert controller.departed_workers(KEY, 1) == []
+async def test_a_failed_status_write_lets_no_worker_go_and_a_restarted_operator_records_it(kube: KubeDouble) -> None:
+    pods = [a_worker(0, step=1200), a_worker(1, step=1100)]
+
+    def unavailable(*args: Any) -> None:
+        raise ApiException(status=503, reason="ServiceUnavailable")
+
+    kube.answer("patch_status", unavailable)
+    with pytest.raises(ApiException):
+        await a_controller(kube, a_checkpointing_job(), pods).reconcile(KEY)
+    assert kube.calls("release_report_finalizer") == []
+    # The operator restarts: the pods, still there, still say what was saved.
+    kube.allow("patch_status", "release_report_finalizer")
+    restarted = a_controller(kube, a_checkpointing_job(), pods)
+    await restarted.reconcile(KEY)
+    assert recorded_step(restarted) == 1100
+    assert sorted(name for _, name in kube.calls("release_report_finalizer")) == ["llm-g1-w0", "llm-g1-w1"]
 
 
-def test_the_checkpoint_is_recorded_once_every_rank_has_reported(kube: KubeDouble) -> None:
-    controller = a_controller(kube)
-    status = TrainingJobStatus(replicas=2, gang_generation=1)
-    first = deleted(controller, stopped_worker(0, 1200))
-    assert record_checkpoints(status, reports([first])) == status  # rank 1 may still be saving an older step
-    second = deleted(controller, stopped_worker(1, 1100))
-    recorded = record_checkpoints(status, reports(controller.departed_workers(KEY, 1)))
-    assert recorded.last_checkpoint == CheckpointRecord(step=1100, path="/ckpt/1100", time=T0 + timedelta(seconds=1100))
-    assert second in controller.departed_workers(KEY, 1)
+async def test_a_rank_that_saved_waits_for_the_ranks_still_saving(kube: KubeDouble) -> None:
+    kube.allow("patch_status", "release_report_finalizer", "delete_pod")
+    still_saving = a_worker(1, phase="Running")
+    controller = a_controller(kube, a_checkpointing_job(), [a_worker(0, step=1200), still_saving])
+    await controller.reconcile(KEY)
+    assert recorded_step(controller) is None
+    assert kube.calls("release_report_finalizer") == []  # rank 1 may end at an older step: rank 0's 1200 is kept
+
+
+async def test_workers_of_a_deleted_job_are_let_go(kube: KubeDouble) -> None:
+    kube.allow("release_report_finalizer")
+    controller = a_controller(kube, a_checkpointing_job(), [a_worker(0, step=1200), a_worker(1, phase="Running")])
+    controller.job_gone(*KEY)
+    await controller._release_unowned()
+    assert sorted(name for _, name in kube.calls("release_report_finalizer")) == ["llm-g1-w0", "llm-g1-w1"]
+    await controller._release_unowned()  # done: not asked again
+    assert len(kube.calls("release_report_finalizer")) == 2

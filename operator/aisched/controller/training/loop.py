@@ -32,7 +32,7 @@ class TrainingJobController(SchedulingCycle):
     def job_gone(self, namespace: str, name: str) -> None:
         self._drop_job((namespace, name))
         self._parsed.pop((namespace, name), None)
-        self._departed.pop((namespace, name), None)
+        self.workers_unowned(self.inventory.pods_of_job(namespace, name))
         self._waiting_written.pop((namespace, name), None)
         self.metrics.forget_job(namespace, name)
         self.queue.forget((namespace, name))  # no wake-up or retry for a job that is gone
@@ -48,8 +48,6 @@ class TrainingJobController(SchedulingCycle):
 
     def pod_changed(self, record: PodRecord | None) -> None:
         if record is not None and record.job_key and record.labels.get(labels.JOB_KIND) == "TrainingJob":
-            if record.termination_message and (record.namespace, record.name) not in self.inventory.pods:
-                self._departed.setdefault(record.job_key, {})[record.name] = record
             self.mark(record.job_key)
         else:
             self.queue.wake()  # someone else's pod came or went: GPUs changed
@@ -90,6 +88,7 @@ class TrainingJobController(SchedulingCycle):
             ("scheduling cycle", self.schedule),
             ("estimating emissions", lambda: self._account_emissions(self.clock())),
             ("ending carbon chunks", lambda: self._end_chunks(self.clock())),
+            ("releasing workers of deleted jobs", self._release_unowned),
             ("reporting", lambda: self._report_if_due(settled=not self._marked_during_cycle)),
         )
         for name, stage in stages:

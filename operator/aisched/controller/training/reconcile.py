@@ -14,7 +14,7 @@ from kubernetes.client.exceptions import ApiException
 
 from aisched.api import TrainingJob, TrainingJobPhase
 from aisched.api.training_job import TrainingJobStatus
-from aisched.controller.training.isolation import JobIsolation
+from aisched.controller.training.releases import WorkerReleases
 from aisched.controller.training.state import PLURAL, JobKey
 from aisched.kube import labels
 from aisched.kube.builders import GangLaunch, WorkerSlot, build_headless_service, build_worker_pod
@@ -28,7 +28,7 @@ from aisched.policy.refusals import FAILED_CREATE, failed_create, workers_create
 Phase = TrainingJobPhase
 
 
-class JobReconciler(JobIsolation):
+class JobReconciler(WorkerReleases):
     async def reconcile(self, key: JobKey) -> None:
         obj = self.jobs.get(key)
         if obj is None or self._in_closing_namespace(key):
@@ -51,11 +51,11 @@ class JobReconciler(JobIsolation):
             stale_pods=stale,
             doomed_nodes=self.inventory.doomed_nodes() | frozenset(gone) | frozenset(disrupted),
         )
-        # Departed first: a rank's live pod, when there is one, is its newer word.
-        reporters = self.departed_workers(key, generation) + current
-        status = record_checkpoints(status, [(p.labels.get(labels.RANK), p.termination_message) for p in reporters])
+        # Workers keep their pods (the report finalizer) until the status written below holds their reports.
+        status = record_checkpoints(status, [(p.labels.get(labels.RANK), p.termination_message) for p in current])
         step = next_step(job.spec, status, seen)
         await self._carry_out(obj, job, status, step, pods, now=now)
+        await self._release_workers(key, pods, now)
 
     async def _reconcile_now(self, key: JobKey) -> None:
         """Reconcile KEY at once rather than on the next pass, which waits for every other job.

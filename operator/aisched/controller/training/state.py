@@ -21,7 +21,7 @@ from aisched.api.training_job import TrainingJobStatus
 from aisched.controller.workqueue import FailureBackoff, WorkQueue
 from aisched.kube import labels
 from aisched.kube.client import KubeClient
-from aisched.kube.inventory import Inventory, PodRecord
+from aisched.kube.inventory import Inventory, PodKey
 from aisched.kube.pools import PoolTracker
 from aisched.metrics import Metrics
 from aisched.policy.cluster import ClusterSnapshot
@@ -60,8 +60,8 @@ class TrainingJobState:
     queues: dict[str, dict[str, Any]] = field(default_factory=dict)
     queue: WorkQueue[JobKey] = field(init=False)
     """Jobs to reconcile: dirty marks, one wake-up per job, retries with backoff, the periodic resync."""
-    # Workers deleted right after they stopped: their checkpoint reports outlive the pods.
-    _departed: dict[JobKey, dict[str, PodRecord]] = field(default_factory=dict)
+    # Workers (with the report finalizer) of TrainingJobs that are gone, to be let go (releases.py).
+    _unowned_workers: set[PodKey] = field(default_factory=set)
     # Each cycle reads every job several times; an object is parsed once, until the next watch event replaces it.
     # An object the model refuses is kept with what the model said, for the condition that tells its user.
     _parsed: dict[JobKey, tuple[dict[str, Any], TrainingJob | ValidationError]] = field(default_factory=dict)
@@ -180,13 +180,6 @@ class TrainingJobState:
         """Reconcile JOB again at WHEN; an earlier wake-up already pending for it stands."""
         key = (job.metadata["namespace"], job.metadata["name"])
         self.queue.add_after(key, max(1.0, (when - now).total_seconds()))
-
-    def departed_workers(self, key: JobKey, generation: int) -> list[PodRecord]:
-        """Workers of gang GENERATION already deleted that left a termination message; older ones are dropped."""
-        departed = self._departed.get(key, {})
-        for name in [n for n, p in departed.items() if p.labels.get(labels.GANG_GENERATION) != str(generation)]:
-            del departed[name]
-        return list(departed.values())
 
     def cluster_snapshot(self) -> ClusterSnapshot:
         """The cluster as placement sees it, shared with the InferenceService controller."""
