@@ -77,6 +77,8 @@ class Step:
 
 
 FINISHED = (Phase.SUCCEEDED, Phase.FAILED)
+# The reason of a job queued again after its gang was stopped for an interruption (not a preemption).
+INTERRUPTED = "Interrupted"
 HOLDS_GPUS = (Phase.PLACING, Phase.RUNNING, Phase.CHECKPOINTING, Phase.RESTARTING)
 
 
@@ -164,7 +166,7 @@ def _wind_down(phase: Phase, status: TrainingJobStatus, seen: Observation) -> St
     return Step(
         Verb.NOTHING,
         Phase.QUEUED,
-        "Interrupted" if interrupted else "Restarting",
+        INTERRUPTED if interrupted else "Restarting",
         "gang stopped after checkpointing; waiting to be placed again"
         if interrupted
         else "gang stopped after a worker failure; waiting to be placed again",

@@ -12,9 +12,10 @@ counted when the jobs behind it are placed. The rules, in that order:
 
 1. Jobs naming a queue that does not exist wait (the default queue always exists).
 2. Pending jobs are considered by priority, then band of attained service (least
-   GPU-time had first, `service`), then fair share among queues, then FIFO
-   (`queueing.fair_order`). A job that its queue's quota cannot hold waits;
-   it does not hold up the jobs behind it.
+   GPU-time had first, `service`; a job an interruption set back before every band),
+   then fair share among queues, then FIFO (`queueing.fair_order`). A job that its
+   queue's quota cannot hold takes back its queue's elastic growth and preempts its
+   queue's lower priorities, or waits; it does not hold up the jobs behind it.
 3. A job that fits is admitted with a `Placement`; an elastic job starts with the
    most replicas between `min_replicas` and `replicas` that fit.
 4. A job that does not fit for lack of free GPUs first tries to make room: it
@@ -62,7 +63,7 @@ PENDING_JOB_STAGES: tuple[PendingJobStage, ...] = (
 
 def admit_in_fair_order(cycle: CycleState) -> None:
     """Each pending job, in fair order, goes through `PENDING_JOB_STAGES` until one settles it."""
-    for job in fair_order(admission.pending_in_known_queues(cycle), cycle.ledger, band=cycle.band):
+    for job in fair_order(admission.pending_in_known_queues(cycle), cycle.ledger, band=cycle.turn):
         attempt = Attempt.of(cycle, job)
         for stage in PENDING_JOB_STAGES:
             if stage(cycle, attempt):

@@ -6,8 +6,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from aisched.api.common import CapacityType, TopologyLevel
-from aisched.api.training_job import TrainingJob
+from aisched.api.training_job import TrainingJob, TrainingJobPhase
 from aisched.policy.cluster import Toleration
+from aisched.policy.lifecycle import INTERRUPTED
 from aisched.policy.placement import GangRequest, Placement
 from aisched.policy.saturating_time import seconds_duration
 
@@ -44,6 +45,8 @@ class JobRequest:
     `attained_gpu_seconds`."""
     attained_gpu_seconds: float = 0.0
     """GPU-seconds of service of its earlier runs (status.attainedGpuSeconds)."""
+    set_back: bool = False
+    """Queued again because its capacity was interrupted (not preempted): it resumes ahead of newcomers."""
 
     @property
     def running(self) -> bool:
@@ -88,6 +91,7 @@ class JobRequest:
             placement=placement,
             started=(job.status.run_start_time or job.status.start_time) if placement is not None else None,
             attained_gpu_seconds=job.status.attained_gpu_seconds or 0.0,
+            set_back=job.status.phase == TrainingJobPhase.QUEUED and job.status.reason == INTERRUPTED,
         )
 
     def gang(self, replicas: int, gpu_types: frozenset[str] | None, excluded: frozenset[str]) -> GangRequest:

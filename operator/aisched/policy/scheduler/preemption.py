@@ -223,36 +223,60 @@ def _carry_out(cycle: CycleState, job: JobRequest, request: GangRequest, plan: _
 
 
 def preempt_within_quota(cycle: CycleState, job: JobRequest, replicas: int) -> bool:
-    """A job over its queue's quota takes it back from lower-priority gangs of the same queue.
+    """A job over its queue's quota takes it back from its own queue: elastic growth first, then
+    lower-priority gangs.
 
-    Victims go lowest priority first, most recently started first (least work lost), and only
-    as many as both the quota and the placement need; nothing changes unless the job then fits.
+    Elastic jobs of the queue give back what they grew beyond their `replicas` (beyond their minimum
+    for a higher priority), a rank at a time; then victims go lowest priority first, most recently
+    started first (least work lost), and only as many as both the quota and the placement need.
+    Nothing changes unless the job then fits.
     """
-    victims = sorted(
+    own = [r for r in cycle.running.values() if r.job.queue == job.queue and not r.admitted_now]
+    chosen: list[_Displacement] = []
+    growth = sorted(
         (
             r
-            for r in cycle.running.values()
-            if r.job.queue == job.queue and r.job.priority < job.priority and not r.admitted_now
+            for r in own
+            if r.job.priority <= job.priority and _shrink_floor(r.job, job.priority) < len(r.placement.nodes)
         ),
+        key=lambda r: (r.job.priority, -r.job.created.timestamp(), r.job.key),
+    )
+    for running in growth:
+        spare = running.placement.replicas - _shrink_floor(running.job, job.priority)
+        last = running.placement.replicas - 1
+        for count in range(1, spare + 1):
+            shrink = _Displacement(running, dropped=tuple(range(last, last - count, -1)))
+            if _admitted_after(cycle, job, replicas, [*chosen, shrink]):
+                return True
+        chosen.append(shrink)
+    victims = sorted(
+        (r for r in own if r.job.priority < job.priority),
         key=lambda r: (r.job.priority, -(r.job.started or r.job.created).timestamp(), r.job.key),
     )
-    chosen: list[_Displacement] = []
     for running in victims:
-        chosen.append(_Displacement(running))
-        refunded = [(a.running.job.queue, sum(a.gpus().values()), a.running.placement.gpu_type) for a in chosen]
-        for queue, gpus, gpu_type in refunded:
-            cycle.ledger.refund(queue, gpus, gpu_type)
-        allowance = cycle.ledger.allowance(job.queue, job.gpu_type, replicas * job.gpus_per_replica)
-        for queue, gpus, gpu_type in refunded:
-            cycle.ledger.charge(queue, gpus, gpu_type)
-        if allowance.refusal is not None:
-            continue
-        # Per-GPU-type caps still bind: only products with room for the whole gang may take it.
-        request = job.gang(replicas, cycle.gpu_types(job, allowance.blocked_gpu_types), job.excluded_nodes)
-        if _fits_after(cycle, request, chosen):
-            _carry_out(cycle, job, request, _RoomPlan((0, 0, 0, 0), tuple(chosen), DomainId(None, ())))
+        # A gang preempted whole gives back all it has, what a shrink of it took included.
+        chosen = [a for a in chosen if a.running is not running] + [_Displacement(running)]
+        if _admitted_after(cycle, job, replicas, chosen):
             return True
     return False
+
+
+def _admitted_after(cycle: CycleState, job: JobRequest, replicas: int, chosen: list[_Displacement]) -> bool:
+    """Admit JOB displacing CHOSEN if its queue's quota and the placement then hold it."""
+    refunded = [(a.running.job.queue, sum(a.gpus().values()), a.running.placement.gpu_type) for a in chosen]
+    for queue, gpus, gpu_type in refunded:
+        cycle.ledger.refund(queue, gpus, gpu_type)
+    allowance = cycle.ledger.allowance(job.queue, job.gpu_type, replicas * job.gpus_per_replica)
+    for queue, gpus, gpu_type in refunded:
+        cycle.ledger.charge(queue, gpus, gpu_type)
+    if allowance.refusal is not None:
+        return False
+    # Per-GPU-type caps still bind: only products with room for the whole gang may take it.
+    request = job.gang(replicas, cycle.gpu_types(job, allowance.blocked_gpu_types), job.excluded_nodes)
+    if not _fits_after(cycle, request, chosen):
+        return False
+    _carry_out(cycle, job, request, _RoomPlan((0, 0, 0, 0), tuple(chosen), DomainId(None, ())))
+    return True
 
 
 def _victim_words(job: JobRequest, request: GangRequest) -> str:

@@ -103,6 +103,11 @@ class CycleState:
         """The job's band of attained service now: lower goes first among equal priorities."""
         return service_band(attained_gpu_seconds(job, self.now))
 
+    def turn(self, job: JobRequest) -> int:
+        """Where JOB goes among pending jobs of its priority, lowest first: its band of attained service,
+        before every band when an interruption set it back (it resumes ahead of newcomers)."""
+        return -1 if job.set_back else self.band(job)
+
     def sliceable_for(self, running: RunningGang, job: JobRequest) -> bool:
         """May `running` be preempted for `job`, an equal-priority job with less attained service?
 

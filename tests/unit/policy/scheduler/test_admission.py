@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 from aisched.api.common import TopologyLevel
@@ -71,6 +72,27 @@ def test_a_higher_priority_job_takes_its_queue_quota_back_from_a_lower_one() -> 
     assert [p.key for p in result.preempted] == ["ns/low"]
     assert [a.key for a in result.admitted] == ["ns/high"]
     assert "preempted by ns/high" in result.preempted[0].message
+
+
+def test_a_job_set_back_by_an_interruption_resumes_ahead_of_newcomers() -> None:
+    snapshot = ClusterSnapshot(rack_nodes("z", "r", 1))
+    # It ran two GPU-hours before the interruption: by attained service alone the newcomer would go first.
+    set_back = pending("ns/set-back", 8, created=T0 - HOUR, attained_gpu_seconds=7200.0, set_back=True)
+    newcomer = pending("ns/newcomer", 8, created=T0)
+    assert keys(schedule(snapshot, [set_back, newcomer], [], T0))[0] == ["ns/set-back"]
+    assert keys(schedule(snapshot, [replace(set_back, set_back=False), newcomer], [], T0))[0] == ["ns/newcomer"]
+
+
+def test_a_job_over_its_queue_quota_takes_back_the_growth_of_its_queue_elastic_jobs() -> None:
+    snapshot = ClusterSnapshot([Node("n1", 8), Node("n2", 8)])
+    # Asked for 2 x 2 GPUs, grew to 4 x 2 into room an interrupted job left: the queue's whole quota.
+    grown = pending("ns/sweep", 2, replicas=2, min_replicas=1, max_replicas=4, queue="team")
+    grown = run_on(snapshot, grown, ["n1"] * 4)
+    back = pending("ns/back", 4, queue="team", set_back=True)
+    result = schedule(snapshot, [grown, back], [QueueQuota("team", 8)], T0)
+    assert keys(result) == (["ns/back"], [], [])
+    (resize,) = result.resized
+    assert (resize.key, resize.placement.replicas) == ("ns/sweep", 2)  # back to what it asked for, no lower
 
 
 def test_a_job_request_from_a_training_job() -> None:
