@@ -331,6 +331,12 @@ class Settings(BaseSettings):
         description="What a gang (re)start costs before training moves again: scheduling, image pull, "
         "loading the checkpoint. Deadline planning keeps this much in reserve.",
     )
+    node_not_ready_grace_seconds: int = Field(
+        default=60,
+        ge=0,
+        le=3600,
+        description="How long a node may be NotReady before its gangs are moved (a kubelet restart is a blip).",
+    )
     resync_seconds: float = Field(default=15.0, gt=0, le=3600, description="Period of the reconcile timer per job.")
     reconciles_per_pass: int = Field(
         default=256,

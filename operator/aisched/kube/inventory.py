@@ -20,6 +20,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from typing import Any
 
 from aisched.api import TopologyLevel
@@ -42,7 +43,8 @@ class Inventory:
     _pods_by_job: dict[tuple[str, str], set[PodKey]] = field(default_factory=lambda: defaultdict(set))
 
     _label_keys: NodeLabelKeys = field(init=False)
-    _not_ready: set[str] = field(default_factory=set)
+    # Nodes not Ready, with since when (their Ready condition's last transition; None: unknown).
+    _not_ready: dict[str, datetime | None] = field(default_factory=dict)
     # GPUs held on each node by the pods bound or pinned to it, kept as pods come and go.
     _used: dict[str, int] = field(default_factory=dict)
     # The cluster as placement sees it, kept up to date as pods change and rebuilt (lazily) only
@@ -90,9 +92,9 @@ class Inventory:
             self._base = None
         self.nodes[name] = record.node
         if record.ready:
-            self._not_ready.discard(name)
+            self._not_ready.pop(name, None)
         else:
-            self._not_ready.add(name)
+            self._not_ready[name] = record.not_ready_since
         return changed
 
     def delete_node(self, name: str, resource_version: str | None = None) -> bool:
@@ -100,7 +102,7 @@ class Inventory:
         if self._node_versions.is_stale(name, resource_version):
             return False
         self._node_versions.deleted(name, resource_version)
-        self._not_ready.discard(name)
+        self._not_ready.pop(name, None)
         self._base = None
         return self.nodes.pop(name, None) is not None
 
@@ -125,9 +127,22 @@ class Inventory:
         """NODE exists and its kubelet reports Ready: it can still confirm what happens to its pods."""
         return node in self.nodes and node not in self._not_ready
 
-    def doomed_nodes(self) -> frozenset[str]:
-        """Nodes whose workloads must move: an interruption notice, or NotReady."""
-        return frozenset(n.name for n in self.nodes.values() if n.interrupted) | frozenset(self._not_ready)
+    def doomed_nodes(self, now: datetime) -> frozenset[str]:
+        """Nodes whose workloads must move: an interruption notice, or NotReady past the grace.
+
+        A kubelet restarting or a heartbeat missed is NotReady for a moment: as the node lifecycle
+        controller waits before it evicts, a node counts as lost only once it has been NotReady
+        for `node_not_ready_grace_seconds` (at once when nobody says since when).
+        """
+        grace = timedelta(seconds=self.settings.node_not_ready_grace_seconds)
+        lost = {name for name, since in self._not_ready.items() if since is None or now - since >= grace}
+        return frozenset(n.name for n in self.nodes.values() if n.interrupted) | frozenset(lost)
+
+    def not_ready_grace_ends(self, nodes: Iterable[str]) -> datetime | None:
+        """The earliest time one of NODES, NotReady within its grace, would count as lost."""
+        grace = timedelta(seconds=self.settings.node_not_ready_grace_seconds)
+        ends = [since + grace for name in nodes if (since := self._not_ready.get(name)) is not None]
+        return min(ends, default=None)
 
     def snapshot(self, reserved: dict[str, int] | None = None) -> ClusterSnapshot:
         """The cluster for placement, the caller's to change: GPUs of every pod bound or pinned to a

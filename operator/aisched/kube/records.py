@@ -72,6 +72,8 @@ class NodeRecord:
 
     node: Node
     ready: bool
+    not_ready_since: datetime | None = None
+    """When its Ready condition last changed, for a node that is not Ready; None if unknown."""
     resource_version: str = field(default="", compare=False)
 
 
@@ -91,7 +93,8 @@ def read_node(obj: dict[str, Any], keys: NodeLabelKeys, gpu_resource: str) -> No
     metadata, spec, status = obj["metadata"], _mapping(obj.get("spec")), _mapping(obj.get("status"))
     name = sys.intern(metadata["name"])
     conditions = _items(status.get("conditions"))
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    condition = next((c for c in conditions if c.get("type") == "Ready"), {})
+    ready = condition.get("status") == "True"
     node = node_from_labels(
         name,
         labels=_string_map(metadata.get("labels")),
@@ -101,7 +104,8 @@ def read_node(obj: dict[str, Any], keys: NodeLabelKeys, gpu_resource: str) -> No
         schedulable=ready and not spec.get("unschedulable"),
         keys=keys,
     )
-    return NodeRecord(node, ready, _text(metadata.get("resourceVersion")) or "")
+    since = None if ready else _timestamp(condition.get("lastTransitionTime"))
+    return NodeRecord(node, ready, since, _text(metadata.get("resourceVersion")) or "")
 
 
 def read_pod(obj: dict[str, Any], gpu_resource: str) -> PodRecord:

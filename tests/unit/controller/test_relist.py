@@ -6,6 +6,7 @@ The API client is a double that answers only the lists a test sets up; time is l
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -172,7 +173,7 @@ async def test_a_relist_marks_only_what_it_changed(kube: KubeDouble) -> None:
     )
     await relist(kube.client, jobs.inventory, jobs, serving, page_size=500)
     assert await marked(jobs) == {("ns", "a")}
-    assert jobs.inventory.doomed_nodes() == {"n1"}
+    assert jobs.inventory.doomed_nodes(datetime.now(UTC)) == {"n1"}
 
 
 async def test_a_relist_sees_what_was_deleted_while_the_watch_was_away(kube: KubeDouble) -> None:

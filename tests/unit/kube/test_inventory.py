@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -8,6 +9,8 @@ from aisched.api import CapacityType
 from aisched.kube.inventory import Inventory
 from aisched.kube.quantities import MAX_GPUS_PER_OBJECT
 from aisched.settings import Settings
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def node(name: str, gpus: int = 8, *, ready: bool = True, taints: list[dict[str, str]] | None = None) -> dict[str, Any]:
@@ -88,16 +91,23 @@ def test_labels_give_topology_product_and_capacity_type() -> None:
     assert record.gpu_product == "NVIDIA-H100-80GB-HBM3"
 
 
-def test_interruption_taints_and_not_ready_nodes_are_doomed() -> None:
-    inventory = Inventory(Settings())
+def test_interruption_taints_and_nodes_not_ready_past_the_grace_are_doomed() -> None:
+    inventory = Inventory(Settings(node_not_ready_grace_seconds=60))
+    blip = node("blip", ready=False)
+    blip["status"]["conditions"][0]["lastTransitionTime"] = T0.isoformat()
     inventory.replace_nodes(
         [
             node("ok"),
             node("notice", taints=[{"key": "aws-node-termination-handler/spot-itn", "effect": "NoSchedule"}]),
-            node("sick", ready=False),
+            node("sick", ready=False),  # not Ready since nobody says when: lost at once
+            blip,
         ]
     )
-    assert inventory.doomed_nodes() == {"notice", "sick"}
+    assert inventory.doomed_nodes(T0 + timedelta(seconds=59)) == {"notice", "sick"}
+    assert inventory.not_ready_grace_ends(["ok", "blip"]) == T0 + timedelta(seconds=60)
+    assert inventory.doomed_nodes(T0 + timedelta(seconds=60)) == {"notice", "sick", "blip"}
+    inventory.replace_nodes([node("ok"), node("blip")])  # Ready again in time: nothing moved
+    assert inventory.doomed_nodes(T0 + timedelta(hours=1)) == set()
 
 
 OURS = {"aisched.io/kind": "TrainingJob", "aisched.io/job-name": "llm"}

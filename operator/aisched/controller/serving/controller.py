@@ -161,7 +161,7 @@ class InferenceServiceController:
         if not keys:
             return
         readings = dict(zip(due, await asyncio.gather(*(self._read_metric(key) for key in due)), strict=True))
-        snapshot = self._snapshot()
+        snapshot = self._snapshot(now)
 
         async def reconcile(key: ServiceKey) -> None:
             await self.reconcile(key, readings.get(key), snapshot, now)
@@ -239,10 +239,10 @@ class InferenceServiceController:
 
     # -- 4: the cluster placement sees ------------------------------------------
 
-    def _snapshot(self) -> ClusterSnapshot:
+    def _snapshot(self, now: datetime) -> ClusterSnapshot:
         """The cluster for this pass: nodes that must be left count as interrupted, pods we just made as used."""
         base = self.cluster_snapshot()
-        doomed = self.inventory.doomed_nodes()
+        doomed = self.inventory.doomed_nodes(now)
         snapshot = ClusterSnapshot(replace(n, interrupted=n.interrupted or n.name in doomed) for n in base.nodes())
         snapshot.allocate(self.replicas.unbound_gpus_by_node(snapshot, self.inventory.pods))
         return snapshot

@@ -49,8 +49,10 @@ class JobReconciler(WorkerReleases):
             now=now,
             workers=tuple(_worker(p) for p in current if not (p.terminating and p.phase == "Pending")),
             stale_pods=stale,
-            doomed_nodes=self.inventory.doomed_nodes() | frozenset(gone) | frozenset(disrupted),
+            doomed_nodes=self.inventory.doomed_nodes(now) | frozenset(gone) | frozenset(disrupted),
         )
+        if (grace_ends := self.inventory.not_ready_grace_ends(placement_nodes)) is not None and grace_ends > now:
+            self.queue.add_after(key, (grace_ends - now).total_seconds())  # lost then, unless Ready again
         # Workers keep their pods (the report finalizer) until the status written below holds their reports.
         status = record_checkpoints(status, [(p.labels.get(labels.RANK), p.termination_message) for p in current])
         step = next_step(job.spec, status, seen)

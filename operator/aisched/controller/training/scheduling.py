@@ -64,7 +64,7 @@ class SchedulingCycle(CarbonDeferral, Reporting):
     ) -> tuple[dict[str, tuple[dict[str, Any], TrainingJob]], list[JobRequest], dict[str, CapacityDecision]]:
         """What the scheduler is asked: every waiting job (unless deferred, waiting for capacity or set
         aside) and every placed one, with the jobs by key and the capacity chosen for each waiting job."""
-        doomed = self.inventory.doomed_nodes()
+        doomed = self.inventory.doomed_nodes(now)
         self._spot_fits.clear()  # the snapshot is this cycle's: so are the answers about it
         parsed: dict[str, tuple[dict[str, Any], TrainingJob]] = {}
         requests: list[JobRequest] = []
