@@ -51,6 +51,8 @@ class Observation:
     stale_pods: tuple[str, ...] = ()  # pods of earlier generations still around
     doomed_nodes: frozenset[str] = frozenset()  # nodes with an interruption signal or gone
     bind_timeout: timedelta = timedelta(seconds=60)
+    """How long a released worker may stay unschedulable before the gang is placed again; the
+    controller adds the victims' checkpoint grace while pods it displaced are still leaving."""
 
 
 class Verb(StrEnum):

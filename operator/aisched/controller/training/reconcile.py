@@ -7,7 +7,8 @@ picks up where the last one stopped, and every write is idempotent.
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
+from dataclasses import replace
+from datetime import datetime, timedelta
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -51,6 +52,9 @@ class JobReconciler(WorkerReleases):
             stale_pods=stale,
             doomed_nodes=self.inventory.doomed_nodes(now) | frozenset(gone) | frozenset(disrupted),
         )
+        if self._others_leaving(key, placement_nodes):
+            # A preemptor's workers wait for their victims, who may take their checkpoint grace to go.
+            seen = replace(seen, bind_timeout=seen.bind_timeout + timedelta(seconds=self._checkpoint_grace()))
         if (grace_ends := self.inventory.not_ready_grace_ends(placement_nodes)) is not None and grace_ends > now:
             self.queue.add_after(key, (grace_ends - now).total_seconds())  # lost then, unless Ready again
         # Workers keep their pods (the report finalizer) until the status written below holds their reports.
@@ -58,6 +62,14 @@ class JobReconciler(WorkerReleases):
         step = next_step(job.spec, status, seen)
         await self._carry_out(obj, job, status, step, pods, now=now)
         await self._release_workers(key, pods, now)
+
+    def _others_leaving(self, key: JobKey, nodes: list[str]) -> bool:
+        """Pods of others that still hold GPUs on NODES are being deleted."""
+        return any(
+            p.terminating and p.holds_gpus and p.job_key != key
+            for node in set(nodes)
+            for p in self.inventory.pods_on_node(node)
+        )
 
     async def _reconcile_now(self, key: JobKey) -> None:
         """Reconcile KEY at once rather than on the next pass, which waits for every other job.

@@ -1,0 +1,80 @@
+"""A preemptor's workers wait for their victims to go, checkpoint grace included, before a bind failure counts."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from aisched.controller.training import TrainingJobController
+from aisched.kube import labels
+from aisched.kube.inventory import Inventory
+from aisched.policy.deadlines import checkpoint_grace_seconds
+from aisched.settings import Settings
+from tests.builders import a_training_job
+from tests.unit.controller.kube_double import KubeDouble
+
+pytestmark = pytest.mark.asyncio
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+KEY = ("ns", "preemptor")
+
+
+def a_pod(name: str, job: str, *, deleted: bool = False, unschedulable: bool = False) -> dict[str, Any]:
+    metadata: dict[str, Any] = {
+        "namespace": "ns",
+        "name": name,
+        "labels": {labels.JOB_NAME: job, labels.JOB_KIND: "TrainingJob", labels.RANK: "0", labels.GANG_GENERATION: "1"},
+    }
+    spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 8}}}]}
+    status: dict[str, Any] = {"phase": "Running"}
+    if deleted:
+        metadata["deletionTimestamp"] = (T0 + timedelta(seconds=110)).isoformat()
+        spec["nodeName"] = "n1"
+    if unschedulable:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": "n1"}
+        status = {
+            "phase": "Pending",
+            "conditions": [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": "0/1 nodes are available: 1 Insufficient nvidia.com/gpu.",
+                    "lastTransitionTime": T0.isoformat(),
+                }
+            ],
+        }
+    return {"metadata": metadata, "spec": spec, "status": status}
+
+
+def a_controller(kube: KubeDouble, now: list[datetime], *, victim_leaving: bool) -> TrainingJobController:
+    settings = Settings()
+    controller = TrainingJobController(settings, kube.client, Inventory(settings), clock=lambda: now[0])
+    node = {
+        "metadata": {"name": "n1"},
+        "status": {"allocatable": {"nvidia.com/gpu": "8"}, "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    controller.inventory.upsert_node(node)
+    job = a_training_job("preemptor").namespace("ns").gpus(8).obj()
+    job["status"] = {"phase": "Placing", "gangGeneration": 1, "replicas": 1, "placement": {"nodes": ["n1"]}}
+    controller.job_seen(job)
+    controller.inventory.upsert_pod(a_pod("preemptor-g1-w0", "preemptor", unschedulable=True))
+    if victim_leaving:
+        controller.inventory.upsert_pod(a_pod("victim-g1-w0", "victim", deleted=True))
+    return controller
+
+
+@pytest.mark.parametrize("victim_leaving", [True, False], ids=["victim-saving", "no-victim"])
+async def test_a_preemptor_waits_out_its_victims_checkpoint_grace(kube: KubeDouble, victim_leaving: bool) -> None:
+    kube.allow("patch_status", "post_event", "delete_pod")
+    now = [T0 + timedelta(seconds=61)]
+    controller = a_controller(kube, now, victim_leaving=victim_leaving)
+    await controller.reconcile(KEY)
+    phase = controller.jobs[KEY]["status"]["phase"]
+    assert phase == ("Placing" if victim_leaving else "Restarting")  # a bind failure only without a victim
+    if victim_leaving:
+        now[0] = T0 + timedelta(seconds=61 + checkpoint_grace_seconds(Settings().spot_notice_seconds))
+        await controller.reconcile(KEY)
+        assert controller.jobs[KEY]["status"]["reason"] == "BindFailed"  # it has had its grace: a real failure
