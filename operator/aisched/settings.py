@@ -331,6 +331,11 @@ class Settings(BaseSettings):
         description="What a gang (re)start costs before training moves again: scheduling, image pull, "
         "loading the checkpoint. Deadline planning keeps this much in reserve.",
     )
+    test_exit_at_write: str = Field(
+        default="",
+        pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?:[1-9][0-9]*)?$",
+        description="Tests only: 'NAMESPACE:N' ends the operator just before its Nth API write in NAMESPACE.",
+    )
     node_not_ready_grace_seconds: int = Field(
         default=60,
         ge=0,

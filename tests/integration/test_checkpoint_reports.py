@@ -50,7 +50,8 @@ def operator_down(operator: OperatorProcess) -> Iterator[OperatorProcess]:
     try:
         yield operator
     finally:
-        operator.start()
+        if operator.process is None or operator.process.poll() is not None:
+            operator.start()
 
 
 def test_workers_that_exit_while_the_operator_is_down_keep_their_reports_for_it(

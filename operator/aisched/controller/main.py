@@ -22,7 +22,7 @@ from aisched.controller.handlers import register
 from aisched.controller.relist import relist
 from aisched.controller.serving import InferenceServiceController
 from aisched.controller.training import TrainingJobController
-from aisched.kube.client import KubeClient, load_api_client
+from aisched.kube.client import KubeClient, load_api_client, write_killer
 from aisched.kube.inventory import Inventory
 from aisched.kube.leader import KubeLeaseStore, LeaseElector
 from aisched.metrics import Metrics, serve
@@ -134,6 +134,7 @@ async def _operate(settings: Settings, standalone: bool) -> int:
         fence=elector.may_write if elector is not None else None,
         qps=settings.api_qps,
         burst=settings.api_burst,
+        before_write=write_killer(settings.test_exit_at_write) if settings.test_exit_at_write else None,
     )
     if elector is not None:
         await elector.acquire()

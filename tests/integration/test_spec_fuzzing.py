@@ -1,0 +1,171 @@
+"""Spec fuzzing against the real API server with the operator running (#16).
+
+Hypothesis makes TrainingJobs, InferenceServices and Queues from the generated CRD
+schemas (every bound, one past it, int64's edges, odd names, hostile pod templates;
+`schema_values`). Each is either refused by the API server with a readable message
+(400/422, never a 500) or accepted and then handled by the operator: a status with a
+phase or a condition. Meanwhile the operator stays up and its scheduling cycle keeps
+completing, and a plain job is admitted within a bound. Derandomized: CI sees the
+same objects every run.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from aisched.api import GROUP, VERSION
+from aisched.testing.cluster import TIMEOUT, LocalCluster, apply, wait_for
+from aisched.testing.operator import OperatorProcess
+from tests.builders import a_training_job
+from tests.integration.schema_values import SchemaValues, names
+
+pytestmark = [pytest.mark.integration]
+
+CRDS = Path(__file__).resolve().parents[2] / "crds"
+EXAMPLES = 300
+KINDS = {"trainingjobs": "TrainingJob", "inferenceservices": "InferenceService", "queues": "Queue"}
+# Cohorts other tests' queues use: a fuzzed queue must not lend to them or borrow from them.
+TAKEN_COHORTS = {"shared", "default"}
+
+
+def spec_schema(plural: str) -> dict[str, Any]:
+    crd = yaml.safe_load((CRDS / f"{plural}.{GROUP}.yaml").read_text())
+    schema: dict[str, Any] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    return schema
+
+
+@dataclass
+class Outcomes:
+    refused: Counter[str] = field(default_factory=Counter)
+    """Refusals by the field the API server named first."""
+    accepted: list[tuple[str, str]] = field(default_factory=list)
+    """(plural, name) of what the API server took."""
+    tried: Counter[str] = field(default_factory=Counter)
+
+
+def first_cause(body: str) -> str:
+    details = json.loads(body).get("details") or {}
+    causes = details.get("causes") or [{}]
+    return str(causes[0].get("field") or causes[0].get("reason") or "object")
+
+
+@pytest.fixture
+def fuzzed_queues(api_client: client.ApiClient) -> Iterator[list[str]]:
+    """Queues the test made (cluster-scoped): deleted afterwards."""
+    made: list[str] = []
+    yield made
+    custom = client.CustomObjectsApi(api_client)
+    for name in made:
+        try:
+            custom.delete_cluster_custom_object(GROUP, VERSION, "queues", name)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
+
+def scheduling_cycles(operator: OperatorProcess) -> float:
+    """Cycles the operator has completed, from its metrics endpoint."""
+    text = httpx.get(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=5).text
+    for line in text.splitlines():
+        if line.startswith("aisched_scheduling_cycle_seconds_count"):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def test_fuzzed_specs_are_refused_readably_or_handled_and_stop_no_one(
+    cluster: LocalCluster,
+    namespace: str,
+    api_client: client.ApiClient,
+    operator: OperatorProcess,
+    fuzzed_queues: list[str],
+) -> None:
+    custom = client.CustomObjectsApi(api_client)
+    outcomes = Outcomes()
+    cases = st.one_of(
+        *(
+            st.tuples(st.just(plural), names(48, hostile=hostile), SchemaValues(hostile).of(spec_schema(plural)))
+            for plural in KINDS
+            for hostile in (False, True)
+        )
+    )
+    cycles_before = scheduling_cycles(operator)
+
+    @settings(
+        max_examples=EXAMPLES,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(cases)
+    def submit(case: tuple[str, str, Any]) -> None:
+        plural, name, spec = case
+        if plural == "queues":
+            name = f"fuzz-{name}"
+            if isinstance(spec, dict) and spec.get("cohort") in TAKEN_COHORTS:
+                spec = {**spec, "cohort": f"fuzz-{spec['cohort']}"}
+        assume((plural, name) not in outcomes.accepted)
+        outcomes.tried[plural] += 1
+        body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KINDS[plural], "metadata": {"name": name}, "spec": spec}
+        try:
+            if plural == "queues":
+                custom.create_cluster_custom_object(GROUP, VERSION, plural, body)
+            else:
+                custom.create_namespaced_custom_object(GROUP, VERSION, namespace, plural, body)
+        except ApiException as error:
+            refusal = error
+        else:
+            outcomes.accepted.append((plural, name))
+            if plural == "queues":
+                fuzzed_queues.append(name)
+            return
+        assert refusal.status in (400, 409, 422), f"{plural} {name}: {refusal.status} {refusal.body}"
+        if refusal.status == 409:
+            return  # a name hypothesis made twice
+        message = json.loads(refusal.body)["message"]
+        assert message and "internal error" not in message.lower(), message
+        outcomes.refused[f"{plural}: {first_cause(refusal.body)}"] += 1
+
+    submit()
+    print(f"tried {dict(outcomes.tried)}; accepted {Counter(p for p, _ in outcomes.accepted)}")
+    print(f"refused, by the first field named: {dict(outcomes.refused)}")
+    assert outcomes.refused and outcomes.accepted, "the fuzzing should exercise both refusals and acceptances"
+
+    def handled(plural: str, name: str) -> bool:
+        status = custom.get_namespaced_custom_object(GROUP, VERSION, namespace, plural, name).get("status") or {}
+        return bool(status.get("phase") or status.get("conditions"))
+
+    jobs = [(p, n) for p, n in outcomes.accepted if p != "queues"]
+    wait_for(lambda: all(handled(p, n) for p, n in jobs), TIMEOUT, "every accepted job to be handled")
+    assert operator.process is not None and operator.process.poll() is None, "the operator must stay up"
+
+    # Everyone else goes on: a plain job is admitted with the fuzzed objects still there.
+    apply(cluster, namespace, a_training_job("plain").gpus(1).obj())
+    started = time.monotonic()
+    wait_for(
+        lambda: (
+            (
+                custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "trainingjobs", "plain").get("status")
+                or {}
+            ).get("phase")
+            in ("Placing", "Running")
+        ),
+        TIMEOUT,
+        "the plain job to be admitted",
+    )
+    print(f"plain job admitted {time.monotonic() - started:.1f} s after it was applied")
+    assert scheduling_cycles(operator) > cycles_before
