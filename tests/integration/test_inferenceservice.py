@@ -291,6 +291,29 @@ def test_replicas_are_pinned_spread_and_only_ready_ones_get_traffic(cluster: Loc
     wait_for(lambda: status_of(cluster, namespace, "web").get("readyReplicas") == 1, TIMEOUT, "readyReplicas 1")
 
 
+def test_a_service_someone_else_made_under_the_name_is_left_as_it_was(cluster: LocalCluster, namespace: str) -> None:
+    theirs = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "taken"},
+        "spec": {"selector": {"app": "theirs"}, "ports": [{"port": 80}]},
+    }
+    apply(cluster, namespace, theirs)
+    before = get_object(cluster, "service", "taken", namespace)
+    apply(cluster, namespace, an_inference_service("taken").replicas(1).set("port", 8000).obj())
+
+    def exposed() -> dict[str, Any] | None:
+        conditions = status_of(cluster, namespace, "taken").get("conditions", [])
+        return next((c for c in conditions if c["type"] == "ServiceExposed"), None)
+
+    condition = wait_for(exposed, TIMEOUT, "the ServiceExposed condition")
+    assert (condition["status"], condition["reason"]) == ("False", "ServiceNotOwned"), condition
+    after = get_object(cluster, "service", "taken", namespace)
+    assert after["spec"] == before["spec"]
+    assert after["metadata"].get("ownerReferences") is None  # not adopted: deleting the model keeps it
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+
+
 def test_kubectl_scale_drives_replicas_when_the_autoscaler_is_off(cluster: LocalCluster, namespace: str) -> None:
     apply(cluster, namespace, an_inference_service("manual").replicas(1).obj())
     wait_ready(cluster, namespace, "manual", 1)

@@ -362,18 +362,40 @@ class KubeClient:
             if error.status != 404:
                 raise
 
-    async def apply_service(self, obj: dict[str, Any]) -> None:
-        """Server-side apply: creates the Service or brings the fields we own up to date."""
+    async def apply_service(self, obj: dict[str, Any]) -> bool:
+        """Create the Service, or bring the fields we own up to date if it is ours; False when a
+        Service of that name exists and is someone else's (it is left as it is).
+
+        Ours means its first owner reference is OBJ's owner, the one we create it with. A
+        JSON patch that only tests that is the check: it needs no read permission and changes
+        nothing; server-side apply, which would merge our owner reference into anyone's
+        Service, runs only after it.
+        """
         metadata = obj["metadata"]
+        name, namespace = metadata["name"], metadata["namespace"]
+        owner = metadata["ownerReferences"][0]["uid"]
+        ours = [{"op": "test", "path": "/metadata/ownerReferences/0/uid", "value": owner}]
+        try:
+            await self._send(
+                self.core.patch_namespaced_service, name, namespace, ours, _content_type="application/json-patch+json"
+            )
+        except ApiException as error:
+            if error.status == 404:
+                await self.create(obj)  # AlreadyExists (a race with its creator) is looked at next time
+                return True
+            if error.status == 422:  # the test failed: no owner, or another
+                return False
+            raise
         await self._send(
             self.core.patch_namespaced_service,
-            metadata["name"],
-            metadata["namespace"],
+            name,
+            namespace,
             obj,
             field_manager="aisched",
-            force=True,
+            force=True,  # ours: take back fields someone edited
             _content_type="application/apply-patch+yaml",
         )
+        return True
 
     async def ensure_queue(self, name: str, nominal_gpus: int) -> None:
         body = {

@@ -33,6 +33,9 @@ class KubeDouble:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
         self.failing: set[str] = set()
+        self.foreign: set[str] = set()
+        """Names whose Service exists and belongs to someone else."""
+        self.statuses: dict[str, dict[str, Any]] = {}
         self.unexpected: list[str] = []
 
     def __getattr__(self, name: str) -> Any:
@@ -40,11 +43,12 @@ class KubeDouble:
         self.unexpected.append(name)
         raise AssertionError(f"KubeClient.{name} must not be called")
 
-    async def apply_service(self, obj: dict[str, Any]) -> None:
+    async def apply_service(self, obj: dict[str, Any]) -> bool:
         name = obj["metadata"]["name"]
         if name in self.failing:
             raise RuntimeError(f"the API server refused the Service of {name}")
         self.calls.append(("apply_service", name))
+        return name not in self.foreign
 
     async def create(self, obj: dict[str, Any]) -> None:
         self.calls.append(("create", obj["metadata"]["labels"][SERVICE_NAME]))
@@ -54,6 +58,7 @@ class KubeDouble:
 
     async def patch_status(self, plural: str, namespace: str | None, name: str, status: dict[str, Any]) -> None:
         self.calls.append(("patch_status", name))
+        self.statuses[name] = status
 
     async def scale_custom(self, plural: str, namespace: str, name: str, replicas: int) -> None:
         self.calls.append(("scale_custom", name))
@@ -157,6 +162,25 @@ async def test_a_failing_service_never_stops_the_others_and_is_retried_with_back
         await asyncio.sleep(1)  # the first backoff
         assert kube.of("bad") == ["apply_service", "create", "patch_status"]
         assert controller.queue.pending_timers() == 0
+
+
+async def test_a_service_name_someone_else_holds_is_left_alone_and_said_so(
+    controller: InferenceServiceController, kube: KubeDouble
+) -> None:
+    def exposed() -> tuple[str, str]:
+        condition = next(c for c in kube.statuses["chat"]["conditions"] if c["type"] == "ServiceExposed")
+        return condition["status"], condition["reason"]
+
+    async with running(controller):
+        kube.foreign.add("chat")
+        controller.service_seen(a_service("chat"))
+        await asyncio.sleep(0.1)
+        assert exposed() == ("False", "ServiceNotOwned")
+        assert kube.of("chat")[1:] == ["create", "patch_status"]  # the replicas start all the same
+        kube.foreign.clear()  # its owner deletes it
+        controller.mark(("ml", "chat"))
+        await asyncio.sleep(0.1)
+        assert exposed() == ("True", "ServiceReady")
 
 
 async def test_each_autoscaler_keeps_its_interval_with_one_pending_timer(

@@ -62,6 +62,10 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
+# The InferenceService's condition about the Service in front of its replicas.
+SERVICE_EXPOSED = "ServiceExposed"
+
+
 @dataclass
 class InferenceServiceController:
     settings: Settings
@@ -180,9 +184,21 @@ class InferenceServiceController:
         service = _parse(obj) if obj is not None else None
         if obj is None or service is None:
             return
-        await self._apply_service(key, service)
+        exposed = await self._apply_service(key, service)
         await self.placement.clear_out(obj, self.replicas.of(key), now)
         status = service.status.model_copy(deep=True)
+        status.conditions = set_service_condition(
+            status,
+            SERVICE_EXPOSED,
+            exposed,
+            "ServiceReady" if exposed else "ServiceNotOwned",
+            f"Service {service.metadata['name']} sends traffic to the ready replicas"
+            if exposed
+            else f"a Service named {service.metadata['name']} exists and is not this InferenceService's: "
+            "it is left as it is; delete it or rename the InferenceService",
+            service=service,
+            now=now,
+        )
         desired = service.spec.replicas
         autoscaling = service.spec.autoscaling
         if autoscaling is not None and autoscaling.enabled:
@@ -208,15 +224,18 @@ class InferenceServiceController:
 
     # -- 1: the Service in front ----------------------------------------------
 
-    async def _apply_service(self, key: ServiceKey, service: InferenceService) -> None:
+    async def _apply_service(self, key: ServiceKey, service: InferenceService) -> bool:
+        """The Service in front is ours and up to date; False when its name is someone else's Service."""
         # Applied on every spec change, and again each relist period in case someone deleted it.
         generation = service.metadata.get("generation")
         applied = self._service_applied.get(key)
         fresh = applied is not None and time.monotonic() - applied[1] < self.settings.relist_seconds
         if fresh and applied is not None and applied[0] == generation:
-            return
-        await self.kube.apply_service(build_service(service))
+            return True
+        if not await self.kube.apply_service(build_service(service)):
+            return False  # asked again next pass: its owner may delete it
         self._service_applied[key] = (generation, time.monotonic())
+        return True
 
     # -- 3: the autoscaler's timers and metric ---------------------------------
 

@@ -1,0 +1,189 @@
+"""Kill at each write (#16): the operator ends just before its Nth API write in a path, for every N.
+
+The test-only hook `AISCHED_TEST_EXIT_AT_WRITE=NAMESPACE:N` ends the process (exit 137, no
+cleanup) before its Nth write in NAMESPACE (events aside). Each N gets a namespace of its
+own; the next operator, started at once with the hook armed for the next N, must bring
+the job of the previous one to where it would have been: one gang generation, each rank
+once, the checkpoint the workers reported recorded and resumed from. N grows until the
+path completes without reaching it, so every write of the path is a kill point.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from aisched.kube import labels
+from aisched.testing.cluster import (
+    FAKE_EXIT_CODE,
+    FAKE_TERMINATION_MESSAGE,
+    INTERRUPTION_TAINTS,
+    TIMEOUT,
+    LocalCluster,
+    apply,
+    job,
+    taint_for_interruption,
+    wait_for,
+    workers,
+)
+from aisched.testing.operator import OperatorProcess
+from tests.builders import a_training_job
+
+pytestmark = [pytest.mark.integration]
+
+HOOK = "AISCHED_TEST_EXIT_AT_WRITE"
+MOST_WRITES = 30  # a bound on any path's writes: the loop below ends well before it
+RESUME_STEP = 4200
+CHECKPOINTED_EXIT_CODE = "75"
+
+
+@dataclass
+class KillPoints:
+    cluster: LocalCluster
+    api: client.ApiClient
+    operator: OperatorProcess
+    namespaces: list[str]
+    tainted: list[str]
+
+    def namespace(self) -> str:
+        core = client.CoreV1Api(self.api)
+        name = f"kill-{uuid.uuid4().hex[:8]}"
+        core.create_namespace({"metadata": {"name": name}})
+        self.namespaces.append(name)
+        wait_for(
+            lambda: core.list_namespaced_service_account(name, field_selector="metadata.name=default").items,
+            30,
+            f"the default ServiceAccount of {name}",
+        )
+        return name
+
+    def restart(self, armed_for: str | None = None, n: int = 0) -> None:
+        """The operator again, armed to end before write N in namespace ARMED_FOR (or not armed)."""
+        self.operator.stop()
+        self.operator.extra_env.pop(HOOK, None)
+        if armed_for is not None:
+            self.operator.extra_env[HOOK] = f"{armed_for}:{n}"
+        self.operator.start()
+
+    def untaint(self) -> None:
+        """The nodes announced lost stay after all: the node manager lifts its taint and uncordons them."""
+        key, _ = INTERRUPTION_TAINTS["aws"]
+        while self.tainted:
+            node = self.tainted.pop()
+            self.cluster.kubectl("taint", "node", node, f"{key}-")
+            self.cluster.kubectl("uncordon", node)
+
+    def ended(self) -> bool:
+        return self.operator.process is not None and self.operator.process.poll() is not None
+
+
+@pytest.fixture
+def kill_points(cluster: LocalCluster, api_client: client.ApiClient, operator: OperatorProcess) -> Iterator[KillPoints]:
+    points = KillPoints(cluster, api_client, operator, [], [])
+    try:
+        yield points
+    finally:
+        points.untaint()
+        points.restart()
+        core = client.CoreV1Api(api_client)
+        for name in points.namespaces:
+            core.delete_namespace(name)
+
+
+def gang(cluster: LocalCluster, namespace: str, name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    return job(cluster, namespace, name).get("status", {}), workers(cluster, namespace, name)
+
+
+def assert_one_whole_gang(status: dict[str, Any], pods: list[dict[str, Any]], replicas: int) -> None:
+    """One generation of workers, the status's, each rank once and running."""
+    live = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    generations = {p["metadata"]["labels"][labels.GANG_GENERATION] for p in live}
+    ranks = sorted(int(p["metadata"]["labels"][labels.RANK]) for p in live)
+    assert generations == {str(status["gangGeneration"])}, (status, generations)
+    assert ranks == list(range(replicas)), ranks
+    assert all(p["status"].get("phase") == "Running" for p in live)
+
+
+def each_kill_point(
+    points: KillPoints, prepare: Callable[[str], Any], act: Callable[[str, Any], None], done: Callable[[str, Any], bool]
+) -> int:
+    """For N = 1, 2, ...: in a fresh namespace, PREPARE (unarmed), arm for N, ACT, and wait until the
+    operator ends or the path is DONE. Killed, the next operator must finish it: DONE within the
+    bound. Returns how many kill points the path had."""
+    for n in range(1, MOST_WRITES):
+        namespace = points.namespace()
+        setup = prepare(namespace)
+        points.restart(armed_for=namespace, n=n)
+        act(namespace, setup)
+        path_done = functools.partial(done, namespace, setup)
+        outcome = wait_for(lambda: "killed" if points.ended() else ("done" if path_done() else None), TIMEOUT)  # noqa: B023
+        if outcome == "done":
+            return n - 1
+        points.restart()
+        wait_for(path_done, TIMEOUT * 2, f"the path to complete after the kill before write {n}")
+    raise AssertionError(f"the path did not complete within {MOST_WRITES} writes")
+
+
+def test_a_launch_killed_at_any_write_comes_up_as_one_gang(kill_points: KillPoints) -> None:
+    cluster = kill_points.cluster
+
+    def launch(namespace: str, _: Any) -> None:
+        apply(cluster, namespace, a_training_job("launch").replicas(2).gpus(1).obj())
+
+    def running(namespace: str, _: Any) -> bool:
+        status, pods = gang(cluster, namespace, "launch")
+        if status.get("phase") != "Running":
+            return False
+        assert_one_whole_gang(status, pods, 2)
+        return True
+
+    points = each_kill_point(kill_points, lambda _: None, launch, running)
+    assert points >= 5, f"a launch writes its status, Service, workers and gates: only {points} writes seen"
+
+
+def test_an_interruption_killed_at_any_write_loses_no_checkpoint(kill_points: KillPoints) -> None:
+    cluster, api = kill_points.cluster, kill_points.api
+
+    def running_job(namespace: str) -> dict[str, Any]:
+        kill_points.untaint()  # the last kill point's node: every point starts from the whole cluster
+        apply(cluster, namespace, a_training_job("spot").replicas(2).gpus(1).set("checkpoint.path", "/ckpt").obj())
+
+        def running() -> dict[str, Any] | None:
+            status = gang(cluster, namespace, "spot")[0]
+            return status if status.get("phase") == "Running" else None
+
+        status = wait_for(running, TIMEOUT, "the job to run")
+        report = json.dumps({"step": RESUME_STEP, "path": "/ckpt/s", "time": datetime.now(UTC).isoformat()})
+        armed = {FAKE_EXIT_CODE: CHECKPOINTED_EXIT_CODE, FAKE_TERMINATION_MESSAGE: report}
+        for pod in workers(cluster, namespace, "spot"):
+            client.CoreV1Api(api).patch_namespaced_pod(
+                pod["metadata"]["name"], namespace, {"metadata": {"annotations": armed}}
+            )
+        return status
+
+    def interrupt(namespace: str, before: dict[str, Any]) -> None:
+        node = before["placement"]["nodes"][0]
+        kill_points.tainted.append(node)
+        taint_for_interruption(api, node, "aws")
+
+    def resumed(namespace: str, before: dict[str, Any]) -> bool:
+        status, pods = gang(cluster, namespace, "spot")
+        if status.get("phase") != "Running" or status["gangGeneration"] == before["gangGeneration"]:
+            return False
+        assert status["lastCheckpoint"]["step"] == RESUME_STEP, status
+        assert_one_whole_gang(status, pods, 2)
+        for pod in pods:
+            env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0].get("env", [])}
+            assert env["AISCHED_RESUME_STEP"] == str(RESUME_STEP)
+        return True
+
+    points = each_kill_point(kill_points, running_job, interrupt, resumed)
+    assert points >= 5, f"an interruption checkpoints, stops, records and places again: only {points} writes seen"
