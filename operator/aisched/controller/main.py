@@ -22,9 +22,10 @@ from aisched.controller.handlers import register
 from aisched.controller.relist import relist
 from aisched.controller.serving import InferenceServiceController
 from aisched.controller.training import TrainingJobController
-from aisched.kube.client import KubeClient, load_api_client, write_killer
+from aisched.kube.client import KubeClient, load_api_client
 from aisched.kube.inventory import Inventory
 from aisched.kube.leader import KubeLeaseStore, LeaseElector
+from aisched.kube.write_hooks import write_killer
 from aisched.metrics import Metrics, serve
 from aisched.settings import AutoscalerSettings, Settings
 from aisched.sources.carbon import build_carbon_source

@@ -20,8 +20,6 @@ import asyncio
 import functools
 import json
 import logging
-import os
-import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -39,35 +37,6 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 API_THREADS = 32  # concurrent API calls; also the size of the connection pool
 LIST_ATTEMPTS = 3  # a list whose continue token keeps expiring is given up, for the next relist
-
-
-def namespace_closing(error: BaseException) -> bool:
-    """ERROR says the object's namespace is being deleted (403) or is gone (404): nothing more can be made there."""
-    if not isinstance(error, ApiException) or error.status not in (403, 404):
-        return False
-    try:
-        body = json.loads(error.body or "{}")
-    except ValueError:
-        return False
-    if not isinstance(body, dict):
-        return False
-    details = body.get("details")
-    if error.status == 404:
-        return isinstance(details, dict) and details.get("kind") == "namespaces"
-    return "is being terminated" in str(body.get("message", ""))
-
-
-def refused_create(error: BaseException) -> str | None:
-    """What the API server said refusing a create (admission, Pod Security, an invalid object); None for
-    any other failure, which a retry may cure (a namespace being deleted is `namespace_closing`'s)."""
-    if not isinstance(error, ApiException) or error.status not in (400, 403, 422) or namespace_closing(error):
-        return None
-    try:
-        body = json.loads(error.body or "{}")
-    except ValueError:
-        body = None
-    message = body.get("message") if isinstance(body, dict) else None
-    return str(message or error.reason or f"HTTP {error.status}")
 
 
 class ListExpiredError(Exception):
@@ -118,31 +87,6 @@ def load_api_client() -> client.ApiClient:
 
 class NotLeadingError(RuntimeError):
     """A write refused before it was sent: this replica no longer holds the leader lease."""
-
-
-def write_killer(spec: str) -> Callable[[Callable[..., Any], tuple[Any, ...]], None]:
-    """Tests only: SPEC 'NAMESPACE:N' ends the process just before its Nth write in NAMESPACE.
-
-    Kill-at-each-write tests run the operator with every N in turn and check that, restarted,
-    it converges as if nothing happened. Events are left out: they go out beside the loop, in
-    no fixed order. `os._exit`: no cleanup, no flush, as when the node dies.
-    """
-    namespace, _, count = spec.rpartition(":")
-    target, seen = int(count), 0
-    lock = threading.Lock()
-
-    def before_write(method: Callable[..., Any], args: tuple[Any, ...]) -> None:
-        nonlocal seen
-        if namespace not in args or getattr(method, "__name__", "") == "create_namespaced_event":
-            return
-        with lock:
-            seen += 1
-            if seen == target:
-                log.warning("test hook: exiting before write %d in %s (%s)", seen, namespace, method.__name__)
-                logging.shutdown()
-                os._exit(137)
-
-    return before_write
 
 
 class KubeClient:

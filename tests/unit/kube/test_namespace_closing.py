@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from aisched.kube.client import namespace_closing
+from aisched.kube.api_errors import namespace_closing
 
 
 @pytest.mark.parametrize(

@@ -18,8 +18,8 @@ from aisched.api.training_job import TrainingJobStatus
 from aisched.controller.training.releases import WorkerReleases
 from aisched.controller.training.state import PLURAL, JobKey
 from aisched.kube import labels
+from aisched.kube.api_errors import namespace_closing, refused_create
 from aisched.kube.builders import GangLaunch, WorkerSlot, build_headless_service, build_worker_pod
-from aisched.kube.client import namespace_closing, refused_create
 from aisched.kube.inventory import PodRecord
 from aisched.policy.deadlines import checkpoint_grace_seconds
 from aisched.policy.job_status import apply_step, checkpoint_reason, interrupted_gang_stopped, record_checkpoints

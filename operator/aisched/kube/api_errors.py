@@ -1,0 +1,36 @@
+"""What the API server's refusals mean to the operator, read from its Status answers."""
+
+from __future__ import annotations
+
+import json
+
+from kubernetes.client.exceptions import ApiException
+
+
+def namespace_closing(error: BaseException) -> bool:
+    """ERROR says the object's namespace is being deleted (403) or is gone (404): nothing more can be made there."""
+    if not isinstance(error, ApiException) or error.status not in (403, 404):
+        return False
+    try:
+        body = json.loads(error.body or "{}")
+    except ValueError:
+        return False
+    if not isinstance(body, dict):
+        return False
+    details = body.get("details")
+    if error.status == 404:
+        return isinstance(details, dict) and details.get("kind") == "namespaces"
+    return "is being terminated" in str(body.get("message", ""))
+
+
+def refused_create(error: BaseException) -> str | None:
+    """What the API server said refusing a create (admission, Pod Security, an invalid object); None for
+    any other failure, which a retry may cure (a namespace being deleted is `namespace_closing`'s)."""
+    if not isinstance(error, ApiException) or error.status not in (400, 403, 422) or namespace_closing(error):
+        return None
+    try:
+        body = json.loads(error.body or "{}")
+    except ValueError:
+        body = None
+    message = body.get("message") if isinstance(body, dict) else None
+    return str(message or error.reason or f"HTTP {error.status}")

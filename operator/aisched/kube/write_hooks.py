@@ -1,0 +1,39 @@
+"""Tests only: a hook the client calls before each write (`KubeClient.before_write`).
+
+Off unless the `test_exit_at_write` setting names a namespace and a count.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+def write_killer(spec: str) -> Callable[[Callable[..., Any], tuple[Any, ...]], None]:
+    """Tests only: SPEC 'NAMESPACE:N' ends the process just before its Nth write in NAMESPACE.
+
+    Kill-at-each-write tests run the operator with every N in turn and check that, restarted,
+    it converges as if nothing happened. Events are left out: they go out beside the loop, in
+    no fixed order. `os._exit`: no cleanup, no flush, as when the node dies.
+    """
+    namespace, _, count = spec.rpartition(":")
+    target, seen = int(count), 0
+    lock = threading.Lock()
+
+    def before_write(method: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        nonlocal seen
+        if namespace not in args or getattr(method, "__name__", "") == "create_namespaced_event":
+            return
+        with lock:
+            seen += 1
+            if seen == target:
+                log.warning("test hook: exiting before write %d in %s (%s)", seen, namespace, method.__name__)
+                logging.shutdown()
+                os._exit(137)
+
+    return before_write
