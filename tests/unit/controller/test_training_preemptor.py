@@ -78,3 +78,28 @@ async def test_a_preemptor_waits_out_its_victims_checkpoint_grace(kube: KubeDoub
         now[0] = T0 + timedelta(seconds=61 + checkpoint_grace_seconds(Settings().spot_notice_seconds))
         await controller.reconcile(KEY)
         assert controller.jobs[KEY]["status"]["reason"] == "BindFailed"  # it has had its grace: a real failure
+
+
+async def test_a_preempted_job_is_placed_again_only_once_its_last_gang_has_stopped(kube: KubeDouble) -> None:
+    kube.allow("patch_status", "post_event", "create", "release_report_finalizer")
+    now = [T0]
+    settings = Settings()
+    controller = TrainingJobController(settings, kube.client, Inventory(settings), clock=lambda: now[0])
+    for name in ("n1", "n2"):
+        controller.inventory.upsert_node(
+            {
+                "metadata": {"name": name},
+                "status": {"allocatable": {"nvidia.com/gpu": "8"}, "conditions": [{"type": "Ready", "status": "True"}]},
+            }
+        )
+    job = a_training_job("victim").namespace("ns").gpus(8).obj()
+    job["metadata"]["uid"] = "uid-victim"
+    job["status"] = {"phase": "Queued", "reason": "Preempted", "gangGeneration": 1, "replicas": 1}
+    controller.job_seen(job)
+    saving = a_pod("victim-g1-w0", "victim", deleted=True)  # still checkpointing on n1; n2 is free
+    controller.inventory.upsert_pod(saving)
+    await controller.schedule()
+    assert controller.jobs[("ns", "victim")]["status"]["phase"] == "Queued"
+    controller.inventory.delete_pod("ns", "victim-g1-w0")
+    await controller.schedule()
+    assert controller.jobs[("ns", "victim")]["status"]["phase"] == "Placing"

@@ -184,7 +184,9 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         phase = job.status.phase
         # A new job (no phase yet) is first written Queued only if this cycle cannot place it.
         if phase in (None, Phase.QUEUED, Phase.DEFERRED) and not job.spec.suspend:
-            if await self._defer(obj, job, now, writes):
+            # While its last gang is still stopping, the step it would resume from is not in yet.
+            stopping = bool(self.inventory.pods_of_job(job.metadata["namespace"], job.metadata["name"]))
+            if stopping or await self._defer(obj, job, now, writes):
                 return None
             if (retry_at := refusal_retry_at(job, now)) is not None:
                 self._wake_at(job, retry_at, now)
