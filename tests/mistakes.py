@@ -141,6 +141,11 @@ MISTAKES: list[Mistake] = [
         "starting with a letter and ending with a letter or digit",
     ),
     Mistake(
+        "inference service name its Service cannot take",  # found by tests/integration/test_spec_fuzzing.py
+        an_inference_service("9lives").obj(),
+        "starting with a letter and ending with a letter or digit: its Service and replica pods",
+    ),
+    Mistake(
         "expected duration beyond a year",
         a_training_job().set("expectedDurationSeconds", 10**12).obj(),
         "less than or equal to 31622400",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Final
@@ -81,6 +82,29 @@ POD_TEMPLATE_SCHEMA: dict[str, Any] = {
         },
     },
 }
+
+
+# Objects named after a TrainingJob or an InferenceService (Services, pods, worker host names)
+# need a DNS-1035 label: a letter first, then lowercase letters, digits and '-'; 48 characters
+# leave room for the suffixes ("-worker-NNNN").
+MAX_NAME_LENGTH = 48
+NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+
+
+def name_rule(kind: str, why: str) -> tuple[dict[str, Any], str]:
+    """The CEL rule on a KIND's metadata.name, and its message (WHY: what is named after it)."""
+    message = (
+        f"{kind} names are at most {MAX_NAME_LENGTH} characters of lowercase letters, digits and '-', "
+        f"starting with a letter and ending with a letter or digit: {why}"
+    )
+    rule = f"size(self.metadata.name) <= {MAX_NAME_LENGTH} && self.metadata.name.matches('{NAME_PATTERN}')"
+    return cel(rule, message), message
+
+
+def check_name(name: Any, message: str) -> None:
+    """The model's side of `name_rule`; an object with no name yet (generateName) is checked by the API server."""
+    if name is not None and (len(str(name)) > MAX_NAME_LENGTH or not re.fullmatch(NAME_PATTERN, str(name))):
+        raise ValueError(message)
 
 
 def cel(rule: str, message: str) -> dict[str, Any]:

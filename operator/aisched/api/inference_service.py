@@ -16,12 +16,15 @@ from aisched.api.common import (
     PodTemplate,
     SpotPolicy,
     cel,
+    check_name,
     check_template_rules,
     defaulted_to,
+    name_rule,
     validated_by,
 )
 
-MAX_NAME_LENGTH = 48
+# Its Service takes its name, its replica pods are `<name>-<hash>-<n>`.
+_NAME_RULE, _NAME_MESSAGE = name_rule("InferenceService", "its Service and replica pods are named after it")
 
 
 class MetricType(StrEnum):
@@ -156,12 +159,7 @@ class InferenceServiceStatus(ApiModel):
 class InferenceService(ApiModel):
     """Replicas of a model server on GPUs behind a Service, scaled to demand."""
 
-    model_config = validated_by(
-        cel(
-            f"size(self.metadata.name) <= {MAX_NAME_LENGTH}",
-            f"InferenceService names are at most {MAX_NAME_LENGTH} characters",
-        )
-    )
+    model_config = validated_by(_NAME_RULE)
 
     api_version: Literal["aisched.io/v1alpha1"] = API_VERSION
     kind: Literal["InferenceService"] = "InferenceService"
@@ -171,6 +169,5 @@ class InferenceService(ApiModel):
 
     @model_validator(mode="after")
     def _name_fits_child_objects(self) -> InferenceService:
-        if len(str(self.metadata.get("name", ""))) > MAX_NAME_LENGTH:
-            raise ValueError(f"InferenceService names are at most {MAX_NAME_LENGTH} characters")
+        check_name(self.metadata.get("name"), _NAME_MESSAGE)
         return self

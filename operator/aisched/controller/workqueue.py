@@ -159,7 +159,8 @@ class WorkQueue(Generic[K]):
 
         Returns when a key is added, `wake()` is called, TIMEOUT seconds pass
         (the caller's own timers) or the resync is due; at the resync every key
-        of ALL_KEYS() is dirty. The set may be empty after a bare wake or timeout.
+        of ALL_KEYS() is dirty, but those waiting out a failure's backoff. The set
+        may be empty after a bare wake or timeout.
         """
         loop = asyncio.get_running_loop()
         if self._next_resync is None:
@@ -174,7 +175,10 @@ class WorkQueue(Generic[K]):
         self._wake.clear()
         if loop.time() >= self._next_resync:
             for key in all_keys():
-                self._dirty.setdefault(key)
+                # One waiting out a failure's backoff has its retry timer: the resync would retry it
+                # every period (a poison object's traceback every 15 s), whatever its backoff says.
+                if not self._backoff.waiting(key):
+                    self._dirty.setdefault(key)
             self._next_resync = loop.time() + self.resync_seconds
         if self.max_batch is None or len(self._dirty) <= self.max_batch:
             batch, self._dirty = set(self._dirty), {}

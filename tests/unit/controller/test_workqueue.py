@@ -74,6 +74,22 @@ async def test_resync_makes_every_key_dirty_on_its_period() -> None:
     assert now() == 60
 
 
+async def test_the_resync_leaves_a_failing_key_to_its_backoff() -> None:
+    queue = a_queue(resync_seconds=2)
+
+    async def reconcile(key: Key) -> None:
+        if key == A:
+            raise RuntimeError("a poison object")
+
+    tried: list[tuple[float, Key]] = []
+    while now() < 10:
+        batch = await queue.next_batch(lambda: [A, B])
+        tried += [(now(), key) for key in sorted(batch) if key == A]
+        await queue.process(batch, reconcile, concurrency=1)
+    # Backoff 1, 2, 4 s after each failure, not every 2-second resync.
+    assert tried == [(2, A), (3, A), (5, A), (9, A)]
+
+
 async def test_resync_keeps_its_time_however_busy_the_loop_is() -> None:
     queue = a_queue(resync_seconds=30)
     batches = []
