@@ -472,7 +472,10 @@ class ClusterSnapshot:
         return clone
 
     def _free(self, ordinal: int) -> int:
-        return max(0, self._nodes[ordinal].allocatable_gpus - self._used[ordinal])
+        # Clamped both ways: a trial may release more than the pods counted hold (a running gang
+        # whose finished worker no longer holds its GPU), and a node is never freer than empty.
+        allocatable = self._nodes[ordinal].allocatable_gpus
+        return min(allocatable, max(0, allocatable - self._used[ordinal]))
 
     def _change(self, ordinal: int, delta: int) -> None:
         if self._trials:

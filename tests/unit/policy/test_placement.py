@@ -318,3 +318,13 @@ def test_placement_status_names_the_domain_by_its_label() -> None:
         "gpuType": H100,
     }
     assert Placement.of_nodes(placement.nodes, 8, snapshot) == placement
+
+
+def test_releasing_more_than_a_node_holds_in_a_trial_leaves_it_empty_and_undoes_cleanly() -> None:
+    # A running gang whose finished worker no longer holds its GPU: its placement says more than
+    # the node's pods count. Found in CI: the scheduling cycle raised IndexError on it.
+    snapshot = ClusterSnapshot([Node("n1", 8, used_gpus=2), Node("n2", 8)])
+    with snapshot.trial():
+        snapshot.release({"n1": 8})
+        assert isinstance(place_gang(GangRequest(replicas=2, gpus_per_replica=8), snapshot), Placement)
+    assert snapshot.free_gpus("n1") == 6
