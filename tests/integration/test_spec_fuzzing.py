@@ -116,8 +116,9 @@ def test_fuzzed_specs_are_refused_readably_or_handled_and_stop_no_one(
         plural, name, spec = case
         if plural == "queues":
             name = f"fuzz-{name}"
-            if isinstance(spec, dict) and spec.get("cohort") in TAKEN_COHORTS:
-                spec = {**spec, "cohort": f"fuzz-{spec['cohort']}"}
+            cohort = spec.get("cohort") if isinstance(spec, dict) else None
+            if isinstance(cohort, str) and cohort in TAKEN_COHORTS:
+                spec = {**spec, "cohort": f"fuzz-{cohort}"}
         assume((plural, name) not in outcomes.accepted)
         outcomes.tried[plural] += 1
         body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KINDS[plural], "metadata": {"name": name}, "spec": spec}
