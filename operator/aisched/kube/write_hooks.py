@@ -5,13 +5,10 @@ Off unless the `test_exit_at_write` setting names a namespace and a count.
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 from collections.abc import Callable
 from typing import Any
-
-log = logging.getLogger(__name__)
 
 
 def write_killer(spec: str) -> Callable[[Callable[..., Any], tuple[Any, ...]], None]:
@@ -31,9 +28,12 @@ def write_killer(spec: str) -> Callable[[Callable[..., Any], tuple[Any, ...]], N
             return
         with lock:
             seen += 1
-            if seen == target:
-                log.warning("test hook: exiting before write %d in %s (%s)", seen, namespace, method.__name__)
-                logging.shutdown()
-                os._exit(137)
+            reached = seen == target
+        if reached:
+            # Straight to the descriptor and out: logging.shutdown() could wait on a handler lock
+            # another thread holds (it hung once), and every later write would wait on ours.
+            name = getattr(method, "__name__", method)
+            os.write(2, f"test hook: exiting before write {target} in {namespace} ({name})\n".encode())
+            os._exit(137)
 
     return before_write
