@@ -198,6 +198,8 @@ def measure(cluster: LocalCluster, state: Path, args: argparse.Namespace, plan: 
     core.create_namespace({"metadata": {"name": NAMESPACE}})
     operator = OperatorProcess(cluster, state / "operator.log", extra_env={"AISCHED_LOG_LEVEL": "WARNING"})
     operator.extra_env["AISCHED_RESYNC_SECONDS"] = "300"
+    # The liveness bound must exceed the resync (the settings refuse it otherwise, as they should).
+    operator.extra_env["AISCHED_LIVENESS_PASS_SECONDS"] = "900"
     operator.start()
     assert operator.process is not None
     pid = operator.process.pid
