@@ -21,6 +21,23 @@ class BorrowingSpec(ApiModel):
     limit_gpus: int | None = Field(default=None, ge=0, description="Most GPUs borrowed at once; unset means no limit.")
 
 
+class AllowedToleration(ApiModel):
+    key: str = Field(
+        min_length=1,
+        max_length=316,
+        description="Taint key a job's template may tolerate (a toleration with an empty key, which tolerates "
+        "every taint, is never allowed).",
+    )
+    value: str | None = Field(
+        default=None,
+        max_length=63,
+        description="The only value it may tolerate (operator Equal); unset allows any value, and operator Exists.",
+    )
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(
+        default=None, description="The only effect it may tolerate; unset allows any, and none (every effect)."
+    )
+
+
 DEFAULT_MIN_RUN_SECONDS = 600
 
 
@@ -72,6 +89,13 @@ class QueueSpec(ApiModel):
         ge=-1_000_000,
         le=1_000_000_000,
         description="The highest spec.priority a job of this queue may ask for; unset caps none.",
+    )
+    allowed_tolerations: list[AllowedToleration] | None = Field(
+        default=None,
+        max_length=64,
+        description="Tolerations a job of this queue may carry in its template, each covered by an entry; a "
+        "job with any other is refused (TolerationNotAllowed). Unset allows any. Set it on every queue once "
+        "nodes are tainted for a team, so that only that team's queue reaches them.",
     )
 
     @model_validator(mode="after")

@@ -1,19 +1,28 @@
-"""Which jobs a Queue takes: the namespaces bound to it, and the highest priority it grants.
+"""Which jobs a Queue takes: its bound namespaces, the highest priority it grants, and the
+tolerations it lets a job's pods carry.
 
 A Queue names the namespaces whose jobs it takes (`spec.namespaces`; unset, any) rather than
 selecting them by label: a selector would need the operator to read every namespace, and a
 tenant who may label its own namespace could bind it to any queue. A list is written by whoever
 writes the Queue (a cluster-scoped object, so a cluster administrator). A queue's `maxPriority`
 caps what its jobs may ask for, so a tenant cannot preempt others by asking more.
+
+Nodes set aside for a team carry a taint only that team's pods tolerate. A toleration is
+written by the tenant in the pod template, so a queue that lists `allowedTolerations` takes a
+job only if each of its template's tolerations is one the list covers: a tenant of another
+queue cannot reach those nodes by tolerating their taint (nor every node, with an empty key).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from aisched.policy.cluster import Toleration, TolerationOperator
 
 NAMESPACE_NOT_ALLOWED = "NamespaceNotAllowed"
 PRIORITY_ABOVE_CAP = "PriorityAboveQueueCap"
+TOLERATION_NOT_ALLOWED = "TolerationNotAllowed"
 
 
 @dataclass(frozen=True)
@@ -22,20 +31,67 @@ class Refusal:
     message: str
 
 
-def refusal(
-    namespace: str, priority: int, queue: str, namespaces: Sequence[str] | None, max_priority: int | None
-) -> Refusal | None:
-    """Why `queue` does not take a job of `namespace` asking for `priority`; None when it does."""
-    if namespaces is not None and namespace not in namespaces:
-        allowed = ", ".join(sorted(namespaces)) or "none"
-        return Refusal(
-            NAMESPACE_NOT_ALLOWED,
-            f"namespace {namespace} is not bound to queue {queue} (its namespaces: {allowed}); "
-            "ask a cluster administrator to add it, or name another queue",
-        )
-    if max_priority is not None and priority > max_priority:
-        return Refusal(
-            PRIORITY_ABOVE_CAP,
-            f"priority {priority} is above the most queue {queue} grants ({max_priority}); lower spec.priority",
-        )
-    return None
+@dataclass(frozen=True, slots=True)
+class AllowedToleration:
+    """A toleration a queue's jobs may carry: of taint KEY, of VALUE only (unset: any value) and of
+    EFFECT only (unset: any effect)."""
+
+    key: str
+    value: str | None = None
+    effect: str | None = None
+
+    def covers(self, toleration: Toleration) -> bool:
+        """Whether TOLERATION tolerates no taint this entry does not allow."""
+        if not toleration.key or toleration.key != self.key:  # an empty key tolerates every taint
+            return False
+        if self.value is not None and (
+            toleration.operator == TolerationOperator.EXISTS or toleration.value != self.value
+        ):
+            return False  # Exists tolerates every value of the key
+        return self.effect is None or (toleration.effect is not None and toleration.effect.value == self.effect)
+
+    def __str__(self) -> str:
+        value = f"={self.value}" if self.value is not None else ""
+        return f"{self.key}{value}:{self.effect or '*'}"
+
+
+@dataclass(frozen=True)
+class Tenancy:
+    """What a queue lets in: None in a field lets anything through it."""
+
+    namespaces: Sequence[str] | None = None
+    max_priority: int | None = None
+    allowed_tolerations: Sequence[AllowedToleration] | None = field(default=None)
+
+    def refusal(self, queue: str, namespace: str, priority: int, tolerations: Sequence[Toleration]) -> Refusal | None:
+        """Why QUEUE does not take a job of NAMESPACE asking for PRIORITY whose pods carry
+        TOLERATIONS; None when it does."""
+        if self.namespaces is not None and namespace not in self.namespaces:
+            allowed = ", ".join(sorted(self.namespaces)) or "none"
+            return Refusal(
+                NAMESPACE_NOT_ALLOWED,
+                f"namespace {namespace} is not bound to queue {queue} (its namespaces: {allowed}); "
+                "ask a cluster administrator to add it, or name another queue",
+            )
+        if self.max_priority is not None and priority > self.max_priority:
+            return Refusal(
+                PRIORITY_ABOVE_CAP,
+                f"priority {priority} is above the most queue {queue} grants ({self.max_priority}); "
+                "lower spec.priority",
+            )
+        if self.allowed_tolerations is not None:
+            for toleration in tolerations:
+                if not any(allowed.covers(toleration) for allowed in self.allowed_tolerations):
+                    allowed_ones = ", ".join(str(a) for a in self.allowed_tolerations) or "none"
+                    return Refusal(
+                        TOLERATION_NOT_ALLOWED,
+                        f"template toleration {_described(toleration)} reaches nodes queue {queue} does not allow "
+                        f"(its allowedTolerations: {allowed_ones}); remove it, or name another queue",
+                    )
+        return None
+
+
+def _described(toleration: Toleration) -> str:
+    key = toleration.key or "<every key>"
+    value = "" if toleration.operator == TolerationOperator.EXISTS else f"={toleration.value}"
+    return f"{key}{value}:{toleration.effect.value if toleration.effect else '*'}"

@@ -1,4 +1,5 @@
-"""Tenancy in the scheduling cycle: a Queue takes jobs only from its namespaces and up to its priority cap.
+"""Tenancy in the scheduling cycle: a Queue takes jobs only from its namespaces, up to its priority cap
+and with the tolerations it allows.
 
 A refused job gets Admitted=False with the reason and creates nothing, while a job the queue
 takes is admitted in the same pass. Client double, fixed clock, fake loop clock (looptime).
@@ -10,7 +11,9 @@ from typing import Any
 
 import pytest
 
-from aisched.policy.tenancy import NAMESPACE_NOT_ALLOWED, PRIORITY_ABOVE_CAP
+from aisched.api import TrainingJob
+from aisched.controller.training.isolation import queue_refusal
+from aisched.policy.tenancy import NAMESPACE_NOT_ALLOWED, PRIORITY_ABOVE_CAP, TOLERATION_NOT_ALLOWED
 from tests.builders import a_queue
 from tests.unit.controller.kube_double import KubeDouble
 from tests.unit.controller.test_training_isolation import condition, events, one_pass, status_of
@@ -34,8 +37,13 @@ def created(kube: KubeDouble) -> list[str]:
     [
         ({"namespaces": ["team-a"]}, {}, NAMESPACE_NOT_ALLOWED),
         ({"maxPriority": 10}, {"priority": 11}, PRIORITY_ABOVE_CAP),
+        (
+            {"allowedTolerations": [{"key": "dedicated", "value": "research"}]},
+            {"template__spec__tolerations": [{"key": "dedicated", "operator": "Exists"}]},
+            TOLERATION_NOT_ALLOWED,
+        ),
     ],
-    ids=["namespace not bound", "priority above the cap"],
+    ids=["namespace not bound", "priority above the cap", "toleration beyond the allowed"],
 )
 async def test_a_job_its_queue_refuses_is_not_admitted_and_says_why(
     kube: KubeDouble, queue_spec: dict[str, Any], job_spec: dict[str, Any], reason: str
@@ -57,11 +65,27 @@ async def test_a_job_its_queue_refuses_is_not_admitted_and_says_why(
     assert not [name for name in created(kube) if name.startswith("refused")]
 
 
-async def test_a_job_within_its_queues_namespaces_and_cap_is_admitted(kube: KubeDouble) -> None:
+async def test_a_job_within_its_queues_namespaces_cap_and_tolerations_is_admitted(kube: KubeDouble) -> None:
     kube.allow("patch_status", "post_event", "create")
     controller = a_controller(kube)
     controller.inventory.upsert_node(a_node("n1", 8))
-    controller.queue_seen(research(namespaces=["ns"], maxPriority=10))
-    controller.job_seen(a_job("fits", queue="research", gpusPerReplica=4, priority=10))
+    allowed = [{"key": "dedicated", "value": "research", "effect": "NoSchedule"}]
+    controller.queue_seen(research(namespaces=["ns"], maxPriority=10, allowedTolerations=allowed))
+    tolerations = [{"key": "dedicated", "value": "research", "effect": "NoSchedule"}]
+    controller.job_seen(
+        a_job("fits", queue="research", gpusPerReplica=4, priority=10, template__spec__tolerations=tolerations)
+    )
     await one_pass(controller)
     assert status_of(controller, "fits")["phase"] == "Placing"
+
+
+@pytest.mark.looptime(False)
+async def test_an_unreadable_list_of_allowed_tolerations_allows_none() -> None:
+    """A CRD older or looser than this operator let the list in: it was written to fence nodes off."""
+    job = TrainingJob.model_validate(
+        a_job("j", queue="research", template__spec__tolerations=[{"key": "dedicated", "operator": "Exists"}])
+    )
+    for unreadable in ("dedicated", [{"key": ""}], [{"key": "dedicated", "value": 3}]):
+        refused = queue_refusal(research(allowedTolerations=unreadable), job, "ns")
+        assert refused is not None and refused.reason == TOLERATION_NOT_ALLOWED, unreadable
+    assert queue_refusal(research(allowedTolerations=[{"key": "dedicated"}]), job, "ns") is None
