@@ -46,6 +46,13 @@ def _reserve(cycle: CycleState, job: JobRequest, request: GangRequest) -> Reserv
         cycle.running.values(),
         key=lambda r: (r.end is None, r.end or cycle.now, r.job.started or cycle.now, r.job.key),
     )
+    quota = cycle.quotas.get(job.queue)
+    time_slices = quota is not None and quota.min_run_seconds is not None
+    if time_slices:
+        # It holds nothing unless its start is known (below): only the jobs with an end time can
+        # tell it. Searching the others too would cost a trial release of thousands of gangs per
+        # shape left waiting, to find what is then thrown away.
+        ending = [r for r in ending if r.end is not None]
 
     def fits_after(count: int) -> Placement | None:
         released: dict[str, int] = defaultdict(int)  # one update per node, however many jobs end there
@@ -82,8 +89,7 @@ def _reserve(cycle: CycleState, job: JobRequest, request: GangRequest) -> Reserv
     # opens a domain by preempting jobs with more service once they have had their minimum run,
     # so it holds nothing idle in the meantime; elsewhere it holds the whole domain, or it might
     # wait for ever behind newcomers.
-    quota = cycle.quotas.get(job.queue)
-    if quota is not None and quota.min_run_seconds is not None:
+    if time_slices:
         return None
     nodes = frozenset(cycle.snapshot.names_in(placement.domain))
     return Reservation(job.key, job.priority, None, nodes, placement.domain)
