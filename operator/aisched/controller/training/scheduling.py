@@ -51,19 +51,26 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         now = self.clock()
         cycle_started = time.perf_counter()
         snapshot = self.cluster_snapshot()
-        parsed, requests, capacity_of = await self._requests(snapshot, now)
+        parsed, requests, capacity_of, writes = await self._requests(snapshot, now)
         started = time.perf_counter()
         result = await self._decide(snapshot, requests, parsed, now)
         elapsed = time.perf_counter() - started
         self.metrics.record_scheduling_cycle(time.perf_counter() - cycle_started)
+        # Thousands of jobs may sit this cycle out with a status to write: the writes overlap, and
+        # land before any decision is carried out (one job may be written again by its launch).
+        # They wait on the API server, not on the decision, so they are not part of its time.
+        await _at_most(CONCURRENT_RECONCILES, writes)
         await self._carry_out_cycle(result, parsed, capacity_of, now=now, elapsed=elapsed)
         await self._report_queues(result)
 
     async def _requests(
         self, snapshot: ClusterSnapshot, now: datetime
-    ) -> tuple[dict[str, tuple[dict[str, Any], TrainingJob]], list[JobRequest], dict[str, CapacityDecision]]:
+    ) -> tuple[
+        dict[str, tuple[dict[str, Any], TrainingJob]], list[JobRequest], dict[str, CapacityDecision], CycleWrites
+    ]:
         """What the scheduler is asked: every waiting job (unless deferred, waiting for capacity or set
-        aside) and every placed one, with the jobs by key and the capacity chosen for each waiting job."""
+        aside) and every placed one, with the jobs by key, the capacity chosen for each waiting job,
+        and the status writes of the jobs that sit the cycle out, for the caller to make."""
         doomed = self.inventory.doomed_nodes(now)
         self._spot_fits.clear()  # the snapshot is this cycle's: so are the answers about it
         parsed: dict[str, tuple[dict[str, Any], TrainingJob]] = {}
@@ -94,10 +101,7 @@ class SchedulingCycle(CarbonDeferral, Reporting):
             if capacity is not None:
                 capacity_of[request.key] = capacity
             parsed[request.key] = (obj, job)
-        # Thousands of jobs may sit this cycle out with a status to write: the writes overlap, and
-        # land before any decision is carried out (one job may be written again by its launch).
-        await _at_most(CONCURRENT_RECONCILES, writes)
-        return parsed, requests, capacity_of
+        return parsed, requests, capacity_of, writes
 
     async def _carry_out_cycle(
         self,
@@ -287,12 +291,16 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         await self._reconcile_now((namespace, name))
 
     async def _stop_gang(self, obj: dict[str, Any], job: TrainingJob, now: datetime, reason: str, message: str) -> None:
-        """Preempted: the whole gang goes (checkpointing on SIGTERM) and the job waits again."""
+        """Preempted: the job waits again and its whole gang goes (checkpointing on SIGTERM).
+
+        The status first: should the operator end before the deletes, the next one finds a waiting
+        job with live workers and stops them (`lifecycle`); the other way round, it would find a
+        running gang losing workers, and count an interruption that never was."""
         namespace, name = job.metadata["namespace"], job.metadata["name"]
-        pods = [p for p in self.inventory.pods_of_job(namespace, name) if not p.terminating]
-        await asyncio.gather(*(self.kube.delete_pod(p.namespace, p.name, self._checkpoint_grace()) for p in pods))
         self.kube.post_event(obj, "Warning", reason, message)
         await self._write_status(obj, job, preempted(job, reason, message, now))
+        pods = [p for p in self.inventory.pods_of_job(namespace, name) if not p.terminating]
+        await asyncio.gather(*(self.kube.delete_pod(p.namespace, p.name, self._checkpoint_grace()) for p in pods))
 
     def _choose_capacity(
         self, job: TrainingJob, snapshot: ClusterSnapshot, doomed: frozenset[str], now: datetime
