@@ -35,7 +35,7 @@ from aisched.testing.cluster import (
     workers,
 )
 from aisched.testing.operator import OperatorProcess
-from tests.builders import a_training_job
+from tests.builders import a_queue, a_training_job
 
 pytestmark = [pytest.mark.integration]
 
@@ -52,6 +52,7 @@ class KillPoints:
     operator: OperatorProcess
     namespaces: list[str]
     tainted: list[str]
+    queues: list[str]
 
     def namespace(self) -> str:
         core = client.CoreV1Api(self.api)
@@ -87,7 +88,7 @@ class KillPoints:
 
 @pytest.fixture
 def kill_points(cluster: LocalCluster, api_client: client.ApiClient, operator: OperatorProcess) -> Iterator[KillPoints]:
-    points = KillPoints(cluster, api_client, operator, [], [])
+    points = KillPoints(cluster, api_client, operator, [], [], [])
     try:
         yield points
     finally:
@@ -96,6 +97,8 @@ def kill_points(cluster: LocalCluster, api_client: client.ApiClient, operator: O
         core = client.CoreV1Api(api_client)
         for name in points.namespaces:
             core.delete_namespace(name)
+        for name in points.queues:
+            client.CustomObjectsApi(api_client).delete_cluster_custom_object("aisched.io", "v1alpha1", "queues", name)
 
 
 def gang(cluster: LocalCluster, namespace: str, name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -187,3 +190,38 @@ def test_an_interruption_killed_at_any_write_loses_no_checkpoint(kill_points: Ki
 
     points = each_kill_point(kill_points, running_job, interrupt, resumed)
     assert points >= 5, f"an interruption checkpoints, stops, records and places again: only {points} writes seen"
+
+
+def test_a_preemption_killed_at_any_write_runs_one_gang_and_keeps_the_victims_checkpoint(
+    kill_points: KillPoints,
+) -> None:
+    cluster, api = kill_points.cluster, kill_points.api
+
+    def victim_running(namespace: str) -> str:
+        queue = f"q-{namespace}"  # two GPUs: the preemptor can only have the victim's
+        apply(cluster, "default", a_queue(queue, nominal_gpus=2).obj())
+        kill_points.queues.append(queue)
+        apply(cluster, namespace, a_training_job("victim").replicas(2).gpus(1).queue(queue).obj())
+        wait_for(lambda: gang(cluster, namespace, "victim")[0].get("phase") == "Running", TIMEOUT, "the victim")
+        report = json.dumps({"step": RESUME_STEP, "path": "/ckpt/v", "time": datetime.now(UTC).isoformat()})
+        armed = {FAKE_EXIT_CODE: CHECKPOINTED_EXIT_CODE, FAKE_TERMINATION_MESSAGE: report}
+        for pod in workers(cluster, namespace, "victim"):
+            client.CoreV1Api(api).patch_namespaced_pod(
+                pod["metadata"]["name"], namespace, {"metadata": {"annotations": armed}}
+            )
+        return queue
+
+    def preempt(namespace: str, queue: str) -> None:
+        apply(cluster, namespace, a_training_job("urgent").gpus(2).queue(queue).priority(10).obj())
+
+    def preempted(namespace: str, _: str) -> bool:
+        status, pods = gang(cluster, namespace, "urgent")
+        victim, victim_pods = gang(cluster, namespace, "victim")
+        if status.get("phase") != "Running" or victim_pods:
+            return False
+        assert_one_whole_gang(status, pods, 1)
+        assert (victim["phase"], victim["lastCheckpoint"]["step"]) == ("Queued", RESUME_STEP), victim
+        return True
+
+    points = each_kill_point(kill_points, victim_running, preempt, preempted)
+    assert points >= 4, f"a preemption stops the victim, records it and starts the preemptor: only {points} writes"

@@ -82,6 +82,8 @@ FINISHED = (Phase.SUCCEEDED, Phase.FAILED)
 # The reason of a job queued again after its gang was stopped for an interruption (not a preemption).
 INTERRUPTED = "Interrupted"
 HOLDS_GPUS = (Phase.PLACING, Phase.RUNNING, Phase.CHECKPOINTING, Phase.RESTARTING)
+# A waiting job has no live gang: its workers are deleted (checkpointing) before or after its status says so.
+WAITING = (Phase.QUEUED, Phase.DEFERRED)
 
 
 def next_step(spec: TrainingJobSpec, status: TrainingJobStatus, seen: Observation) -> Step:
@@ -106,6 +108,10 @@ def _in_flight(spec: TrainingJobSpec, status: TrainingJobStatus, phase: Phase | 
         return _wind_down(phase, status, seen)
     if phase in (Phase.PLACING, Phase.RUNNING):
         return _placed(spec, status, phase, seen)
+    if phase in WAITING and any(not w.terminating for w in seen.workers):
+        # The gang's stop was written before its pods were deleted, and the operator that wrote
+        # it ended in between (a preemption, a chunk end): they go now, saving as they would have.
+        return Step(Verb.DELETE_WORKERS, reason="StopResumed", message="stopping the workers of a waiting job")
     return Step(Verb.NOTHING)
 
 

@@ -126,6 +126,16 @@ def test_a_vanished_worker_of_a_running_gang_restarts_it() -> None:
     assert (step.phase, step.reason) == (Phase.CHECKPOINTING, "WorkerLost")
 
 
+def test_a_waiting_job_whose_stop_was_cut_short_stops_its_live_workers_and_stays_waiting() -> None:
+    """The stop's status was written, the operator ended before the deletes (preemption, chunk end)."""
+    for phase in (Phase.QUEUED, Phase.DEFERRED):
+        live = _workers(WorkerPhase.RUNNING, WorkerPhase.RUNNING)
+        step = next_step(_spec().spec, _status(phase), _see(*live))
+        assert (step.verb, step.phase) == (Verb.DELETE_WORKERS, None)
+        going = _workers(WorkerPhase.RUNNING, WorkerPhase.RUNNING, terminating=True)
+        assert next_step(_spec().spec, _status(phase), _see(*going)).verb == Verb.NOTHING
+
+
 @given(
     phase=st.sampled_from(list(Phase)),
     worker_phases=st.lists(st.sampled_from(list(WorkerPhase)), max_size=3),

@@ -185,10 +185,12 @@ class CarbonDeferral(JobReconciler):
         checkpoint = job.spec.checkpoint
         grace = pause_grace_seconds(checkpoint.cost_seconds if checkpoint else None)
         pods = self.inventory.pods_of_job(job.metadata["namespace"], job.metadata["name"])
-        await asyncio.gather(*(self.kube.delete_pod(p.namespace, p.name, grace) for p in pods if not p.terminating))
         events = (("Normal", CHUNK_ENDED, f"checkpointing the gang; {decision.message}"),)
         step = Step(Verb.NOTHING, Phase.CHECKPOINTING, CHUNK_ENDED, decision.message, events=events)
+        # The status first, as for a preemption: ended before the deletes, the operator leaves a
+        # job Checkpointing whose live workers the next one stops, and pauses as planned.
         await self._carry_out(obj, job, paused, step, pods, now=now)
+        await asyncio.gather(*(self.kube.delete_pod(p.namespace, p.name, grace) for p in pods if not p.terminating))
         await self._drop_chunk_end(job)
 
     async def _set_chunk_end(self, obj: dict[str, Any], job: TrainingJob, end: datetime | None) -> None:

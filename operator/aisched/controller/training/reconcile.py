@@ -23,7 +23,7 @@ from aisched.kube.builders import GangLaunch, WorkerSlot, build_headless_service
 from aisched.kube.inventory import PodRecord
 from aisched.policy.deadlines import checkpoint_grace_seconds
 from aisched.policy.job_status import apply_step, checkpoint_reason, interrupted_gang_stopped, record_checkpoints
-from aisched.policy.lifecycle import Observation, Step, Verb, Worker, WorkerPhase, next_step
+from aisched.policy.lifecycle import WAITING, Observation, Step, Verb, Worker, WorkerPhase, next_step
 from aisched.policy.refusals import FAILED_CREATE, failed_create, workers_created
 
 Phase = TrainingJobPhase
@@ -99,7 +99,9 @@ class JobReconciler(WorkerReleases):
         elif step.verb == Verb.RELEASE_GATES:
             await asyncio.gather(*(self.kube.release_scheduling_gates(p.namespace, p.name) for p in pods if p.gated))
         elif step.verb == Verb.DELETE_WORKERS:
-            grace = self._checkpoint_grace() if step.phase == Phase.CHECKPOINTING else None
+            # Workers stopped to be resumed later save first; those of a failed or finished gang need not.
+            saving = (step.phase or status.phase) in (Phase.CHECKPOINTING, *WAITING)
+            grace = self._checkpoint_grace() if saving else None
             await asyncio.gather(*(self.kube.delete_pod(p.namespace, p.name, grace) for p in pods if not p.terminating))
         elif step.verb == Verb.DELETE_JOB:
             await self.kube.delete_custom(PLURAL, namespace, name)
