@@ -216,7 +216,10 @@ def test_a_preemption_killed_at_any_write_runs_one_gang_and_keeps_the_victims_ch
 
     def preempted(namespace: str, _: str) -> bool:
         status, pods = gang(cluster, namespace, "urgent")
-        victim, victim_pods = gang(cluster, namespace, "victim")
+        # The pods first: the operator lets them go after the status holds their report, so a
+        # status read after they are seen gone has it (read before, it may be older than that).
+        victim_pods = workers(cluster, namespace, "victim")
+        victim = job(cluster, namespace, "victim").get("status", {})
         if status.get("phase") != "Running" or victim_pods:
             return False
         assert_one_whole_gang(status, pods, 1)
