@@ -294,4 +294,8 @@ def _prometheus(settings: AutoscalerSettings) -> PrometheusSource | None:
 
 def run_operator(settings: Settings, *, standalone: bool = False) -> int:
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if logging.getLogger().level > logging.DEBUG:
+        # kopf says "Handler ... succeeded" at INFO for every watch event: on a busy cluster,
+        # thousands of lines a second that tell nothing. Its warnings and errors still show.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     return asyncio.run(_operate(settings, standalone))
