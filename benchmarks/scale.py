@@ -224,6 +224,18 @@ def measure(cluster: LocalCluster, state: Path, args: argparse.Namespace, plan: 
         raise
     finally:
         operator.stop()
+        print_errors(state / "operator.log")
+
+
+def print_errors(log: Path, most: int = 40) -> None:
+    """The operator's ERROR lines and tracebacks: the state directory, log included, goes at the end."""
+    if not log.exists():
+        return
+    lines = log.read_text(errors="replace").splitlines()
+    errors = [i for i, line in enumerate(lines) if " ERROR " in line]
+    print(f"operator log: {len(errors)} ERROR lines", flush=True)
+    for index in errors[:3]:  # each with the traceback that follows it
+        print("\n".join(lines[index : index + most]), flush=True)
 
 
 def backlog(
