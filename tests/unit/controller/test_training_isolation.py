@@ -270,3 +270,26 @@ async def test_a_job_the_scheduler_itself_raises_on_is_found_and_set_aside(
     poisoned = status_of(controller, "poisoned")
     assert (poisoned["reason"], reconcile_errors(controller)) == ("CannotSchedule", 1)
     assert "OverflowError" in poisoned["message"]
+
+
+async def test_a_failure_that_needs_two_jobs_together_sets_one_aside_and_the_others_are_scheduled(
+    kube: KubeDouble, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kube.allow("patch_status", "post_event", "create")
+    controller = a_controller(kube)
+    controller.inventory.upsert_node(a_node("n1", 8))
+    controller.inventory.upsert_node(a_node("n2", 8))
+    for name in ("first", "second", "third"):
+        controller.job_seen(a_placed_job(name))
+
+    def schedule(snapshot: ClusterSnapshot, jobs: Sequence[JobRequest], *args: Any) -> ScheduleResult:
+        if {"ns/first", "ns/third"} <= {job.key for job in jobs}:
+            raise IndexError("bucket index out of range")
+        return policy_schedule(snapshot, jobs, *args)
+
+    monkeypatch.setattr(scheduling, "schedule", schedule)
+    await one_pass(controller)
+    phases = {name: status_of(controller, name).get("phase") for name in ("first", "second", "third")}
+    set_aside = [name for name, phase in phases.items() if phase != "Placing"]
+    assert len(set_aside) == 1 and set_aside[0] in ("first", "third")
+    assert status_of(controller, set_aside[0])["reason"] == "CannotSchedule"

@@ -13,7 +13,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -26,6 +26,7 @@ from aisched.controller.training.reporting import Reporting
 from aisched.controller.training.state import CONCURRENT_RECONCILES
 from aisched.kube import labels
 from aisched.policy.cluster import ClusterSnapshot, Toleration
+from aisched.policy.culprits import culprits
 from aisched.policy.deadlines import deadline_slack_seconds
 from aisched.policy.job_messages import admitted_message
 from aisched.policy.job_status import placed, preempted, queued, waiting_write_due
@@ -222,23 +223,29 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         parsed: dict[str, tuple[dict[str, Any], TrainingJob]],
         now: datetime,
     ) -> ScheduleResult:
-        """The scheduler's decision. Should it raise, each job it raises on alone is set aside
-        (and dropped from PARSED), and it decides for the others without them."""
+        """The scheduler's decision. Should it raise, the jobs it raises on are found by halving
+        (`policy.culprits`), set aside (and dropped from PARSED), and it decides for the others."""
         quotas = self._queue_quotas()
         try:
             return schedule(snapshot, requests, quotas, now)
         except Exception:
-            log.exception("the scheduler raised on this cycle's jobs; trying each alone for the one it cannot take")
-        culprits: list[tuple[str, Exception]] = []
-        for request in requests:
+            log.exception("the scheduler raised on this cycle's jobs; halving them for the ones it cannot take")
+
+        def fails(some: Sequence[JobRequest]) -> Exception | None:
             try:
-                schedule(snapshot, [request], quotas, now)  # leaves the snapshot as it found it, raising or not
+                schedule(snapshot, list(some), quotas, now)  # leaves the snapshot as it found it, raising or not
             except Exception as error:
-                culprits.append((request.key, error))
-        for key, raised in culprits:
-            obj, job = parsed.pop(key)
+                return error
+            return None
+
+        # Placed gangs are kept in while the waiting jobs are halved: a failure may need one of each.
+        placed_gangs = [r for r in requests if r.placement is not None]
+        waiting = [r for r in requests if r.placement is None]
+        found = culprits([], placed_gangs, fails) if fails(placed_gangs) else culprits(placed_gangs, waiting, fails)
+        for request, raised in found:
+            obj, job = parsed.pop(request.key)
             await self._set_aside(obj, job, raised, now)
-        # With no one job to blame this raises, and the stage fails as a whole, to be tried next pass.
+        # With no job to blame this raises, and the stage fails as a whole, to be tried next pass.
         return schedule(snapshot, [r for r in requests if r.key in parsed], quotas, now)
 
     def _queue_quotas(self) -> list[QueueQuota]:
