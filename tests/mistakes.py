@@ -161,6 +161,18 @@ MISTAKES: list[Mistake] = [
         "should match",
         "should match pattern",
     ),
+    Mistake(  # found by tests/integration/test_spec_fuzzing.py: the pods were refused at every launch
+        "template label value too long",
+        a_training_job().set("template.metadata.labels", {"team": "x" * 64}).obj(),
+        "Too long",
+        "must be a label value",
+    ),
+    Mistake(
+        "node selector value not a label value",
+        a_training_job().set("template.spec.nodeSelector", {"pool": "a b"}).obj(),
+        "should match",
+        "must be a label value",
+    ),
     Mistake(
         "toleration with an unknown effect",
         a_training_job().set("template.spec.tolerations", [{"key": "gpu", "effect": "Never"}]).obj(),

@@ -287,9 +287,9 @@ class Settings(BaseSettings):
         default=500,
         ge=1,
         le=10_000,
-        description="Objects per page of the node and pod lists (at start-up and each relist): each page is "
-        "reduced to what placement needs before the next is read, so a large cluster is never held as JSON "
-        "at once, and the API server serves it in bounded chunks (client-go's default page is 500).",
+        description="Objects per page of every list (at start-up, each relist, a watch that starts over): "
+        "each page is reduced to what placement needs before the next is read, so a large cluster is never "
+        "held as JSON at once, and the API server serves it in bounded chunks (client-go's default page is 500).",
     )
     default_queue: str = Field(default="default", description="Queue for jobs that name none.")
     gpu_resource: str = Field(default="nvidia.com/gpu", description="Extended resource of a GPU.")

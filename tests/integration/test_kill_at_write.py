@@ -15,7 +15,8 @@ import json
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -43,6 +44,7 @@ HOOK = "AISCHED_TEST_EXIT_AT_WRITE"
 MOST_WRITES = 30  # a bound on any path's writes: the loop below ends well before it
 RESUME_STEP = 4200
 CHECKPOINTED_EXIT_CODE = "75"
+RESTART_OVERHEAD_SECONDS = 2
 
 
 @dataclass
@@ -115,6 +117,16 @@ def assert_one_whole_gang(status: dict[str, Any], pods: list[dict[str, Any]], re
     assert all(p["status"].get("phase") == "Running" for p in live)
 
 
+def report_checkpoint_on_stop(points: KillPoints, namespace: str, name: str, path: str) -> None:
+    """NAME's workers, when stopped, exit as having saved step RESUME_STEP at PATH (KWOK plays them)."""
+    report = json.dumps({"step": RESUME_STEP, "path": path, "time": datetime.now(UTC).isoformat()})
+    armed = {FAKE_EXIT_CODE: CHECKPOINTED_EXIT_CODE, FAKE_TERMINATION_MESSAGE: report}
+    for pod in workers(points.cluster, namespace, name):
+        client.CoreV1Api(points.api).patch_namespaced_pod(
+            pod["metadata"]["name"], namespace, {"metadata": {"annotations": armed}}
+        )
+
+
 def each_kill_point(
     points: KillPoints, prepare: Callable[[str], Any], act: Callable[[str, Any], None], done: Callable[[str, Any], bool]
 ) -> int:
@@ -164,12 +176,7 @@ def test_an_interruption_killed_at_any_write_loses_no_checkpoint(kill_points: Ki
             return status if status.get("phase") == "Running" else None
 
         status = wait_for(running, TIMEOUT, "the job to run")
-        report = json.dumps({"step": RESUME_STEP, "path": "/ckpt/s", "time": datetime.now(UTC).isoformat()})
-        armed = {FAKE_EXIT_CODE: CHECKPOINTED_EXIT_CODE, FAKE_TERMINATION_MESSAGE: report}
-        for pod in workers(cluster, namespace, "spot"):
-            client.CoreV1Api(api).patch_namespaced_pod(
-                pod["metadata"]["name"], namespace, {"metadata": {"annotations": armed}}
-            )
+        report_checkpoint_on_stop(kill_points, namespace, "spot", "/ckpt/s")
         return status
 
     def interrupt(namespace: str, before: dict[str, Any]) -> None:
@@ -195,7 +202,7 @@ def test_an_interruption_killed_at_any_write_loses_no_checkpoint(kill_points: Ki
 def test_a_preemption_killed_at_any_write_runs_one_gang_and_keeps_the_victims_checkpoint(
     kill_points: KillPoints,
 ) -> None:
-    cluster, api = kill_points.cluster, kill_points.api
+    cluster = kill_points.cluster
 
     def victim_running(namespace: str) -> str:
         queue = f"q-{namespace}"  # two GPUs: the preemptor can only have the victim's
@@ -203,12 +210,7 @@ def test_a_preemption_killed_at_any_write_runs_one_gang_and_keeps_the_victims_ch
         kill_points.queues.append(queue)
         apply(cluster, namespace, a_training_job("victim").replicas(2).gpus(1).queue(queue).obj())
         wait_for(lambda: gang(cluster, namespace, "victim")[0].get("phase") == "Running", TIMEOUT, "the victim")
-        report = json.dumps({"step": RESUME_STEP, "path": "/ckpt/v", "time": datetime.now(UTC).isoformat()})
-        armed = {FAKE_EXIT_CODE: CHECKPOINTED_EXIT_CODE, FAKE_TERMINATION_MESSAGE: report}
-        for pod in workers(cluster, namespace, "victim"):
-            client.CoreV1Api(api).patch_namespaced_pod(
-                pod["metadata"]["name"], namespace, {"metadata": {"annotations": armed}}
-            )
+        report_checkpoint_on_stop(kill_points, namespace, "victim", "/ckpt/v")
         return queue
 
     def preempt(namespace: str, queue: str) -> None:
@@ -228,3 +230,85 @@ def test_a_preemption_killed_at_any_write_runs_one_gang_and_keeps_the_victims_ch
 
     points = each_kill_point(kill_points, victim_running, preempt, preempted)
     assert points >= 4, f"a preemption stops the victim, records it and starts the preemptor: only {points} writes"
+
+
+@pytest.fixture
+def chunk_kill_points(kill_points: KillPoints, tmp_path: Path) -> Iterator[tuple[KillPoints, Path]]:
+    """Kill points of an operator reading file forecasts from a directory, one {region}.csv per test namespace."""
+    operator = kill_points.operator
+    saved = dict(operator.extra_env)
+    operator.extra_env.update(
+        {
+            "AISCHED_CARBON__PROVIDER": "file",
+            "AISCHED_CARBON__FILE_PATH": str(tmp_path / "{region}.csv"),
+            "AISCHED_CARBON__MIN_CHUNK_SECONDS": "10",
+            "AISCHED_RESTART_OVERHEAD_SECONDS": str(RESTART_OVERHEAD_SECONDS),
+        }
+    )
+    kill_points.restart()
+    try:
+        yield kill_points, tmp_path
+    finally:  # kill_points then restarts the operator as it was
+        operator.extra_env.clear()
+        operator.extra_env.update(saved)
+
+
+def test_a_chunk_end_killed_at_any_write_pauses_with_the_checkpoint(
+    chunk_kill_points: tuple[KillPoints, Path],
+) -> None:
+    kill_points, forecasts = chunk_kill_points
+    cluster = kill_points.cluster
+    work = timedelta(seconds=60)
+
+    def running_chunk(namespace: str) -> datetime:
+        # A 10 s grid, clean until the first chunk ends (time for the job to start and the armed
+        # operator to come up), dirty long enough for a killed stop to be finished, then clean for
+        # less than the work: the job must run in both windows, and stop at the first one's end.
+        now = datetime.now(UTC).replace(microsecond=0)
+        t0 = now - timedelta(seconds=now.second % 10)
+        first_end = t0 + timedelta(seconds=40)
+        second = first_end + timedelta(seconds=60)
+        clean = [(t0 - timedelta(minutes=1), first_end), (second, second + work)]
+        rows = ["time,intensity"]
+        for tick in range(-12, 120):
+            moment = t0 + timedelta(seconds=10 * tick)
+            rows.append(f"{moment.isoformat()},{40 if any(a <= moment < b for a, b in clean) else 400}")
+        (forecasts / f"{namespace.upper()}.csv").write_text("\n".join(rows) + "\n")
+        obj = (
+            a_training_job("chunked")
+            .replicas(2)
+            .gpus(1)
+            .set("expectedDurationSeconds", int(work.total_seconds()))
+            .set("deadline", (t0 + timedelta(seconds=600)).isoformat())
+            .set("checkpoint", {"path": "/ckpt", "costSeconds": 5})
+            .set("carbon", {"deferrable": True, "interruptible": True, "region": namespace.upper()})
+            .obj()
+        )
+        apply(cluster, namespace, obj)
+
+        def in_first_chunk() -> dict[str, Any] | None:
+            status = gang(cluster, namespace, "chunked")[0]
+            return status if status.get("phase") == "Running" and status.get("chunkEnd") else None
+
+        status = wait_for(in_first_chunk, TIMEOUT, "the first chunk")
+        assert datetime.fromisoformat(status["chunkEnd"]) == first_end, status
+        report_checkpoint_on_stop(kill_points, namespace, "chunked", "/ckpt/c")
+        return first_end
+
+    def paused_or_resumed(namespace: str, _: datetime) -> bool:
+        """Paused between chunks with the workers' checkpoint, or (a late recovery) resumed from it."""
+        pods = workers(cluster, namespace, "chunked")
+        status = job(cluster, namespace, "chunked").get("status", {})
+        if status.get("phase") == "Deferred" and not pods:
+            assert status["reason"] == "PausedBetweenChunks", status
+            assert status["lastCheckpoint"]["step"] == RESUME_STEP, status
+            assert not status.get("interruptions"), status  # a planned stop is no interruption
+            return True
+        if status.get("phase") == "Running" and status.get("gangGeneration", 0) >= 2:
+            assert status["lastCheckpoint"]["step"] == RESUME_STEP, status
+            assert_one_whole_gang(status, pods, 2)
+            return True
+        return False
+
+    points = each_kill_point(kill_points, running_chunk, lambda *_: None, paused_or_resumed)
+    assert points >= 3, f"a chunk end writes its stop, lets the reports go and pauses: only {points} writes seen"

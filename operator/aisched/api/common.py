@@ -26,6 +26,16 @@ MAX_DURATION_SECONDS: Final = 366 * 86400
 # with the field named, rather than failing at every launch.
 _OPEN_OBJECT: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
 _STRING_MAP: dict[str, Any] = {"type": "object", "additionalProperties": {"type": "string"}}
+# A label value (a pod's labels, a node selector's values): the API server refuses any other at
+# pod creation, where it would fail every launch; here it fails at apply, with the field named.
+MAX_LABEL_VALUE_LENGTH = 63
+LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+LABEL_VALUE_MESSAGE = (
+    f"must be a label value: at most {MAX_LABEL_VALUE_LENGTH} characters of letters, digits, '-', '_' and '.', "
+    "starting and ending with a letter or digit"
+)
+_LABEL_VALUE: dict[str, Any] = {"type": "string", "maxLength": MAX_LABEL_VALUE_LENGTH, "pattern": LABEL_VALUE_PATTERN}
+_LABEL_MAP: dict[str, Any] = {"type": "object", "additionalProperties": _LABEL_VALUE}
 # A resource quantity: 8, "8", "500m", "1Gi"; the API server checks the syntax when it creates the pod.
 # Bounded (sizes, lengths) so that the CEL rules over containers and their GPUs fit the API
 # server's cost budget; far beyond any pod a person writes.
@@ -66,14 +76,14 @@ POD_TEMPLATE_SCHEMA: dict[str, Any] = {
     **_OPEN_OBJECT,
     "required": ["spec"],
     "properties": {
-        "metadata": {**_OPEN_OBJECT, "properties": {"labels": _STRING_MAP, "annotations": _STRING_MAP}},
+        "metadata": {**_OPEN_OBJECT, "properties": {"labels": _LABEL_MAP, "annotations": _STRING_MAP}},
         "spec": {
             **_OPEN_OBJECT,
             "required": ["containers"],
             "properties": {
                 "containers": {"type": "array", "minItems": 1, "maxItems": MAX_CONTAINERS, "items": _CONTAINER},
                 "tolerations": {"type": "array", "items": _TOLERATION},
-                "nodeSelector": _STRING_MAP,
+                "nodeSelector": _LABEL_MAP,
                 # Typed so that CEL rules can see them: a job's template may set neither
                 # (TrainingJobSpec's rules), the operator places and gates its pods itself.
                 "nodeName": {"type": "string"},
@@ -176,11 +186,11 @@ def _check_pod_template(template: dict[str, Any]) -> dict[str, Any]:
                 if isinstance(amount, bool) or not isinstance(amount, int | str) or len(str(amount)) > 64:
                     raise ValueError(f"{where}.resources.{kind}[{resource}] must be an integer or a string")
     _check_tolerations(spec.get("tolerations", []))
-    _check_string_map(spec.get("nodeSelector", {}), "template.spec.nodeSelector")
+    _check_label_map(spec.get("nodeSelector", {}), "template.spec.nodeSelector")
     metadata = template.get("metadata", {})
     _check_object(metadata, "template.metadata")
-    for field in ("labels", "annotations"):
-        _check_string_map(metadata.get(field, {}), f"template.metadata.{field}")
+    _check_label_map(metadata.get("labels", {}), "template.metadata.labels")
+    _check_string_map(metadata.get("annotations", {}), "template.metadata.annotations")
     return template
 
 
@@ -198,6 +208,13 @@ def _check_string_map(value: Any, where: str) -> None:
     for key, item in value.items():
         if not isinstance(item, str):
             raise ValueError(f"{where}[{key}] must be a string")
+
+
+def _check_label_map(value: Any, where: str) -> None:
+    _check_string_map(value, where)
+    for key, item in value.items():
+        if len(item) > MAX_LABEL_VALUE_LENGTH or not re.fullmatch(LABEL_VALUE_PATTERN, item):
+            raise ValueError(f"{where}[{key}] {LABEL_VALUE_MESSAGE}")
 
 
 def _check_env(env: Any, where: str) -> None:

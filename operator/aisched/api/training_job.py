@@ -10,6 +10,7 @@ from pydantic import Field, model_validator
 
 from aisched.api.common import (
     API_VERSION,
+    LABEL_VALUE_PATTERN,
     MAX_DURATION_SECONDS,
     TEMPLATE_RULES,
     TOPOLOGY_ORDER,
@@ -32,8 +33,6 @@ from aisched.api.common import (
 _NAME_RULE, _NAME_MESSAGE = name_rule(
     "TrainingJob", "the workers' host names and the headless Service are named after them"
 )
-# A node label value (nvidia.com/gpu.product): 63 characters, alphanumeric at both ends.
-LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
 
 _LEVEL_RANK_CEL = "{'Node': 0, 'NVLinkDomain': 1, 'Rack': 2, 'Zone': 3}"
 

@@ -107,7 +107,7 @@ class _NoDiffBase(kopf.DiffBaseStorage):
         return None
 
 
-def _configure_kopf(settings: kopf.OperatorSettings) -> None:
+def _configure_kopf(settings: kopf.OperatorSettings, page_size: int) -> None:
     # kopf's own bookkeeping, were a change handler ever added, lives under our group.
     settings.persistence.finalizer = "aisched.io/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="aisched.io")
@@ -116,6 +116,9 @@ def _configure_kopf(settings: kopf.OperatorSettings) -> None:
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.watching.connect_timeout = 10
+    # A watch that falls behind the API server's window (a loop held up for a minute) lists again:
+    # ten thousand jobs or pods in one JSON document were hundreds of MiB at once, so page it.
+    settings.watching.chunk_size = page_size
 
 
 async def _operate(settings: Settings, standalone: bool) -> int:
@@ -208,7 +211,7 @@ def _kopf_registry(
 
     @kopf.on.startup(registry=registry)
     async def start(settings: kopf.OperatorSettings, **_: object) -> None:
-        _configure_kopf(settings)
+        _configure_kopf(settings, operator_settings.list_page_size)
         await relist(kube, inventory, jobs, serving, page_size=operator_settings.list_page_size)
         await kube.ensure_queue(operator_settings.default_queue, nominal_gpus=1_000_000)
         heartbeat.pass_completed()

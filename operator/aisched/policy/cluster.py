@@ -12,6 +12,7 @@ racks that share a label value in different zones stay apart.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
@@ -321,6 +322,15 @@ class ClusterSnapshot:
         self._trials = 0
         for ordinal, node in enumerate(gpu_nodes):
             self._index(ordinal, node)
+        # The usable nodes of a level's largest domain: where it is one, the Node level says it all.
+        members: dict[int, int] = defaultdict(int)
+        for domains in self._domains_of:
+            for domain in domains:
+                members[id(domain)] += 1
+        self._most_nodes: dict[TopologyLevel | None, int] = {
+            level: max((members[id(d)] for d in by_path.values()), default=0)
+            for level, by_path in self._domains.items()
+        }
         self._sorted_domains = {
             level: tuple(by_path[path] for path in sorted(by_path, key=_path_sort_key))
             for level, by_path in self._domains.items()
@@ -400,6 +410,10 @@ class ClusterSnapshot:
         """Domains of a grouping level in path order; level None gives the whole cluster (when it has nodes)."""
         return self._sorted_domains[level]
 
+    def most_nodes_in_a_domain(self, level: TopologyLevel | None) -> int:
+        """How many usable nodes the largest domain of LEVEL holds."""
+        return self._most_nodes[level]
+
     def domain(self, domain_id: DomainId) -> Domain | None:
         """The indexed domain (None for the Node level and for domains without usable nodes)."""
         return self._domains.get(domain_id.level, {}).get(domain_id.path)
@@ -458,7 +472,7 @@ class ClusterSnapshot:
         clone = object.__new__(ClusterSnapshot)
         clone._nodes, clone._ordinal = self._nodes, self._ordinal  # never changed after construction
         clone._pool_ids, clone._pool_of = self._pool_ids, self._pool_of
-        clone.max_gpus_per_node = self.max_gpus_per_node
+        clone.max_gpus_per_node, clone._most_nodes = self.max_gpus_per_node, self._most_nodes
         clone._used = list(self._used)
         clone._journal, clone._trials = [], 0
         copies = {id(d): d.copy() for by_path in self._domains.values() for d in by_path.values()}

@@ -144,14 +144,25 @@ class Unplaceable:
 
 def place_gang(request: GangRequest, snapshot: ClusterSnapshot) -> Placement | Unplaceable:
     """Place the whole gang or say why not. Deterministic; reads the snapshot, never changes it."""
+    placement = _first_placement(request, snapshot)
+    if placement is not None:
+        return placement
+    return _Search(snapshot, request, request.capacity_types).explain()
+
+
+def gang_fits(request: GangRequest, snapshot: ClusterSnapshot) -> bool:
+    """Whether `place_gang` would place it, without the scan of every node that says why not."""
+    return _first_placement(request, snapshot) is not None
+
+
+def _first_placement(request: GangRequest, snapshot: ClusterSnapshot) -> Placement | None:
     preferred, *others = request.capacity_types
     passes = [(preferred,), request.capacity_types] if others else [request.capacity_types]
     for capacity_types in passes:
-        search = _Search(snapshot, request, capacity_types)
-        placement = search.run()
+        placement = _Search(snapshot, request, capacity_types).run()
         if placement is not None:
             return placement
-    return _Search(snapshot, request, request.capacity_types).explain()
+    return None
 
 
 def search_levels(request: GangRequest) -> tuple[TopologyLevel | None, ...]:
@@ -215,10 +226,18 @@ class _Search:
     def run(self) -> Placement | None:
         if not self.groups or self.g > self.snapshot.max_gpus_per_node:
             return None
+        # The Node level comes first. Where it finds nothing, a single replica fits no wider domain
+        # either, nor does a gang fit a domain of one node (an NVLink domain of one server): thousands
+        # of such domains are not searched again for each waiting job.
         for level in search_levels(self.request):
-            placement = self._on_one_node() if level == TopologyLevel.NODE else self._in_one_domain(level)
-            if placement is not None:
-                return placement
+            if level == TopologyLevel.NODE:
+                placement = self._on_one_node()
+                if placement is not None or self.r == 1:
+                    return placement
+            elif self.snapshot.most_nodes_in_a_domain(level) > 1:
+                placement = self._in_one_domain(level)
+                if placement is not None:
+                    return placement
         return None
 
     def _candidate_domains(self, level: TopologyLevel | None) -> Sequence[Domain]:

@@ -29,6 +29,7 @@ from aisched.policy.placement import (
     Placement,
     Unplaceable,
     capacity_types_for,
+    gang_fits,
     place_gang,
 )
 from tests.unit.policy.gangs import (
@@ -58,7 +59,9 @@ def clusters_and_requests(draw: st.DrawFn) -> tuple[list[Node], GangRequest]:
 def test_placement_is_valid_smallest_domain_and_best_fit(case: tuple[list[Node], GangRequest]) -> None:
     nodes, request = case
     by_name = {n.name: n for n in nodes}
-    outcome = place_gang(request, ClusterSnapshot(nodes))
+    snapshot = ClusterSnapshot(nodes)
+    outcome = place_gang(request, snapshot)
+    assert gang_fits(request, snapshot) == isinstance(outcome, Placement)
     expected = oracle(nodes, request)
     if expected is None:
         assert isinstance(outcome, Unplaceable)

@@ -30,7 +30,7 @@ from aisched.policy.culprits import culprits
 from aisched.policy.deadlines import deadline_slack_seconds
 from aisched.policy.job_messages import admitted_message
 from aisched.policy.job_status import placed, preempted, queued, waiting_write_due
-from aisched.policy.placement import GangRequest, place_gang
+from aisched.policy.placement import GangRequest, gang_fits
 from aisched.policy.placement import Placement as PlacementDecision
 from aisched.policy.queueing import QueueQuota
 from aisched.policy.refusals import refusal_retry_at
@@ -319,7 +319,7 @@ class SchedulingCycle(CarbonDeferral, Reporting):
             on_spot = self._request(job, doomed, (CapacityType.SPOT,))
             fits = self._spot_fits.get(on_spot)
             if fits is None:
-                fits = self._spot_fits[on_spot] = isinstance(place_gang(on_spot, snapshot), PlacementDecision)
+                fits = self._spot_fits[on_spot] = gang_fits(on_spot, snapshot)
             spot_fits = fits
         capacity = next((c for c in job.status.conditions if c.type == "Capacity"), None)
         pinned = None

@@ -13,12 +13,21 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from aisched.api.common import TopologyLevel
-from aisched.policy.cluster import DomainId
-from aisched.policy.placement import GangRequest, Placement, place_gang, search_levels
+from aisched.policy.cluster import DomainId, level_rank
+from aisched.policy.placement import GangRequest, Placement, gang_fits, place_gang, search_levels
 from aisched.policy.scheduler.attempt import Attempt
 from aisched.policy.scheduler.jobs import JobRequest
 from aisched.policy.scheduler.results import SHRUNK, Preemption, Resize
 from aisched.policy.scheduler.state import CycleState, RunningGang
+
+# Time-slicing preempts at most this many gangs in one cycle. Thousands of jobs with less service
+# than thousands of running ones would otherwise each search the cluster for a victim in the same
+# cycle (minutes of deciding on 5,000 nodes) and stop half the cluster at once; the rest follow
+# in the next cycles, seconds later, while their gangs run a few seconds more.
+MAX_SLICES_PER_CYCLE = 32
+# Where victims could be taken in thousands of domains (every node of a large cluster), the
+# cheapest of the first this many workable plans is taken, not the cheapest of all.
+MAX_PLANS_COMPARED = 64
 
 
 @dataclass(slots=True)
@@ -50,7 +59,9 @@ class _RoomPlan:
 def _displaceable(cycle: CycleState, job: JobRequest) -> list[_Displacement]:
     """Everything `job` may take GPUs from: shrinks first, then whole gangs."""
     lowest, elastic = cycle.lowest_priority, cycle.lowest_elastic_priority
-    slicing = lowest == job.priority and cycle.highest_running_band > cycle.band(job)
+    slicing = (
+        lowest == job.priority and cycle.highest_running_band > cycle.band(job) and cycle.slices < MAX_SLICES_PER_CYCLE
+    )
     if (lowest is None or lowest >= job.priority) and (elastic is None or elastic > job.priority) and not slicing:
         return []
     shrinks: list[_Displacement] = []
@@ -92,32 +103,65 @@ def make_room(cycle: CycleState, attempt: Attempt) -> bool:
     candidates = _displaceable(cycle, job)
     if not candidates:
         return False
-    for level in search_levels(request):
-        domains = sorted(
-            {d for a in candidates for d in _domains_at(cycle, a.running.placement.nodes, level)},
-            key=lambda d: tuple((p is None, p or "") for p in d.path),
-        )
-        best: _RoomPlan | None = None
-        for domain in domains:
-            plan = _plan_within(cycle, job, replace(request, within=domain), candidates)
-            if plan is not None and (best is None or plan.cost < best.cost):
-                best = plan
-        if best is not None:
+    for level in _levels_to_search(cycle, request):
+        # Domains in the order of their cheapest candidate (the list is cheapest first), so the
+        # plans compared are the likeliest cheapest; ties go to the first domain by path.
+        inside = _candidates_by_domain(cycle, candidates, level)
+        plans: list[_RoomPlan] = []
+        for domain, there in inside.items():
+            plan = _plan_within(cycle, job, replace(request, within=domain), there)
+            if plan is not None:
+                plans.append(plan)
+                if len(plans) == MAX_PLANS_COMPARED:
+                    break
+        if plans:
+            best = min(plans, key=lambda plan: (plan.cost, tuple((p is None, p or "") for p in plan.domain.path)))
             _carry_out(cycle, job, replace(request, within=best.domain), best)
             return True
     return False
 
 
-def _domains_at(cycle: CycleState, nodes: Iterable[str], level: TopologyLevel | None) -> set[DomainId]:
+def _levels_to_search(cycle: CycleState, request: GangRequest) -> list[TopologyLevel | None]:
+    """The levels where making room may succeed where the Node level did not.
+
+    One replica lands on one node: what room a wider domain makes, the plan for that node
+    makes with fewer victims. A level whose domains are single nodes repeats the Node level.
+    """
+    levels = search_levels(request)
+    if request.replicas == 1:
+        return [level for level in levels if level == TopologyLevel.NODE]
+    # Below the tightest level that could hold the gang on an empty cluster, no victims help.
+    tightest = level_rank(cycle.tightest_level(request))
+    return [
+        level
+        for level in levels
+        if level_rank(level) >= tightest
+        and (level in (TopologyLevel.NODE, None) or cycle.snapshot.most_nodes_in_a_domain(level) > 1)
+    ]
+
+
+def _candidates_by_domain(
+    cycle: CycleState, candidates: Sequence[_Displacement], level: TopologyLevel | None
+) -> dict[DomainId, list[_Displacement]]:
+    """The candidates with GPUs in each domain of LEVEL, in their order: a domain's plan looks at no other."""
+    inside: dict[DomainId, list[_Displacement]] = {}
+    for candidate in candidates:
+        for domain in _domains_at(cycle, candidate.running.placement.nodes, level):
+            inside.setdefault(domain, []).append(candidate)
+    return inside
+
+
+def _domains_at(cycle: CycleState, nodes: Iterable[str], level: TopologyLevel | None) -> list[DomainId]:
+    """The domains of LEVEL the nodes are in, each once, in the nodes' order (the same every run)."""
     if level is None:
-        return {DomainId(None, ())}
-    domains = set()
+        return [DomainId(None, ())]
+    domains: dict[DomainId, None] = {}
     for name in nodes:
         if name in cycle.snapshot:
             path = cycle.snapshot.node(name).path(level)
             if path is not None:
-                domains.add(DomainId(level, path))
-    return domains
+                domains[DomainId(level, path)] = None
+    return list(domains)
 
 
 def _plan_within(
@@ -191,7 +235,7 @@ def _fits_after(cycle: CycleState, request: GangRequest, actions: Sequence[_Disp
     with cycle.snapshot.trial():
         for action in actions:
             cycle.snapshot.release(action.gpus())
-        return isinstance(place_gang(request, cycle.snapshot), Placement)
+        return gang_fits(request, cycle.snapshot)
 
 
 def _carry_out(cycle: CycleState, job: JobRequest, request: GangRequest, plan: _RoomPlan) -> None:
@@ -202,6 +246,7 @@ def _carry_out(cycle: CycleState, job: JobRequest, request: GangRequest, plan: _
         cycle.snapshot.release(released)
         cycle.ledger.refund(other.queue, sum(released.values()), running.placement.gpu_type)
         if action.dropped is None:
+            cycle.slices += other.priority == job.priority
             del cycle.running[other.key]
             cycle.resized.pop(other.key, None)
             cycle.preempted.append(Preemption(other.key, job.key, _victim_words(job, request)))

@@ -83,6 +83,8 @@ class CycleState:
         )
         self.tightest: dict[GangRequest, TopologyLevel | None] = {}
         self.highest_running_band = max((self.band(r.job) for r in self.running.values()), default=0)
+        self.slices = 0
+        """Gangs preempted this cycle for time-slicing (`MAX_SLICES_PER_CYCLE`)."""
         self.products = frozenset(p.gpu_product for p in snapshot.pools if p.gpu_product is not None)
 
     def consolidated(self, request: GangRequest) -> GangRequest:
@@ -94,10 +96,14 @@ class CycleState:
         """
         if request.required_level is not None or request.replicas < 2:
             return request
+        return replace(request, required_level=self.tightest_level(request))
+
+    def tightest_level(self, request: GangRequest) -> TopologyLevel | None:
+        """The tightest level at which some domain could hold the gang were the cluster empty."""
         shape = replace(request, excluded_nodes=frozenset())
         if shape not in self.tightest:
             self.tightest[shape] = tightest_possible_level(shape, self.snapshot)
-        return replace(request, required_level=self.tightest[shape])
+        return self.tightest[shape]
 
     def band(self, job: JobRequest) -> int:
         """The job's band of attained service now: lower goes first among equal priorities."""
