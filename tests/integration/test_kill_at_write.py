@@ -263,12 +263,12 @@ def test_a_chunk_end_killed_at_any_write_pauses_with_the_checkpoint(
     def running_chunk(namespace: str) -> datetime:
         # A 10 s grid, clean until the first chunk ends (time for the job to start and the armed
         # operator to come up), dirty long enough for a killed stop to be finished, then clean for
-        # less than the work: the job must run in both windows, and stop at the first one's end.
+        # well under the work: the job must run in both windows, and stop at the first one's end.
         now = datetime.now(UTC).replace(microsecond=0)
         t0 = now - timedelta(seconds=now.second % 10)
-        first_end = t0 + timedelta(seconds=40)
+        first_end = t0 + timedelta(seconds=50)
         second = first_end + timedelta(seconds=60)
-        clean = [(t0 - timedelta(minutes=1), first_end), (second, second + work)]
+        clean = [(t0 - timedelta(minutes=1), first_end), (second, second + work * 3 / 4)]
         rows = ["time,intensity"]
         for tick in range(-12, 120):
             moment = t0 + timedelta(seconds=10 * tick)
@@ -286,11 +286,16 @@ def test_a_chunk_end_killed_at_any_write_pauses_with_the_checkpoint(
         )
         apply(cluster, namespace, obj)
 
+        seen: list[dict[str, Any]] = [{}]
+
         def in_first_chunk() -> dict[str, Any] | None:
-            status = gang(cluster, namespace, "chunked")[0]
+            seen[0] = status = gang(cluster, namespace, "chunked")[0]
             return status if status.get("phase") == "Running" and status.get("chunkEnd") else None
 
-        status = wait_for(in_first_chunk, TIMEOUT, "the first chunk")
+        try:
+            status = wait_for(in_first_chunk, TIMEOUT, "the first chunk")
+        except TimeoutError as error:
+            raise AssertionError(f"no first chunk: {seen[0]}") from error
         assert datetime.fromisoformat(status["chunkEnd"]) == first_end, status
         report_checkpoint_on_stop(kill_points, namespace, "chunked", "/ckpt/c")
         return first_end

@@ -6,6 +6,7 @@ from aisched.api.common import TopologyLevel
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.queueing import QueueQuota
 from aisched.policy.scheduler import schedule
+from aisched.policy.scheduler.preemption import MAX_SLICES_PER_CYCLE
 from aisched.policy.scheduler.service import FIRST_BAND_GPU_SECONDS, attained_gpu_seconds, service_band
 from tests.unit.policy.gangs import rack_nodes
 from tests.unit.policy.scheduler.cycles import HOUR, T0, keys, pending, run_on
@@ -66,3 +67,15 @@ def test_a_gang_whose_replicas_no_node_holds_is_told_so_rather_than_held_to_a_do
     snapshot = ClusterSnapshot(rack_nodes("z", "r", 2))
     _, waiting, _ = keys(schedule(snapshot, [pending("ns/huge", 64, replicas=2)], [], T0))
     assert waiting == ["ns/huge"]
+
+
+def test_one_cycle_slices_at_most_its_bound_and_the_rest_follow_in_the_next() -> None:
+    count = MAX_SLICES_PER_CYCLE + 8
+    snapshot = ClusterSnapshot(rack_nodes("z", "r", count))
+    long = [
+        run_on(snapshot, pending(f"ns/long{i}", 8), [f"r-n{i}"], started=T0 - HOUR)  # band 1 each
+        for i in range(count)
+    ]
+    short = [pending(f"ns/short{i}", 8) for i in range(count)]
+    admitted, _, preempted = keys(schedule(snapshot, [*long, *short], [], T0))
+    assert len(preempted) == len(admitted) == MAX_SLICES_PER_CYCLE
