@@ -57,30 +57,47 @@ class HistogramState:
         return lower
 
 
+CYCLE = "aisched_scheduling_cycle_seconds"
+CYCLE_CPU = "aisched_scheduling_cycle_cpu_seconds"
+
+
 @dataclass(frozen=True)
 class OperatorReading:
     cycle: HistogramState
+    cycle_cpu: HistogramState
+    """The same cycles' CPU time on the operator's event-loop thread."""
     jobs_by_phase: dict[str, float]
 
 
 def read_operator(metrics_port: int) -> OperatorReading:
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    buckets: list[tuple[float, float]] = []
-    count = total = 0.0
+        return operator_reading(response.read().decode())
+
+
+def operator_reading(text: str) -> OperatorReading:
+    """The figures the benchmark follows, out of the operator's /metrics text."""
+    histograms: dict[str, tuple[list[tuple[float, float]], list[float]]] = {
+        name: ([], [0.0, 0.0]) for name in (CYCLE, CYCLE_CPU)
+    }
     phases: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == "aisched_scheduling_cycle_seconds_bucket":
-                buckets.append((float(sample.labels["le"]), sample.value))
-            elif sample.name == "aisched_scheduling_cycle_seconds_count":
-                count = sample.value
-            elif sample.name == "aisched_scheduling_cycle_seconds_sum":
-                total = sample.value
+            name, _, part = sample.name.rpartition("_")
+            if name in histograms:
+                buckets, count_and_sum = histograms[name]
+                if part == "bucket":
+                    buckets.append((float(sample.labels["le"]), sample.value))
+                elif part in ("count", "sum"):
+                    count_and_sum[part == "sum"] = sample.value
             elif sample.name == "aisched_jobs":
                 phase = sample.labels.get("phase", "")
                 phases[phase] = phases.get(phase, 0.0) + sample.value
-    return OperatorReading(HistogramState(tuple(sorted(buckets)), count, total), phases)
+
+    def state(name: str) -> HistogramState:
+        buckets, (count, total) = histograms[name]
+        return HistogramState(tuple(sorted(buckets)), count, total)
+
+    return OperatorReading(state(CYCLE), state(CYCLE_CPU), phases)
 
 
 def api_requests_by_verb(api: client.ApiClient) -> dict[str, float]:

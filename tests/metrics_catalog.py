@@ -64,7 +64,7 @@ def exercise(metrics: Metrics) -> None:
     metrics.record_reconcile("TrainingJob", 0.02)
     metrics.record_reconcile("Pod", 0.2, failed=True)
     metrics.record_leadership(True)
-    metrics.record_scheduling_cycle(0.05)
+    metrics.record_scheduling_cycle(0.05, 0.04)
     metrics.record_workqueue("TrainingJob", depth=3, pending_wakeups=10)
     metrics.follow_leadership(lambda: True)
 

@@ -369,6 +369,13 @@ class Metrics:
             buckets=RECONCILE_BUCKETS,
             registry=r,
         )
+        self.scheduling_cycle_cpu = Histogram(
+            f"{PREFIX}_scheduling_cycle_cpu_seconds",
+            "CPU time the event loop's thread spent in the TrainingJob scheduling cycle: the cycle's seconds "
+            "less this are seconds it waited for a core (or for another thread of the operator).",
+            buckets=RECONCILE_BUCKETS,
+            registry=r,
+        )
         self.workqueue_depth = Gauge(
             f"{PREFIX}_workqueue_depth",
             f"Objects waiting to be reconciled, by kind ({_values(RECONCILED_KINDS)}).",
@@ -576,8 +583,9 @@ class Metrics:
         if failed:
             self.reconcile_errors.labels(kind).inc()
 
-    def record_scheduling_cycle(self, seconds: float) -> None:
+    def record_scheduling_cycle(self, seconds: float, cpu_seconds: float) -> None:
         self.scheduling_cycle.observe(seconds)
+        self.scheduling_cycle_cpu.observe(cpu_seconds)
 
     def record_workqueue(self, kind: str, *, depth: int, pending_wakeups: int) -> None:
         self.workqueue_depth.labels(_check("kind", kind, RECONCILED_KINDS)).set(depth)

@@ -50,6 +50,9 @@ class Inventory:
     # The cluster as placement sees it, kept up to date as pods change and rebuilt (lazily) only
     # when a node changes in a way placement sees: each cycle gets a copy, not a rebuild.
     _base: ClusterSnapshot | None = None
+    node_generation: int = 0
+    """Counts the changes to nodes that placement sees: what was worked out of the nodes before
+    holds while it stays the same."""
     _node_versions: VersionLedger[str] = field(default_factory=VersionLedger)
     _pod_versions: VersionLedger[PodKey] = field(default_factory=VersionLedger)
 
@@ -89,7 +92,7 @@ class Inventory:
         self._node_versions.saw(name, record.resource_version)
         changed = self.nodes.get(name) != record.node or (name in self._not_ready) == record.ready
         if changed:
-            self._base = None
+            self._nodes_changed()
         self.nodes[name] = record.node
         if record.ready:
             self._not_ready.pop(name, None)
@@ -103,8 +106,12 @@ class Inventory:
             return False
         self._node_versions.deleted(name, resource_version)
         self._not_ready.pop(name, None)
-        self._base = None
+        self._nodes_changed()
         return self.nodes.pop(name, None) is not None
+
+    def _nodes_changed(self) -> None:
+        self._base = None
+        self.node_generation += 1
 
     def relist_nodes(self, records: Iterable[NodeRecord], list_version: str) -> list[str]:
         """Every node as of LIST_VERSION; the names of those that changed or went."""

@@ -349,7 +349,8 @@ class _Search:
         levels = search_levels(self.request)
         level = levels[-1]
         # Nodes missing a topology label sit in no domain of that level, so a tighter level may hold more.
-        if max(self._best_room(each, when_empty=True)[0] for each in levels) < self.r:
+        # The widest levels are asked first: they have the fewest domains, and nearly always the room.
+        if not any(self._best_room(each, when_empty=True)[0] >= self.r for each in reversed(levels)):
             best = self._best_room(level, when_empty=True)[0]
             return Unplaceable(
                 TOPOLOGY_TOO_SMALL,

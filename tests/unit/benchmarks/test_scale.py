@@ -5,12 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 
+from aisched.metrics import Metrics
 from benchmarks import scale
 from benchmarks.e2e_measure import BindWatch, BoundPod
 from benchmarks.e2e_workloads import GangShape
 from benchmarks.scale_plot import plot
-from benchmarks.scale_probe import HistogramState, Sample, cycle_curve, percentile
+from benchmarks.scale_probe import HistogramState, Sample, cycle_curve, operator_reading, percentile
 
 # Ten cycles: four under 0.1 s, five more under 0.5 s, one under 1 s.
 CYCLES = HistogramState(((0.1, 4.0), (0.5, 9.0), (1.0, 10.0), (float("inf"), 10.0)), count=10, total=2.6)
@@ -20,6 +22,19 @@ def test_quantiles_interpolate_inside_the_bucket_like_histogram_quantile() -> No
     assert CYCLES.quantile(0.5) == pytest.approx(0.1 + 0.4 * (5 - 4) / 5)
     assert CYCLES.quantile(0.99) == pytest.approx(0.5 + 0.5 * (9.9 - 9) / 1)
     assert HistogramState((), 0, 0).quantile(0.99) == 0.0
+
+
+def test_the_cycle_and_its_cpu_time_are_read_off_the_operators_own_metrics() -> None:
+    metrics = Metrics(CollectorRegistry(), process_metrics=False)
+    metrics.record_scheduling_cycle(0.3, 0.1)
+    metrics.record_scheduling_cycle(2.0, 0.4)
+    reading = operator_reading(generate_latest(metrics.registry).decode())
+    assert reading.cycle.count == 2
+    assert reading.cycle.total == pytest.approx(2.3)
+    assert reading.cycle_cpu.count == 2
+    assert reading.cycle_cpu.total == pytest.approx(0.5)
+    assert reading.cycle.quantile(1.0) == 2.5  # the top of the bucket the slowest cycle is in
+    assert reading.cycle_cpu.quantile(1.0) == 0.5
 
 
 def test_an_interval_is_what_changed_in_it() -> None:

@@ -50,13 +50,13 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         a job the cycle cannot handle is set aside (`isolation.py`) and every other job goes on.
         """
         now = self.clock()
-        cycle_started = time.perf_counter()
+        cycle_started, cpu_started = time.perf_counter(), time.thread_time()
         snapshot = self.cluster_snapshot()
         parsed, requests, capacity_of, writes = await self._requests(snapshot, now)
         started = time.perf_counter()
         result = await self._decide(snapshot, requests, parsed, now)
         elapsed = time.perf_counter() - started
-        self.metrics.record_scheduling_cycle(time.perf_counter() - cycle_started)
+        self.metrics.record_scheduling_cycle(time.perf_counter() - cycle_started, time.thread_time() - cpu_started)
         # Thousands of jobs may sit this cycle out with a status to write: the writes overlap, and
         # land before any decision is carried out (one job may be written again by its launch).
         # They wait on the API server, not on the decision, so they are not part of its time.
@@ -74,6 +74,7 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         and the status writes of the jobs that sit the cycle out, for the caller to make."""
         doomed = self.inventory.doomed_nodes(now)
         self._spot_fits.clear()  # the snapshot is this cycle's: so are the answers about it
+        self._requests_made.begin_cycle()
         parsed: dict[str, tuple[dict[str, Any], TrainingJob]] = {}
         requests: list[JobRequest] = []
         capacity_of: dict[str, CapacityDecision] = {}
@@ -187,6 +188,7 @@ class SchedulingCycle(CarbonDeferral, Reporting):
 
         The status writes this asks for are added to WRITES, for the cycle to make together."""
         phase = job.status.phase
+        key = (job.metadata["namespace"], job.metadata["name"])
         # A new job (no phase yet) is first written Queued only if this cycle cannot place it.
         if phase in (None, Phase.QUEUED, Phase.DEFERRED) and not job.spec.suspend:
             # While its last gang is still stopping, the step it would resume from is not in yet.
@@ -198,7 +200,6 @@ class SchedulingCycle(CarbonDeferral, Reporting):
                 return None
             capacity = self._choose_capacity(job, snapshot, doomed, now)
             if capacity.choice == CapacityChoice.WAIT:
-                key = (job.metadata["namespace"], job.metadata["name"])
                 last = self._waiting_written.get(key)
                 if waiting_write_due(job.status, capacity.reason, capacity.message, last_written=last, now=now):
                     self._waiting_written[key] = now
@@ -206,13 +207,10 @@ class SchedulingCycle(CarbonDeferral, Reporting):
                 return None
             spot = capacity.choice == CapacityChoice.SPOT
             types = (CapacityType.SPOT,) if spot else (CapacityType.ON_DEMAND,)
-            return JobRequest.from_training_job(job, capacity_types=types, excluded_nodes=doomed), capacity
+            return self._requests_made.waiting(key, obj, job, types, doomed), capacity
         if phase in (Phase.PLACING, Phase.RUNNING) and job.status.placement and job.status.placement.nodes:
-            placement = PlacementDecision.of_nodes(job.status.placement.nodes, job.spec.gpus_per_replica, snapshot)
-            types = (placement.capacity_type,) if placement.capacity_type else (CapacityType.ON_DEMAND,)
-            request = JobRequest.from_training_job(
-                job, capacity_types=types, placement=placement, excluded_nodes=doomed
-            )
+            generation = self.inventory.node_generation
+            request = self._requests_made.running(key, obj, job, snapshot, node_generation=generation, excluded=doomed)
             return request, None
         return None
 

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from aisched.api import TrainingJob
 from aisched.api.training_job import TrainingJobStatus
+from aisched.controller.training.requests import RequestBook
 from aisched.controller.workqueue import FailureBackoff, WorkQueue
 from aisched.kube import labels
 from aisched.kube.client import KubeClient
@@ -77,6 +78,8 @@ class TrainingJobState:
     _marked_during_cycle: bool = False
     # Whether a gang of each shape fits on spot capacity, for the scheduling cycle under way.
     _spot_fits: dict[GangRequest, bool] = field(default_factory=dict)
+    # Each job's request to the scheduler, made again only when what it is made of changed.
+    _requests_made: RequestBook = field(default_factory=RequestBook)
     # When each waiting job's status was last written by the scheduling cycle: its message is refreshed
     # at most every WAITING_MESSAGE_REFRESH.
     _waiting_written: dict[JobKey, datetime] = field(default_factory=dict)

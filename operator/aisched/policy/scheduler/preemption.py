@@ -64,28 +64,48 @@ def _displaceable(cycle: CycleState, job: JobRequest) -> list[_Displacement]:
     )
     if (lowest is None or lowest >= job.priority) and (elastic is None or elastic > job.priority) and not slicing:
         return []
-    shrinks: list[_Displacement] = []
-    preemptions: list[_Displacement] = []
+    shrinkable, preemptible = _eligible(cycle, job, slicing)
+    # What changes as the cycle goes on is checked here: gangs preempted or shrunk since, and
+    # which queues borrow.
+    shrinks = [
+        _Displacement(running, dropped=())
+        for running in shrinkable
+        if _still_displaceable(cycle, running, job)
+        and _shrink_floor(running.job, job.priority) < running.placement.replicas
+    ]
+    preemptions = [_Displacement(running) for running in preemptible if _still_displaceable(cycle, running, job)]
+    return shrinks + preemptions
+
+
+def _eligible(cycle: CycleState, job: JobRequest, slicing: bool) -> tuple[list[RunningGang], list[RunningGang]]:
+    """The gangs running when the cycle began that a job of this priority and band may shrink or
+    preempt, cheapest first; worked out once per (priority, band, slicing) and cycle."""
+    key = (job.priority, cycle.band(job), slicing)
+    cached = cycle.displaceable.get(key)
+    if cached is not None:
+        return cached
+    shrinkable: list[RunningGang] = []
+    preemptible: list[RunningGang] = []
     for running in cycle.running.values():
         other = running.job
-        if running.admitted_now or other.key == job.key or other.priority > job.priority:
+        if running.admitted_now or other.priority > job.priority:
             continue
-        if other.queue != job.queue and cycle.ledger.borrowed(other.queue) == 0:
-            continue  # another team's guaranteed quota
-        floor = _shrink_floor(other, job.priority)
-        if floor < running.placement.replicas:
-            shrinks.append(_Displacement(running, dropped=()))
+        if other.elastic:
+            shrinkable.append(running)
         if other.priority < job.priority or (slicing and cycle.sliceable_for(running, job)):
-            preemptions.append(_Displacement(running))
-    shrinks.sort(key=lambda a: (a.running.job.priority, -a.running.job.created.timestamp(), a.running.job.key))
-    preemptions.sort(
-        key=lambda a: (
-            a.running.job.priority,
-            -(a.running.job.started or a.running.job.created).timestamp(),
-            a.running.job.key,
-        )
-    )
-    return shrinks + preemptions
+            preemptible.append(running)
+    shrinkable.sort(key=lambda r: (r.job.priority, -r.job.created.timestamp(), r.job.key))
+    preemptible.sort(key=lambda r: (r.job.priority, -(r.job.started or r.job.created).timestamp(), r.job.key))
+    cycle.displaceable[key] = shrinkable, preemptible
+    return shrinkable, preemptible
+
+
+def _still_displaceable(cycle: CycleState, running: RunningGang, job: JobRequest) -> bool:
+    other = running.job
+    if cycle.running.get(other.key) is not running or other.key == job.key:
+        return False
+    # Another team's guaranteed quota is never taken; what it borrows beyond it may be.
+    return other.queue == job.queue or cycle.ledger.borrowed(other.queue) > 0
 
 
 def _shrink_floor(job: JobRequest, for_priority: int) -> int:
@@ -155,13 +175,18 @@ def _domains_at(cycle: CycleState, nodes: Iterable[str], level: TopologyLevel | 
     """The domains of LEVEL the nodes are in, each once, in the nodes' order (the same every run)."""
     if level is None:
         return [DomainId(None, ())]
+    key = (tuple(nodes), level)
+    known = cycle.domains_of.get(key)
+    if known is not None:
+        return known
     domains: dict[DomainId, None] = {}
-    for name in nodes:
+    for name in key[0]:
         if name in cycle.snapshot:
             path = cycle.snapshot.node(name).path(level)
             if path is not None:
                 domains[DomainId(level, path)] = None
-    return list(domains)
+    cycle.domains_of[key] = list(domains)
+    return cycle.domains_of[key]
 
 
 def _plan_within(

@@ -82,9 +82,15 @@ class CycleState:
             (r.job.priority for r in self.running.values() if r.job.elastic), default=None
         )
         self.tightest: dict[GangRequest, TopologyLevel | None] = {}
+        self._bands: dict[str, int] = {}
         self.highest_running_band = max((self.band(r.job) for r in self.running.values()), default=0)
         self.slices = 0
         """Gangs preempted this cycle for time-slicing (`MAX_SLICES_PER_CYCLE`)."""
+        self.displaceable: dict[tuple[int, int, bool], tuple[list[RunningGang], list[RunningGang]]] = {}
+        """Making room's candidates (shrinkable, preemptible) by (priority, band, slicing) of the job
+        making room, cheapest first, as the cycle began: the jobs alike share one list."""
+        self.domains_of: dict[tuple[tuple[str, ...], TopologyLevel | None], list[DomainId]] = {}
+        """The domains of a level a set of nodes is in, in the nodes' order."""
         self.products = frozenset(p.gpu_product for p in snapshot.pools if p.gpu_product is not None)
 
     def consolidated(self, request: GangRequest) -> GangRequest:
@@ -106,8 +112,14 @@ class CycleState:
         return self.tightest[shape]
 
     def band(self, job: JobRequest) -> int:
-        """The job's band of attained service now: lower goes first among equal priorities."""
-        return service_band(attained_gpu_seconds(job, self.now))
+        """The job's band of attained service now: lower goes first among equal priorities.
+
+        Worked out once per job and cycle (`now` does not move within one): making room asks it of
+        every running gang for every job that may time-slice."""
+        band = self._bands.get(job.key)
+        if band is None:
+            band = self._bands[job.key] = service_band(attained_gpu_seconds(job, self.now))
+        return band
 
     def turn(self, job: JobRequest) -> int:
         """Where JOB goes among pending jobs of its priority, lowest first: its band of attained service,

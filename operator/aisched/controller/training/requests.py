@@ -1,0 +1,122 @@
+"""What the scheduling cycle asks the scheduler for each job, kept from one cycle to the next.
+
+With ten thousand jobs, most wait or run unchanged from one cycle to the next. A job's request is
+made again only when its object, the capacity chosen for it or the nodes it must keep off changed,
+or, for a running gang, the nodes as placement sees them (`Inventory.node_generation`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from aisched.api import CapacityType, TrainingJob
+from aisched.policy.cluster import ClusterSnapshot
+from aisched.policy.placement import Placement
+from aisched.policy.scheduler import JobRequest
+
+JobKey = tuple[str, str]
+_NO_NODES = -1  # a waiting job's request reads no node
+
+
+@dataclass(frozen=True, slots=True)
+class _Made:
+    obj: dict[str, Any]
+    """The object it was made from: a watch event or a status write replaces it."""
+    capacity_types: tuple[CapacityType, ...] | None
+    excluded: frozenset[str]
+    node_generation: int
+    request: JobRequest
+
+
+class RequestBook:
+    """The requests of the cycle under way, and those of the last one to take from."""
+
+    def __init__(self) -> None:
+        self._last: dict[JobKey, _Made] = {}
+        self._now: dict[JobKey, _Made] = {}
+        # A running gang's status is written as it goes (Placing, Running, checkpoints): its
+        # placement, read off the nodes, outlives those writes.
+        self._placements: dict[tuple[tuple[str, ...], int], Placement] = {}
+        self._placements_generation = _NO_NODES
+
+    def begin_cycle(self) -> None:
+        """Requests not asked for in a cycle are let go at the next: no object outlives its job's turn."""
+        self._last, self._now = self._now, {}
+        self._placements = {shape: self._placements[shape] for shape in self._placements_used()}
+
+    def _placements_used(self) -> set[tuple[tuple[str, ...], int]]:
+        return {
+            (made.request.placement.nodes, made.request.placement.gpus_per_replica)
+            for made in self._last.values()
+            if made.request.placement is not None
+        } & self._placements.keys()
+
+    def waiting(
+        self,
+        key: JobKey,
+        obj: dict[str, Any],
+        job: TrainingJob,
+        capacity_types: tuple[CapacityType, ...],
+        excluded: frozenset[str],
+    ) -> JobRequest:
+        made = self._last.get(key)
+        if not _still(made, obj, capacity_types, excluded, _NO_NODES):
+            request = JobRequest.from_training_job(job, capacity_types=capacity_types, excluded_nodes=excluded)
+            made = _Made(obj, capacity_types, excluded, _NO_NODES, request)
+        assert made is not None
+        self._now[key] = made
+        return made.request
+
+    def running(
+        self,
+        key: JobKey,
+        obj: dict[str, Any],
+        job: TrainingJob,
+        snapshot: ClusterSnapshot,
+        *,
+        node_generation: int,
+        excluded: frozenset[str],
+    ) -> JobRequest:
+        """The request of a gang placed on its status placement's nodes, as the snapshot sees them."""
+        made = self._last.get(key)
+        if not _still(made, obj, None, excluded, node_generation):
+            assert job.status.placement is not None
+            placement = self._placement(
+                tuple(job.status.placement.nodes), job.spec.gpus_per_replica, snapshot, node_generation
+            )
+            types = (placement.capacity_type,) if placement.capacity_type else (CapacityType.ON_DEMAND,)
+            request = JobRequest.from_training_job(
+                job, capacity_types=types, placement=placement, excluded_nodes=excluded
+            )
+            made = _Made(obj, None, excluded, node_generation, request)
+        assert made is not None
+        self._now[key] = made
+        return made.request
+
+    def _placement(
+        self, nodes: tuple[str, ...], gpus_per_replica: int, snapshot: ClusterSnapshot, node_generation: int
+    ) -> Placement:
+        if node_generation != self._placements_generation:
+            self._placements, self._placements_generation = {}, node_generation
+        shape = (nodes, gpus_per_replica)
+        placement = self._placements.get(shape)
+        if placement is None:
+            placement = self._placements[shape] = Placement.of_nodes(nodes, gpus_per_replica, snapshot)
+        return placement
+
+
+def _still(
+    made: _Made | None,
+    obj: dict[str, Any],
+    capacity_types: tuple[CapacityType, ...] | None,
+    excluded: frozenset[str],
+    node_generation: int,
+) -> bool:
+    return (
+        made is not None
+        and made.obj is obj
+        and made.capacity_types == capacity_types
+        and made.node_generation == node_generation
+        and made.excluded == excluded
+    )
