@@ -245,6 +245,9 @@ class _Search:
         domains = self.snapshot.domains(level)
         if within is None or within.level is None:
             return domains
+        if within.level == level:  # making room tries one domain at a time: no scan of its level
+            domain = self.snapshot.domain(within)
+            return [domain] if domain is not None else []
         return [d for d in domains if within.contains(d.id)]
 
     def _scope(self) -> Domain | None:
