@@ -29,6 +29,7 @@ def test_a_waiting_job_unchanged_since_the_last_cycle_keeps_its_request() -> Non
     obj, job = a_job()
     book.begin_cycle()
     first = book.waiting(KEY, obj, job, ON_DEMAND, frozenset())
+    book.end_cycle()
     book.begin_cycle()
     assert book.waiting(KEY, obj, job, ON_DEMAND, frozenset()) is first
 

@@ -45,6 +45,10 @@ class RequestBook:
         self._last, self._now = self._now, {}
         self._placements = {shape: self._placements[shape] for shape in self._placements_used()}
 
+    def end_cycle(self) -> None:
+        """Every job had its turn: the last cycle's requests, and the objects they hold, go."""
+        self._last = {}
+
     def _placements_used(self) -> set[tuple[tuple[str, ...], int]]:
         return {
             (made.request.placement.nodes, made.request.placement.gpus_per_replica)

@@ -103,6 +103,7 @@ class SchedulingCycle(CarbonDeferral, Reporting):
             if capacity is not None:
                 capacity_of[request.key] = capacity
             parsed[request.key] = (obj, job)
+        self._requests_made.end_cycle()
         return parsed, requests, capacity_of, writes
 
     async def _carry_out_cycle(
