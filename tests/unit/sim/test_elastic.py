@@ -3,8 +3,12 @@ accounted, and that the peers never resize anything."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
+from aisched.cli import main
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.sim.clusters import GridSpec, generated_cluster
 from aisched.sim.engine import SimOptions, simulate
@@ -88,3 +92,21 @@ def test_peers_run_elastic_jobs_at_their_requested_size() -> None:
     for name in peers:
         assert elastic.policies[name].resizes_per_job == 0
         assert elastic.policies[name].to_json() == fixed.policies[name].to_json()
+
+
+def test_the_simulate_command_takes_the_elastic_share_and_the_scaling_data(tmp_path: Path) -> None:
+    trace = tmp_path / "philly.csv"
+    trace.write_text(
+        "timestamp,duration,num_gpus\n"
+        + "".join(f"2017-10-01 10:{i:02d}:00,{900 + 60 * i}.0,{[1, 2, 4][i % 3]}\n" for i in range(12))
+    )
+    placement = tmp_path / "placement"
+    placement.mkdir()
+    (placement / "toy.csv").write_text("placement,local_bsz,step_time,sync_time\n1,4,1.0,0\n2,4,1.25,0\n11,4,2.0,0\n")
+    output = tmp_path / "sim.json"
+    arguments = ["simulate", "trace", str(trace), "--nodes", "2", "--policies", "aisched", "--json", str(output)]
+    elastic = ["--elastic-share", "1", "--growth-efficiency", "0.25", "--placement-data", str(placement)]
+    assert main([*arguments, *elastic]) == 0
+    options = json.loads(output.read_text())["options"]
+    assert options["elastic_share"] == 1.0
+    assert options["scaling"] == {"growth_efficiency": 0.25, "per_gpu_efficiency": {"toy": {"1": 1.0, "2": 0.8}}}
