@@ -24,6 +24,15 @@ traces naming no model get one from a seeded uniform mix. Rack and zone factors 
 every figure is also given with both at 1.0 (`variants.rack_zone_1`). Nobody is told durations;
 `variants.aisched_true_durations` is aisched told the truth, an upper bound no scheduler has.
 
+Elastic jobs: no trace says which jobs could change size, so `--elastic-share` (0.5) of all jobs,
+seeded, may run on half to twice their replicas (aisched.sim.jobs). Only aisched resizes them; the
+peers run every job at its requested size. A resized job trains at the pace the Pollux step times
+give for its new size (aisched.sim.scaling), of which only `--growth-efficiency` (0.5, assumed) of
+any gain counts as progress, and pays the restart overhead each time. So that elasticity is not
+taken for the rest of aisched's gain, every policy's figures are also given with no elastic job
+(`variants.no_elastic`: aisched replayed again; the peers, which never resize, unchanged), and
+aisched's at growth efficiency 0.25 (`variants.pessimistic_growth`).
+
 Figures go to trace_<name>.json in --output-dir, and into benchmarks/results/ with --update-results.
 """
 
@@ -43,6 +52,7 @@ from aisched.sim.command import ProgressLine
 from aisched.sim.engine import POLICIES, SimOptions, SimulationReport, simulate
 from aisched.sim.jobs import DurationKnowledge
 from aisched.sim.report import render_report
+from aisched.sim.scaling import DEFAULT_GROWTH_EFFICIENCY, PESSIMISTIC_GROWTH_EFFICIENCY, ScalingModel, efficiencies
 from aisched.sim.speed import SpeedModel, cross_node_factors
 from aisched.sim.traces import TraceJob, offered_gpus, read_trace
 from benchmarks import trace_report
@@ -55,6 +65,9 @@ PLACEMENT = Path("placement/pollux")
 PHILLY_RAMP = 70
 NODE_SHAPE = GridSpec(nodes=1, gpus_per_node=8, nodes_per_rack=8, racks_per_zone=3)
 TRACES = ("philly", "alibaba", "pollux")
+Measured = tuple[dict[str, float], dict[str, dict[int, float]]]
+"""Each model's cross-node factor and per-GPU efficiency curve, from the Pollux placement CSVs."""
+DEFAULT_ELASTIC_SHARE = 0.5
 
 
 CAPPED = (
@@ -92,13 +105,20 @@ def _capped(limit: int | None, taken: int) -> dict[str, str]:
     return {"capped": CAPPED.format(limit=limit)} if limit is not None and taken >= limit else {}
 
 
-def run_trace(name: str, args: argparse.Namespace, factors: dict[str, float]) -> dict[str, Any]:
+def run_trace(name: str, args: argparse.Namespace, measured: Measured) -> dict[str, Any]:
     started = time.monotonic()
     jobs, taken = load_trace(name, args)
     offered = offered_gpus(jobs)
     grid = sized_to_load(offered, max((j.gpus for j in jobs), default=1), args.load, NODE_SHAPE)
     nodes = generated_cluster(grid)
-    options = SimOptions(speed=SpeedModel(factors), seed=args.seed, gpus_per_pod=args.gpus_per_pod)
+    factors, curves = measured
+    options = SimOptions(
+        speed=SpeedModel(factors),
+        scaling=ScalingModel(curves, growth_efficiency=args.growth_efficiency),
+        elastic_share=args.elastic_share,
+        seed=args.seed,
+        gpus_per_pod=args.gpus_per_pod,
+    )
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     report = simulate(jobs, nodes, trace_name=name, policies=policies, options=options, progress=_progress())
     print(render_report(report), flush=True)
@@ -108,12 +128,16 @@ def run_trace(name: str, args: argparse.Namespace, factors: dict[str, float]) ->
         f"{grid.nodes} nodes x {grid.gpus_per_node} GPUs: the trace offers {offered:.1f} GPUs on average "
         f"between its first and last arrival, {args.load:.0%} of the cluster"
     )
-    flat = SimOptions(speed=SpeedModel(factors, rack_factor=1.0, zone_factor=1.0), seed=args.seed)
-    flat = replace(flat, gpus_per_pod=args.gpus_per_pod)
+    flat = replace(options, speed=SpeedModel(factors, rack_factor=1.0, zone_factor=1.0))
     told = replace(options, knowledge=DurationKnowledge.TRUTH)
+    fixed = replace(options, elastic_share=0.0)
+    pessimistic = replace(options, scaling=replace(options.scaling, growth_efficiency=PESSIMISTIC_GROWTH_EFFICIENCY))
+    resizing = [p for p in policies if p == "aisched"]
     figures["variants"] = {
+        "no_elastic": _brief(_with_peers(simulate(jobs, nodes, policies=resizing, options=fixed), report)),
+        "pessimistic_growth": _brief(simulate(jobs, nodes, policies=resizing, options=pessimistic)),
         "rack_zone_1": _brief(simulate(jobs, nodes, trace_name=name, policies=policies, options=flat)),
-        "aisched_true_durations": _brief(simulate(jobs, nodes, trace_name=name, policies=["aisched"], options=told)),
+        "aisched_true_durations": _brief(simulate(jobs, nodes, trace_name=name, policies=resizing, options=told)),
     }
     figures["jct_samples_s"] = {p: _sample(r.jcts) for p, r in report.policies.items()}
     figures["wall_seconds"] = round(time.monotonic() - started, 1)
@@ -121,8 +145,27 @@ def run_trace(name: str, args: argparse.Namespace, factors: dict[str, float]) ->
     return figures
 
 
+def _with_peers(report: SimulationReport, peers: SimulationReport) -> SimulationReport:
+    """`report` (aisched's run) with the peers' figures of `peers`: the peers never resize a job, so
+    which jobs are elastic does not change a thing they do (tests/unit/sim check it), and they are
+    not replayed again."""
+    merged = dict(report.policies)
+    for name, figures in peers.policies.items():
+        merged.setdefault(name, figures)
+    return replace(report, policies={name: merged[name] for name in peers.policies})
+
+
 def _brief(report: SimulationReport) -> dict[str, Any]:
-    keys = ("avg_jct_s", "p95_jct_s", "effective_utilization", "in_smallest_domain", "p99_slowdown")
+    keys = (
+        "avg_jct_s",
+        "p95_jct_s",
+        "avg_jct_by_size_s",
+        "effective_utilization",
+        "in_smallest_domain",
+        "p99_slowdown",
+        "preemptions_per_job",
+        "resizes_per_job",
+    )
     return {
         "options": report.options.to_json(),
         "policies": {p: {k: v for k, v in r.to_json().items() if k in keys} for p, r in report.policies.items()},
@@ -154,6 +197,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--pollux-gap", type=float, default=8 * 3600.0, help="seconds between workloads")
     parser.add_argument("--load", type=float, default=0.9, help="the trace's offered load over the cluster's GPUs")
     parser.add_argument("--gpus-per-pod", type=int, default=4, help="largest pod of a job")
+    parser.add_argument(
+        "--elastic-share",
+        type=float,
+        default=DEFAULT_ELASTIC_SHARE,
+        help="share of jobs aisched may resize (assumed; see aisched.sim.jobs); variants.no_elastic has none",
+    )
+    parser.add_argument(
+        "--growth-efficiency",
+        type=float,
+        default=DEFAULT_GROWTH_EFFICIENCY,
+        help=f"share of extra throughput that is progress (assumed); variants.pessimistic_growth: "
+        f"{PESSIMISTIC_GROWTH_EFFICIENCY}",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true", help="500 jobs of Philly and Alibaba: seconds, not minutes")
     parser.add_argument("--output-dir", type=Path, help="write trace_<name>.json here")
@@ -179,10 +235,10 @@ def run(args: argparse.Namespace) -> int:
     needed += [(args.alibaba, "--alibaba or --data-dir")] if "alibaba" in traces else []
     needed += [(p, "--pollux or --data-dir") for p in args.pollux] if "pollux" in traces else []
     require_files(needed)
-    factors = cross_node_factors(placement)
+    measured = (cross_node_factors(placement), efficiencies(placement))
     directories = [d for d in (args.output_dir, RESULTS_DIR if args.update_results else None) if d is not None]
     for name in traces:
-        figures = run_trace(name, args, factors)
+        figures = run_trace(name, args, measured)
         for directory in directories:
             directory.mkdir(parents=True, exist_ok=True)
             (directory / f"trace_{name}.json").write_text(json.dumps(figures, indent=2) + "\n")

@@ -3,7 +3,9 @@
 `python -m benchmarks.trace_report` rewrites the part of README.md between the markers
 `<!-- trace-table:begin -->` and `<!-- trace-table:end -->` and draws docs/trace_jct.png (the JCT
 distribution of every policy on every trace); `python -m benchmarks.trace --update-results` runs it
-after writing the figures. Nothing in the table is typed by hand.
+after writing the figures. Nothing in the table is typed by hand. Where some jobs were elastic,
+aisched's row is followed by its figures with none (`variants.no_elastic`), so its gain from
+resizing jobs, which the peers do not do, is not taken for the rest of its gain.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ POLICY_TITLES = {
     "fifo_first_fit": "FIFO + first fit",
     "fifo_spread": "FIFO + kube-scheduler spread",
 }
+NO_ELASTIC_TITLE = "aisched, no elastic jobs"
 PLOT = Path("docs/trace_jct.png")
 
 
@@ -60,23 +63,34 @@ def _share(value: float | None) -> str:
 
 
 def readme_table(results: Mapping[str, Mapping[str, Any]]) -> str:
+    """One row per policy and trace; under aisched's, aisched with no elastic job (`variants.no_elastic`)."""
     lines = [
         "| trace | policy | avg JCT | p95 JCT | avg JCT 1 / 2-8 / >8 GPUs | effective GPU utilisation "
-        "| multi-GPU jobs in smallest domain | p99 slowdown | preemptions per job |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| multi-GPU jobs in smallest domain | p99 slowdown | preemptions per job | resizes per job |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, figures in results.items():
         cluster = figures["cluster"]
         first = f"{TRACE_TITLES[name]} ({figures['jobs']:,} jobs; {cluster['nodes']} x 8 GPUs)"
-        for index, (policy, f) in enumerate(figures["policies"].items()):
-            sizes = " / ".join(duration_words(f["avg_jct_by_size_s"].get(s)) for s in ("1", "2-8", ">8"))
-            lines.append(
-                f"| {first if index == 0 else ''} | {POLICY_TITLES.get(policy, policy)} "
-                f"| {duration_words(f['avg_jct_s'])} | {duration_words(f['p95_jct_s'])} | {sizes} "
-                f"| {_share(f['effective_utilization'])} | {_share(f['in_smallest_domain'])} "
-                f"| {f['p99_slowdown']:.1f} | {f['preemptions_per_job']:.2f} |"
-            )
+        fixed = figures.get("variants", {}).get("no_elastic", {}).get("policies", {})
+        rows: list[tuple[str, Mapping[str, Any]]] = []
+        for policy, f in figures["policies"].items():
+            rows.append((POLICY_TITLES.get(policy, policy), f))
+            if policy == "aisched" and "aisched" in fixed and figures["options"].get("elastic_share"):
+                rows.append((NO_ELASTIC_TITLE, fixed["aisched"]))
+        for index, (title, f) in enumerate(rows):
+            lines.append(f"| {first if index == 0 else ''} | {title} | {_row(f)} |")
     return "\n".join(lines)
+
+
+def _row(f: Mapping[str, Any]) -> str:
+    by_size = f.get("avg_jct_by_size_s") or {}
+    sizes = " / ".join(duration_words(by_size.get(s)) for s in ("1", "2-8", ">8"))
+    return (
+        f"{duration_words(f['avg_jct_s'])} | {duration_words(f['p95_jct_s'])} | {sizes} "
+        f"| {_share(f['effective_utilization'])} | {_share(f['in_smallest_domain'])} "
+        f"| {f['p99_slowdown']:.1f} | {f['preemptions_per_job']:.2f} | {f.get('resizes_per_job', 0.0):.2f}"
+    )
 
 
 def replace_between_markers(text: str, table: str) -> str:

@@ -12,8 +12,9 @@ from typing import TextIO
 from aisched.policy.cluster import Node
 from aisched.sim.clusters import GridSpec, generated_cluster, load_cluster
 from aisched.sim.engine import DEFAULT_RESTART_OVERHEAD_S, POLICIES, SimOptions, SimulationReport, simulate
-from aisched.sim.jobs import DEFAULT_GPUS_PER_POD, DurationKnowledge
+from aisched.sim.jobs import DEFAULT_GPUS_PER_POD, NO_ELASTIC, DurationKnowledge
 from aisched.sim.report import render_report
+from aisched.sim.scaling import DEFAULT_GROWTH_EFFICIENCY, ScalingModel, efficiencies
 from aisched.sim.speed import DEFAULT_RACK_FACTOR, DEFAULT_ZONE_FACTOR, SpeedModel, cross_node_factors
 from aisched.sim.traces import TraceFormat, read_trace
 
@@ -45,13 +46,26 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--placement-data",
         type=Path,
         help="directory of Pollux placement CSVs (../shared/data/placement/pollux): jobs slow down when "
-        "spread; without it every placement runs at the same speed",
+        "spread and resized jobs scale as measured; without it every placement runs at the same speed and "
+        "resized jobs scale linearly",
     )
     world.add_argument("--rack-factor", type=float, default=DEFAULT_RACK_FACTOR, help="assumed; see aisched.sim.speed")
     world.add_argument("--zone-factor", type=float, default=DEFAULT_ZONE_FACTOR, help="assumed; see aisched.sim.speed")
     world.add_argument("--gpus-per-pod", type=int, default=DEFAULT_GPUS_PER_POD, help="largest pod of a job")
     world.add_argument(
         "--restart-overhead", type=float, default=DEFAULT_RESTART_OVERHEAD_S, help="seconds a resumed job restarts"
+    )
+    world.add_argument(
+        "--elastic-share",
+        type=float,
+        default=NO_ELASTIC,
+        help="share of jobs aisched may resize (half to twice their replicas; see aisched.sim.jobs); default none",
+    )
+    world.add_argument(
+        "--growth-efficiency",
+        type=float,
+        default=DEFAULT_GROWTH_EFFICIENCY,
+        help="share of a grown job's extra throughput that becomes progress (assumed; see aisched.sim.scaling)",
     )
     parser.add_argument("--load", type=float, default=0.9, help="offered load for traces without arrival times")
     parser.add_argument("--seed", type=int, default=0, help="seed for synthesized arrivals and durations")
@@ -90,12 +104,16 @@ def run(args: argparse.Namespace) -> int:
 
 def options_from(args: argparse.Namespace) -> SimOptions:
     speed = SpeedModel.uniform()
+    scaling = ScalingModel(growth_efficiency=args.growth_efficiency)
     if args.placement_data is not None:
         speed = SpeedModel(
             cross_node_factors(args.placement_data), rack_factor=args.rack_factor, zone_factor=args.zone_factor
         )
+        scaling = ScalingModel(efficiencies(args.placement_data), growth_efficiency=args.growth_efficiency)
     return SimOptions(
         speed=speed,
+        scaling=scaling,
+        elastic_share=args.elastic_share,
         knowledge=DurationKnowledge(args.knowledge),
         gpus_per_pod=args.gpus_per_pod,
         restart_overhead_s=args.restart_overhead,

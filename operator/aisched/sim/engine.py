@@ -1,11 +1,14 @@
 """The event loop: arrivals and completions on a simulated clock, one scheduling cycle per event time.
 
 Each policy replays the same jobs on its own fresh copy of the same cluster. A job runs at the
-speed its placement allows (`aisched.sim.speed`): a run of `remaining` consolidated seconds on a
-placement with slowdown `s` ends `remaining * s` later. A preempted job keeps its progress (it is
-preempted to a checkpoint, as the operator does) and pays `restart_overhead_s` each time it
-starts again: lost work. Jobs that could not run even on the empty cluster are left out of every
-run (and counted), so one impossible job cannot stall a FIFO baseline forever.
+speed its placement allows (`aisched.sim.speed`) and, when aisched resized an elastic job, at the
+pace its GPUs allow (`aisched.sim.scaling`): a run of `remaining` seconds of the job's own work
+(its run time alone on the GPUs it asked for, consolidated) on a placement with slowdown `s` and
+pace `p` ends `remaining * s / p` later. A preempted job keeps its progress (it is preempted to a
+checkpoint, as the operator does) and pays `restart_overhead_s` each time it starts again: lost
+work. A resize relaunches the gang from its checkpoint on its new placement, as the operator does,
+and pays the same overhead. Jobs that could not run even on the empty cluster are left out of
+every run (and counted), so one impossible job cannot stall a FIFO baseline forever.
 """
 
 from __future__ import annotations
@@ -18,9 +21,19 @@ from typing import Any
 
 from aisched.policy.cluster import ClusterSnapshot, Node, level_rank
 from aisched.policy.placement import GangRequest, Placement, place_gang
-from aisched.sim.jobs import ANY_CAPACITY, DEFAULT_GPUS_PER_POD, DurationKnowledge, Policy, SimJob, Start, gangs
+from aisched.sim.jobs import (
+    ANY_CAPACITY,
+    DEFAULT_GPUS_PER_POD,
+    NO_ELASTIC,
+    DurationKnowledge,
+    Policy,
+    SimJob,
+    Start,
+    gangs,
+)
 from aisched.sim.outcomes import PolicyReport, RunLog, report_of
 from aisched.sim.policies import make_policy
+from aisched.sim.scaling import ScalingModel
 from aisched.sim.speed import Geometry, ModelMix, SpeedModel
 from aisched.sim.traces import TraceJob
 
@@ -39,7 +52,10 @@ class SimOptions:
     knowledge: DurationKnowledge = DurationKnowledge.NONE
     gpus_per_pod: int = DEFAULT_GPUS_PER_POD
     restart_overhead_s: float = DEFAULT_RESTART_OVERHEAD_S
-    """Seconds a preempted job spends starting again (pods, checkpoint load) before it makes progress."""
+    """Seconds a preempted or resized job spends starting again (pods, checkpoint load) before it makes progress."""
+    scaling: ScalingModel = field(default_factory=ScalingModel)
+    elastic_share: float = NO_ELASTIC
+    """Share of the jobs that are elastic (`aisched.sim.jobs`); only aisched resizes them."""
     seed: int = 0
 
     def to_json(self) -> dict[str, Any]:
@@ -50,6 +66,8 @@ class SimOptions:
             "rack_factor": self.speed.rack_factor,
             "zone_factor": self.speed.zone_factor,
             "cross_node_factors": {k: round(v, 3) for k, v in sorted(self.speed.node_factors.items())},
+            "elastic_share": self.elastic_share,
+            "scaling": self.scaling.to_json(),
             "seed": self.seed,
         }
 
@@ -100,6 +118,7 @@ def simulate(
         gpus_per_pod=options.gpus_per_pod,
         knowledge=options.knowledge,
         models=models,
+        elastic_share=options.elastic_share,
         seed=options.seed,
     )
     jobs = [j for j in all_jobs if smallest.fits(j)]
@@ -126,19 +145,20 @@ class _SmallestDomains:
         self.empty = empty
         self.cache: dict[tuple[int, int], Placement | None] = {}
 
-    def _placement(self, job: SimJob) -> Placement | None:
-        shape = (job.replicas, job.gpus_per_replica)
+    def _placement(self, replicas: int, gpus_per_replica: int) -> Placement | None:
+        shape = (replicas, gpus_per_replica)
         if shape not in self.cache:
-            request = GangRequest(job.replicas, job.gpus_per_replica, capacity_types=ANY_CAPACITY)
+            request = GangRequest(replicas, gpus_per_replica, capacity_types=ANY_CAPACITY)
             outcome = place_gang(request, self.empty)
             self.cache[shape] = outcome if isinstance(outcome, Placement) else None
         return self.cache[shape]
 
     def fits(self, job: SimJob) -> bool:
-        return self._placement(job) is not None
+        return self._placement(job.replicas, job.gpus_per_replica) is not None
 
-    def rank(self, job: SimJob) -> int:
-        placement = self._placement(job)
+    def rank(self, replicas: int, gpus_per_replica: int) -> int:
+        """The tightest level a gang of this shape (as asked, or as resized) could get."""
+        placement = self._placement(replicas, gpus_per_replica)
         return level_rank(placement.level if placement is not None else None)
 
 
@@ -146,7 +166,10 @@ class _SmallestDomains:
 class _Running:
     run: int
     work_start: float
-    slowdown: float
+    pace: float
+    """Seconds of the job's own work done a second: scaling pace over placement slowdown."""
+    gpus: int
+    """GPUs it holds: those it asked for unless resized."""
 
 
 class _Replay:
@@ -169,24 +192,32 @@ class _Replay:
         self.completions: list[tuple[float, int, str]] = []
         self.log = RunLog()
         self.busy = 0
+        self.wake_at: float | None = None
 
     def run(self) -> PolicyReport:
         jobs, next_arrival, events = self.jobs, 0, 2 * len(self.jobs)
         while next_arrival < len(jobs) or self.completions:
+            self._drop_stale_completions()
+            if next_arrival == len(jobs) and not self.completions:
+                break
             now = min(
                 jobs[next_arrival].arrival if next_arrival < len(jobs) else math.inf,
                 self.completions[0][0] if self.completions else math.inf,
+                self.wake_at if self.wake_at is not None else math.inf,
             )
             while self.completions and self.completions[0][0] <= now:
                 _, run, key = heapq.heappop(self.completions)
-                if key in self.running and self.running[key].run == run:  # not a run that was preempted
+                if self._current(run, key):
                     self._finish(self.by_key[key], now)
             while next_arrival < len(jobs) and jobs[next_arrival].arrival <= now:
                 self.policy.submit(jobs[next_arrival], now)
                 next_arrival += 1
             outcome = self.policy.cycle(now)
+            self.wake_at = outcome.wake_at
             for job in outcome.stopped:
                 self._stop(job, now)
+            for resized in outcome.resized:
+                self._resize(resized, now)
             for started in outcome.started:
                 self._start(started, now)
             self.log.busy_log.append((now, self.busy))
@@ -194,30 +225,51 @@ class _Replay:
                 self.progress(self.policy.name, next_arrival + len(self.log.finish), events, now)
         return report_of(self.policy.name, jobs, self.log, total_gpus=self.policy.snapshot.total_gpus)
 
+    def _current(self, run: int, key: str) -> bool:
+        """Is this the end of the job's current run (not of one a preemption or resize cut short)?"""
+        return key in self.running and self.running[key].run == run
+
+    def _drop_stale_completions(self) -> None:
+        """Ends of runs cut short are no events: no cycle, and no makespan, at their times."""
+        while self.completions and not self._current(self.completions[0][1], self.completions[0][2]):
+            heapq.heappop(self.completions)
+
     def _start(self, started: Start, now: float) -> None:
         job = started.job
         resumed = job.key in self.runs
-        overhead = self.options.restart_overhead_s if resumed else 0.0
-        slowdown = self.options.speed.slowdown(job.model, started.nodes, job.gpus, self.geometry)
-        self.runs[job.key] = self.runs.get(job.key, 0) + 1
-        self.running[job.key] = _Running(self.runs[job.key], now + overhead, slowdown)
-        heapq.heappush(
-            self.completions, (now + overhead + self.remaining[job.key] * slowdown, self.runs[job.key], job.key)
-        )
-        self.busy += job.gpus
+        self._place(started, now, self.options.restart_overhead_s if resumed else 0.0)
         self.log.first_start.setdefault(job.key, now)
-        self.log.lost_gpu_seconds += overhead * job.gpus
-        self.log.slowdown_weighted += slowdown * job.gpus
-        self.log.gpu_starts += job.gpus
-        if job.gpus > 1:
+
+    def _resize(self, resized: Start, now: float) -> None:
+        job = resized.job
+        running = self.running.pop(job.key)
+        self._account(job, running, now)
+        self.busy -= running.gpus
+        self.log.resizes += 1
+        self._place(resized, now, self.options.restart_overhead_s)
+
+    def _place(self, placed: Start, now: float, overhead: float) -> None:
+        """Run the job on `placed.nodes` (one per replica) from `now`, after `overhead` seconds of restart."""
+        job, nodes = placed.job, placed.nodes
+        gpus = len(nodes) * job.gpus_per_replica
+        slowdown = self.options.speed.slowdown(job.model, nodes, gpus, self.geometry)
+        pace = self.options.scaling.pace(job.model, job.gpus, gpus) / slowdown
+        self.runs[job.key] = self.runs.get(job.key, 0) + 1
+        self.running[job.key] = _Running(self.runs[job.key], now + overhead, pace, gpus)
+        heapq.heappush(self.completions, (now + overhead + self.remaining[job.key] / pace, self.runs[job.key], job.key))
+        self.busy += gpus
+        self.log.lost_gpu_seconds += overhead * gpus
+        self.log.slowdown_weighted += slowdown * gpus
+        self.log.gpu_starts += gpus
+        if gpus > 1:
             self.log.multi += 1
-            placed = self.policy.snapshot.tightest_domain(started.nodes).level
-            self.log.tight += level_rank(placed) <= self.smallest.rank(job)
+            placed_level = self.policy.snapshot.tightest_domain(nodes).level
+            self.log.tight += level_rank(placed_level) <= self.smallest.rank(len(nodes), job.gpus_per_replica)
 
     def _stop(self, job: SimJob, now: float) -> None:
         running = self.running.pop(job.key)
         self._account(job, running, now)
-        self.busy -= job.gpus
+        self.busy -= running.gpus
         self.log.preemptions += 1
 
     def _finish(self, job: SimJob, now: float) -> None:
@@ -225,12 +277,15 @@ class _Replay:
         running = self.running.pop(job.key)
         self._account(job, running, now)
         self.remaining[job.key] = 0.0
-        self.busy -= job.gpus
+        self.busy -= running.gpus
         self.log.finish[job.key] = now
 
     def _account(self, job: SimJob, running: _Running, now: float) -> None:
+        """Progress up to `now`. Useful work is counted in the job's own GPU-time (the GPUs it asked
+        for, consolidated), so each job adds `gpus x duration` in all however it ran: a job grown past
+        linear scaling holds more GPUs than its progress is worth, and effective utilisation says so."""
         if now > running.work_start:
-            self.remaining[job.key] -= (now - running.work_start) / running.slowdown
-            self.log.useful.append((running.work_start, now, job.gpus / running.slowdown))
+            self.remaining[job.key] -= (now - running.work_start) * running.pace
+            self.log.useful.append((running.work_start, now, job.gpus * running.pace))
         else:  # stopped before its restart was over: the time it held the GPUs was all lost
-            self.log.lost_gpu_seconds -= (running.work_start - now) * job.gpus
+            self.log.lost_gpu_seconds -= (running.work_start - now) * running.gpus

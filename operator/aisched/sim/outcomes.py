@@ -2,15 +2,19 @@
 
 - JCT: arrival to completion; p95 over finished jobs; averages by size class (1 GPU, 2-8, >8).
 - Effective utilisation: GPU-time doing useful work at consolidated speed (a job slowed 2x by its
-  placement does half its GPU-time's worth; restarts do none) over the GPU-time available, both
+  placement does half its GPU-time's worth; restarts do none) over the GPU-time available. Useful
+  work is counted on the GPUs the job asked for: an elastic job grown to twice its GPUs that
+  trains 1.4x as fast does 1.4x its asked GPUs' worth while holding twice as many, so growth
+  beyond linear scaling lowers it, and a shrunk job does less than its GPUs' worth too. Both are
   between the first and the last arrival, while the cluster is fed. A policy that runs short jobs
   first leaves more of the long jobs' work after that window, so the same ratio is also given
   until the last job ends (`effective_utilization_until_done`).
-- In smallest domain: of the starts of multi-GPU jobs, the share placed inside the tightest
-  topology domain their shape could ever get.
+- In smallest domain: of the placements of multi-GPU gangs (starts, and resizes of elastic ones),
+  the share inside the tightest topology domain their shape as placed could ever get.
 - Slowdown: JCT over the job's run time alone on a consolidated placement; p99 and worst show
   starvation.
-- Preemptions and lost work (GPU-seconds of restarts: pod start and checkpoint load) per job.
+- Preemptions, resizes (aisched relaunching an elastic gang on more or fewer GPUs) and lost work
+  (GPU-seconds of restarts after either: pod start and checkpoint load) per job.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ class RunLog:
     tight: int = 0
     multi: int = 0
     preemptions: int = 0
+    resizes: int = 0
     lost_gpu_seconds: float = 0.0
     slowdown_weighted: float = 0.0
     """Sum over starts of GPUs x placement slowdown: with `gpu_starts`, the average slowdown of a GPU."""
@@ -64,6 +69,7 @@ class PolicyReport:
     max_slowdown: float
     preemptions: int
     preemptions_per_job: float
+    resizes_per_job: float
     lost_gpu_seconds_per_job: float
     avg_placement_slowdown: float
     makespan_s: float
@@ -84,6 +90,7 @@ class PolicyReport:
             "avg_jct_multi_gpu_s": round(self.avg_jct_multi_gpu_s, 1),
             "preemptions": self.preemptions,
             "preemptions_per_job": round(self.preemptions_per_job, 4),
+            "resizes_per_job": round(self.resizes_per_job, 4),
             "lost_gpu_seconds_per_job": round(self.lost_gpu_seconds_per_job, 1),
             "avg_placement_slowdown": round(self.avg_placement_slowdown, 4),
             "finished_jobs": self.finished_jobs,
@@ -131,6 +138,7 @@ def report_of(name: str, jobs: Sequence[SimJob], log: RunLog, *, total_gpus: int
         max_slowdown=slowdowns[-1] if slowdowns else 0.0,
         preemptions=log.preemptions,
         preemptions_per_job=log.preemptions / max(len(jobs), 1),
+        resizes_per_job=log.resizes / max(len(jobs), 1),
         lost_gpu_seconds_per_job=log.lost_gpu_seconds / max(len(jobs), 1),
         avg_placement_slowdown=log.slowdown_weighted / log.gpu_starts if log.gpu_starts else 1.0,
         makespan_s=makespan,

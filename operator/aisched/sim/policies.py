@@ -4,6 +4,10 @@
   exactly as the controller calls it, with the default queue's settings (time-slicing by attained
   service with its minimum run time). It is told a job's duration only as the simulation's
   `DurationKnowledge` allows; attained service is carried as the operator carries it in status.
+  Elastic jobs (`SimJob.min_replicas`, `max_replicas`) are handed to it as elastic, and its
+  resizes (shrinks to make room, growth into idle GPUs) are carried out as the controller
+  carries them out: the gang is relaunched on its new placement, and the run that ends there
+  is added to its attained service.
 - `FifoFirstFit`: strict FIFO (the head of the queue blocks everyone behind it);
   a gang is placed all at once, each replica on the first node, in name order,
   with room.
@@ -12,6 +16,8 @@
   (NodeResourcesFit LeastAllocated); pods that do not fit wait while later ones
   go on. Bound pods hold their GPUs; the job runs once all its pods are bound.
 - Kueue, Volcano and Tiresias: `aisched.sim.peers`, each with what it models and what it does not.
+
+Only `AischedPolicy` resizes elastic jobs; every other policy runs each job at its requested size.
 """
 
 from __future__ import annotations
@@ -22,8 +28,9 @@ from datetime import timedelta
 
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.placement import Placement
+from aisched.policy.queueing import QueueQuota
 from aisched.policy.scheduler import JobRequest, schedule
-from aisched.sim.jobs import ANY_CAPACITY, CycleOutcome, Policy, SimJob, Start, at
+from aisched.sim.jobs import ANY_CAPACITY, EPOCH, CycleOutcome, Policy, SimJob, Start, at
 from aisched.sim.peers.kueue import KueuePolicy
 from aisched.sim.peers.tiresias import TiresiasPolicy
 from aisched.sim.peers.volcano import VolcanoPolicy
@@ -66,6 +73,8 @@ class AischedPolicy:
             replicas=job.replicas,
             capacity_types=ANY_CAPACITY,
             expected_duration=timedelta(seconds=job.estimate) if job.estimate is not None else None,
+            min_replicas=job.min_replicas,
+            max_replicas=job.max_replicas,
         )
 
     def finish(self, job: SimJob, now: float) -> None:
@@ -80,17 +89,51 @@ class AischedPolicy:
             request = self.running.pop(preemption.key)
             assert request.placement is not None and request.started is not None
             self.snapshot.release(request.placement.gpus_by_node())
-            # What the operator writes to status.attainedGpuSeconds when it stops the gang.
-            ran = (at(now) - request.started).total_seconds()
-            attained = request.attained_gpu_seconds + request.placement.total_gpus * ran
+            attained = _attained_after_run(request, now)
             self.pending[preemption.key] = replace(request, placement=None, started=None, attained_gpu_seconds=attained)
             outcome.stopped.append(self.jobs[preemption.key])
+        resized = [(self.running[r.key], r.placement) for r in result.resized]
+        for request, _ in resized:  # all released before any is allocated: a shrink makes room for a growth
+            assert request.placement is not None
+            self.snapshot.release(request.placement.gpus_by_node())
+        for request, placement in resized:
+            self.snapshot.allocate(placement.gpus_by_node())
+            attained = _attained_after_run(request, now)
+            self.running[request.key] = replace(
+                request, placement=placement, started=at(now), attained_gpu_seconds=attained
+            )
+            outcome.resized.append(Start(self.jobs[request.key], placement.nodes))
         for admission in result.admitted:
             request = self.pending.pop(admission.key)
             self.snapshot.allocate(admission.placement.gpus_by_node())
             self.running[admission.key] = replace(request, placement=admission.placement, started=at(now))
             outcome.started.append(Start(self.jobs[admission.key], admission.placement.nodes))
+        outcome.wake_at = self._next_growth_chance(now)
         return outcome
+
+    def _next_growth_chance(self, now: float) -> float | None:
+        """The first time after `now` a running elastic gang below its most replicas has run the
+        queue's minimum run time: the scheduler may grow it then, and the operator, which runs a
+        cycle every resync, would see it within seconds, not at the next arrival or end."""
+        min_run = QueueQuota.unlimited().min_run_seconds or 0.0
+        times = [
+            (r.started - EPOCH).total_seconds() + min_run
+            for r in self.running.values()
+            if r.elastic
+            and r.started is not None
+            and r.placement is not None
+            and r.placement.replicas < (r.max_replicas or 0)
+        ]
+        later = [t for t in times if t > now]
+        return min(later) if later else None
+
+
+def _attained_after_run(request: JobRequest, now: float) -> float:
+    """What the operator writes to status.attainedGpuSeconds when the gang that runs now ends
+    (stopped, or relaunched on a new placement): the GPUs it held for as long as it ran."""
+    assert request.placement is not None and request.started is not None
+    ran = (at(now) - request.started).total_seconds()
+    return request.attained_gpu_seconds + request.placement.total_gpus * ran
 
 
 class FifoFirstFit:

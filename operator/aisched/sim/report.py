@@ -13,7 +13,8 @@ def render_report(report: SimulationReport) -> str:
         + f"), cluster {report.nodes} nodes / {report.gpus} GPUs; durations known: {report.options.knowledge.value}",
         "",
         f"{'policy':<16}{'eff util':>9}{'avg JCT':>10}{'p95 JCT':>10}{'1 GPU':>9}{'2-8':>9}{'>8':>9}"
-        f"{'smallest dom':>13}{'p99 slowdn':>11}{'preempt/job':>12}{'lost GPU-s/job':>15}{'unfinished':>11}",
+        f"{'smallest dom':>13}{'p99 slowdn':>11}{'preempt/job':>12}{'resize/job':>11}{'lost GPU-s/job':>15}"
+        f"{'unfinished':>11}",
     ]
     for name, policy in report.policies.items():
         smallest = "-" if policy.in_smallest_domain is None else f"{policy.in_smallest_domain:.1%}"
@@ -21,7 +22,8 @@ def render_report(report: SimulationReport) -> str:
         lines.append(
             f"{name:<16}{policy.effective_utilization:>9.1%}{_duration(policy.avg_jct_s):>10}"
             f"{_duration(policy.p95_jct_s):>10}{sizes}{smallest:>13}{policy.p99_slowdown:>11.1f}"
-            f"{policy.preemptions_per_job:>12.2f}{policy.lost_gpu_seconds_per_job:>15.0f}{policy.unfinished_jobs:>11}"
+            f"{policy.preemptions_per_job:>12.2f}{policy.resizes_per_job:>11.2f}"
+            f"{policy.lost_gpu_seconds_per_job:>15.0f}{policy.unfinished_jobs:>11}"
         )
     return "\n".join(lines)
 

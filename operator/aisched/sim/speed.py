@@ -20,6 +20,9 @@ What is modelled, and what is assumed (no public measurement covers it):
   (no contention), nor on the GPU type.
 - Jobs of traces that name no model get one from `ModelMix`: uniform over the measured models,
   drawn with a seeded `random.Random` in arrival order.
+
+How fast a job runs on more or fewer GPUs than it asked for (an elastic job aisched resized) is
+`aisched.sim.scaling`'s part; this module only says what its placement costs.
 """
 
 from __future__ import annotations

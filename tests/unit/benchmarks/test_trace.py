@@ -45,6 +45,12 @@ def test_a_tiny_run_writes_every_traces_figures_in_the_output_dir(tmp_path: Path
         assert "sized" in figures["cluster"]
         assert set(figures["variants"]["rack_zone_1"]["policies"]) == POLICIES
         assert figures["variants"]["aisched_true_durations"]["options"]["duration_knowledge"] == "truth"
+        # Elastic jobs by default, and every policy's figures without them too.
+        assert figures["options"]["elastic_share"] == trace.DEFAULT_ELASTIC_SHARE
+        assert figures["variants"]["no_elastic"]["options"]["elastic_share"] == 0.0
+        assert set(figures["variants"]["no_elastic"]["policies"]) == POLICIES
+        assert figures["variants"]["no_elastic"]["policies"]["aisched"]["resizes_per_job"] == 0.0
+        assert figures["variants"]["pessimistic_growth"]["options"]["scaling"]["growth_efficiency"] == 0.25
         for policy in figures["policies"].values():
             assert {"avg_jct_s", "p95_jct_s", "effective_utilization", "in_smallest_domain", "p99_slowdown"} <= set(
                 policy

@@ -19,11 +19,15 @@ def figures(avg: float) -> dict[str, object]:
         "in_smallest_domain": 1.0,
         "p99_slowdown": 3.25,
         "preemptions_per_job": 0.1,
+        "resizes_per_job": 0.25,
     }
+    fixed = {**policy, "avg_jct_s": 2 * avg, "resizes_per_job": 0.0}
     return {
         "jobs": 1200,
         "cluster": {"nodes": 4, "gpus": 32},
+        "options": {"elastic_share": 0.5},
         "policies": {"aisched": policy, "kueue": policy},
+        "variants": {"no_elastic": {"policies": {"aisched": fixed, "kueue": policy}}},
         "jct_samples_s": {"aisched": [60.0, 600.0, 7200.0], "kueue": [120.0, 900.0]},
     }
 
@@ -38,8 +42,11 @@ def test_the_table_is_rewritten_between_the_markers_and_the_plot_drawn(tmp_path:
     assert "old table" not in text
     assert text.startswith("intro\n") and text.endswith("after\n")
     assert (
-        "| Philly (1,200 jobs; 4 x 8 GPUs) | aisched | 90 min | 2.0 h | 60 s / 3.0 h / - | 50.0% | 100.0% | 3.2" in text
+        "| Philly (1,200 jobs; 4 x 8 GPUs) | aisched | 90 min | 2.0 h | 60 s / 3.0 h / - | 50.0% | 100.0% | 3.2"
+        " | 0.10 | 0.25 |" in text
     )
+    # aisched without elastic jobs comes next, so its gain from resizing is not read as the rest of its gain
+    assert "\n|  | aisched, no elastic jobs | 3.0 h | 2.0 h | 60 s / 3.0 h / - |" in text.split("| aisched |")[1]
     assert "|  | Kueue (BestEffortFIFO + TAS) |" in text
     assert plot.read_bytes().startswith(b"\x89PNG")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from aisched.policy.placement import GangRequest, Placement
+from aisched.policy.placement import GangRequest, Placement, Unplaceable
 from aisched.policy.queueing import QUEUE_NOT_FOUND, QUOTA_EXCEEDED
 from aisched.policy.scheduler.attempt import Attempt
 from aisched.policy.scheduler.jobs import JobRequest
@@ -55,7 +55,7 @@ def alike_verdict(cycle: CycleState, attempt: Attempt) -> bool:
 def on_free_gpus(cycle: CycleState, attempt: Attempt) -> bool:
     """Start with the most replicas that free GPUs hold; wait for good if no freeing would ever help."""
     job = attempt.job
-    outcome = cycle.place_most(attempt.request, attempt.fewest)
+    outcome = _most_consolidated(cycle, attempt)
     if isinstance(outcome, Placement):
         cycle.admit(job, within_type_quota(cycle, job, attempt.request, outcome, attempt.fewest))
         return True
@@ -64,6 +64,26 @@ def on_free_gpus(cycle: CycleState, attempt: Attempt) -> bool:
         return True
     attempt.unplaced = outcome
     return False
+
+
+def _most_consolidated(cycle: CycleState, attempt: Attempt) -> Placement | Unplaceable:
+    """The most replicas in [fewest, most] that free GPUs hold in the tightest domain that count
+    could ever get.
+
+    An elastic job held to the domain of its full size and started smaller there could be spread
+    over more nodes than its smaller gang needs, and run slower for as long as it runs; each count
+    is held to its own tightest domain instead (`CycleState.consolidated`).
+    """
+    request = attempt.request
+    outcome = cycle.place(request)
+    if isinstance(outcome, Placement) or request.replicas <= attempt.fewest:
+        return outcome
+    loose = replace(request, required_level=attempt.job.required_level)
+    for replicas in range(request.replicas - 1, attempt.fewest - 1, -1):
+        outcome = cycle.place(cycle.consolidated(replace(loose, replicas=replicas)))
+        if isinstance(outcome, Placement):
+            return outcome
+    return outcome
 
 
 def within_type_quota(

@@ -17,9 +17,11 @@ counted when the jobs behind it are placed. The rules, in that order:
    queue's quota cannot hold takes back its queue's elastic growth and preempts its
    queue's lower priorities, or waits; it does not hold up the jobs behind it.
 3. A job that fits is admitted with a `Placement`; an elastic job starts with the
-   most replicas between `min_replicas` and `replicas` that fit.
+   most replicas between `min_replicas` and `replicas` that fit in the tightest
+   domain that many could get.
 4. A job that does not fit for lack of free GPUs first tries to make room: it
-   shrinks elastic jobs towards their minimum, then preempts whole gangs of lower
+   shrinks elastic jobs towards their minimum (an equal priority only takes back
+   the replicas growth added), then preempts whole gangs of lower
    priority (its own queue's, or queues borrowing beyond their quota), or of equal
    priority and a higher band of attained service once they have run their queue's
    minimum run time (time-slicing, to a checkpoint); it chooses the tightest domain
@@ -32,7 +34,10 @@ counted when the jobs behind it are placed. The rules, in that order:
    closed to newcomers until the job fits, unless the job's queue time-slices (4.
    opens it then, and nothing is held idle).
 6. Left-over GPUs grow running elastic jobs towards `max_replicas`, next to where
-   they run, when no job of equal or higher priority waits for GPUs.
+   they run and only as far as the grown gang stays in the tightest domain it could
+   get, once they have run their queue's minimum run time on their placement, when no
+   job of higher priority waits for GPUs (one of equal priority takes the growth back
+   when it can start, and the reserved GPUs are left alone).
 """
 
 from __future__ import annotations

@@ -246,7 +246,14 @@ def _restricted(cycle: CycleState, candidate: _Displacement, job: JobRequest, wi
         return None
     if candidate.dropped is None:
         return candidate
-    floor = _shrink_floor(candidate.running.job, job.priority)
+    other = candidate.running.job
+    floor = _shrink_floor(other, job.priority)
+    if other.priority == job.priority:
+        # Taking back growth drops the replicas growth added (it appends them): dropping ranks the
+        # gang started with instead could leave it split over nodes one node would hold.
+        inside = [rank for rank in inside if rank >= floor]
+        if not inside:
+            return None
     spare = placement.replicas - floor
     return _Displacement(candidate.running, dropped=tuple(sorted(inside, reverse=True)[:spare]))
 

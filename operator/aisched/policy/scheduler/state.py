@@ -72,7 +72,7 @@ class CycleState:
         self.resized: dict[str, Resize] = {}
         self.reservation: Reservation | None = None
         self.blocked_priorities: list[int] = []
-        """Priorities of jobs left waiting for GPUs: growth gives no GPUs to jobs at or below them."""
+        """Priorities of jobs left waiting for GPUs: growth gives no GPUs to jobs below them."""
         self.failures: dict[GangRequest, Unplaceable] = {}
         self.blocked: dict[tuple[object, ...], tuple[str, str]] = {}
         """(reason, message) a job waits for, by the shape of what it asks: alike jobs share it."""

@@ -66,3 +66,17 @@ def test_shrink_before_preempting_anyone() -> None:
     assert resize.replicas == 1
     assert resize.message == "shrunk from 3 to 1 replicas to make room for ns/hi (priority 5)"
     assert result.admitted[0].preempting == ("ns/elastic",)
+
+
+def test_an_equal_priority_takes_back_the_replicas_growth_added_not_those_the_gang_started_with() -> None:
+    snapshot = ClusterSnapshot(rack_nodes("z", "r", 2))
+    grown = run_on(
+        snapshot, pending("ns/grown", 4, replicas=2, min_replicas=1, max_replicas=4), ["r-n0", "r-n0", "r-n1"]
+    )
+    other = run_on(snapshot, pending("ns/other", 4), ["r-n1"])
+    # Dropping a rank on r-n0 would make room as well, but leave the gang split over two nodes.
+    result = schedule(snapshot, [grown, other, pending("ns/new", 4)], [], T0)
+    (resize,) = result.resized
+    assert resize.reason == SHRUNK
+    assert resize.placement.nodes == ("r-n0", "r-n0")
+    assert result.admitted[0].placement.nodes == ("r-n1",)
