@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,7 +32,7 @@ from aisched.testing.cluster import (
     workers,
 )
 from aisched.testing.operator import OperatorProcess
-from tests.builders import a_training_job
+from tests.builders import a_queue, a_training_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator")]
 # The preset's only GB200 rack: 4 nodes x 4 GPUs in one NVLink domain. 12 of its 16 GPUs is most of it.
@@ -112,13 +113,28 @@ def test_two_gangs_wanting_most_of_one_rack_run_one_after_the_other(
 # -- elastic gangs ----------------------------------------------------------------------------
 
 
+@pytest.fixture
+def quick_growth_queue(cluster: LocalCluster) -> Iterator[str]:
+    """A Queue whose gangs may grow (and be time-sliced) after a 5-second run, deleted afterwards.
+
+    A gang grows once it has run its queue's minimum run time on its placement: growing
+    relaunches it from its checkpoint, which a gang that just started should not pay for at once.
+    """
+    name = f"grow-{uuid.uuid4().hex[:6]}"
+    apply(cluster, "default", a_queue(name, nominal_gpus=64).time_slicing(5).obj())
+    yield name
+    cluster.kubectl("delete", "queue", name, "--wait=false")
+
+
 def test_an_elastic_gang_starts_at_what_fits_grows_into_idle_gpus_and_shrinks_for_a_higher_priority(
-    cluster: LocalCluster, namespace: str, api_client: client.ApiClient
+    cluster: LocalCluster, namespace: str, api_client: client.ApiClient, quick_growth_queue: str
 ) -> None:
-    apply(cluster, namespace, a_training_job("blocker").gpu_type(H100).replicas(2).gpus(8).obj())
+    blocker = a_training_job("blocker").queue(quick_growth_queue).gpu_type(H100).replicas(2).gpus(8)
+    apply(cluster, namespace, blocker.obj())
     wait_phase(cluster, namespace, "blocker", "Running")
 
-    apply(cluster, namespace, a_training_job("elastic").gpu_type(H100).gpus(8).replicas(4).elastic(1, 4).obj())
+    elastic = a_training_job("elastic").queue(quick_growth_queue).gpu_type(H100).gpus(8).replicas(4).elastic(1, 4)
+    apply(cluster, namespace, elastic.obj())
     gang = wait_for(lambda: current_gang(cluster, namespace, "elastic", 2), TIMEOUT, "the elastic gang at 2")
     assert job(cluster, namespace, "elastic")["status"]["replicas"] == 2
     assert ranks_and_world(gang) == (["0", "1"], {"2"})
@@ -134,7 +150,8 @@ def test_an_elastic_gang_starts_at_what_fits_grows_into_idle_gpus_and_shrinks_fo
     grown_on = {p["spec"]["nodeName"] for p in gang}
     assert started_on < grown_on and len(grown_on) == 4
 
-    apply(cluster, namespace, a_training_job("urgent").gpu_type(H100).priority(100).replicas(2).gpus(8).obj())
+    urgent_job = a_training_job("urgent").queue(quick_growth_queue).gpu_type(H100).priority(100)
+    apply(cluster, namespace, urgent_job.replicas(2).gpus(8).obj())
     urgent = wait_for(lambda: current_gang(cluster, namespace, "urgent", 2), TIMEOUT, "the urgent gang to run")
     gang = wait_for(lambda: current_gang(cluster, namespace, "elastic", 2), TIMEOUT, "the elastic gang to shrink to 2")
     shrunk = job(cluster, namespace, "elastic")["status"]
