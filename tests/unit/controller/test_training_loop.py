@@ -314,3 +314,18 @@ async def test_a_worker_the_api_server_refuses_is_a_condition_and_the_gang_gives
 
 def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
     return next(c for c in status["conditions"] if c["type"] == kind)
+
+
+async def test_finished_jobs_are_counted_off_their_objects_and_keep_no_model(kube: KubeDouble) -> None:
+    controller = a_controller(kube)
+    done = a_job("done", queue="research")
+    done["status"] = {"phase": "Succeeded"}
+    controller.job_seen(done)
+    controller.job_seen(a_job("waiting"))
+    controller.cluster_snapshot()
+    controller._report()
+    jobs = controller.metrics.registry.get_sample_value
+    assert jobs("aisched_jobs", {"queue": "research", "phase": "Succeeded"}) == 1
+    assert jobs("aisched_jobs", {"queue": "default", "phase": "Queued"}) == 1
+    # Thousands of finished jobs would each keep a model of ~9 KiB; they are read off their objects.
+    assert set(controller._parsed) == {("ns", "waiting")}

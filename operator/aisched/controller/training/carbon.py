@@ -16,7 +16,7 @@ from aisched.api import TrainingJob, TrainingJobPhase
 from aisched.api.training_job import TrainingJobStatus
 from aisched.controller.training.isolation import CHUNK_ENDS, EMISSIONS, CycleWrites
 from aisched.controller.training.reconcile import JobReconciler
-from aisched.controller.training.state import PLURAL, JobKey, start_now_requested
+from aisched.controller.training.state import PLURAL, JobKey, finished, start_now_requested
 from aisched.kube import labels
 from aisched.policy.carbon import (
     CHUNK_ENDED,
@@ -148,7 +148,7 @@ class CarbonDeferral(JobReconciler):
     async def _end_chunks(self, now: datetime) -> None:
         """Running gangs whose carbon chunk is over: re-plan, then carry on or pause for the next chunk."""
         for key, obj in list(self.jobs.items()):
-            job = self._read(obj)
+            job = None if finished(obj) else self._read(obj)
             if job is None or job.status.phase != Phase.RUNNING or job.status.chunk_end is None:
                 continue
             if self._sits_out(CHUNK_ENDS, key):
@@ -214,7 +214,7 @@ class CarbonDeferral(JobReconciler):
             return
         intensities: dict[str, float | None] = {}
         for key, obj in list(self.jobs.items()):
-            job = self._read(obj)
+            job = None if finished(obj) else self._read(obj)
             if job is None or job.status.phase != Phase.RUNNING or job.status.start_time is None:
                 self._emissions_marks.pop(key, None)
                 continue

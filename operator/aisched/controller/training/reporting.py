@@ -7,8 +7,9 @@ from datetime import timedelta
 from typing import Any
 
 from aisched.api import Queue, TrainingJob, TrainingJobPhase
+from aisched.api.queue import DEFAULT_QUEUE
 from aisched.controller.training.isolation import REPORTING, JobIsolation
-from aisched.controller.training.state import JobKey
+from aisched.controller.training.state import JobKey, finished
 from aisched.metrics import GpuPoolUsage
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.deadlines import deadline_slack_seconds
@@ -36,8 +37,16 @@ class Reporting(JobIsolation):
         gangs_by_level: dict[str, int] = {}
         pending_sizes: list[int] = []
         for key, obj in self.jobs.items():
+            if self._sits_out(REPORTING, key):
+                continue
+            if finished(obj):  # counted off its object: a finished job's model is not kept
+                with self._isolated(REPORTING, key):
+                    census_key = (_queue_of(obj), str(obj["status"]["phase"]))
+                    census[census_key] = census.get(census_key, 0) + 1
+                    self._report_pods(key)
+                continue
             job = self._read(obj)
-            if job is None or self._sits_out(REPORTING, key):
+            if job is None:
                 continue
             with self._isolated(REPORTING, key):
                 phase = str(job.status.phase or Phase.QUEUED)  # new jobs wait like queued ones
@@ -61,6 +70,10 @@ class Reporting(JobIsolation):
             self.metrics.record_deadline_slack(
                 namespace, name, deadline_slack_seconds(job.spec.deadline, self.clock(), remaining)
             )
+        self._report_pods(key)
+
+    def _report_pods(self, key: JobKey) -> None:
+        namespace, name = key
         pods = [p.name for p in self.inventory.pods_of_job(namespace, name)]
         self.metrics.record_job_pods(namespace, name, "TrainingJob", pods)
 
@@ -102,3 +115,9 @@ def _gpu_pools(snapshot: ClusterSnapshot, smallest_pending_replica: int | None) 
         ):
             totals[index] += value
     return [GpuPoolUsage(product, capacity, *totals) for (product, capacity), totals in sorted(pools.items())]
+
+
+def _queue_of(obj: dict[str, Any]) -> str:
+    """The job's queue as the model reads it (`spec.queue`, "default" when unset)."""
+    queue = (obj.get("spec") or {}).get("queue")
+    return queue if isinstance(queue, str) and queue else DEFAULT_QUEUE

@@ -23,7 +23,7 @@ from aisched.api import CapacityType, Queue, SpotPolicy, TrainingJob, TrainingJo
 from aisched.controller.training.carbon import CarbonDeferral
 from aisched.controller.training.isolation import CycleWrites, QueueRefusalError, queue_refusal
 from aisched.controller.training.reporting import Reporting
-from aisched.controller.training.state import CONCURRENT_RECONCILES
+from aisched.controller.training.state import CONCURRENT_RECONCILES, finished
 from aisched.kube import labels
 from aisched.policy.cluster import ClusterSnapshot, Toleration
 from aisched.policy.culprits import culprits
@@ -80,7 +80,7 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         capacity_of: dict[str, CapacityDecision] = {}
         writes: CycleWrites = []
         for key, obj in list(self.jobs.items()):
-            if self._still_set_aside(key, obj) or self._in_closing_namespace(key):
+            if finished(obj) or self._still_set_aside(key, obj) or self._in_closing_namespace(key):
                 continue
             job = self._parse_once(obj)
             if isinstance(job, ValidationError):  # a CRD older or looser than this operator let it in

@@ -27,7 +27,7 @@ from aisched.kube.pools import PoolTracker
 from aisched.metrics import Metrics
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.interruptions import InterruptionPrior
-from aisched.policy.lifecycle import HOLDS_GPUS
+from aisched.policy.lifecycle import FINISHED, HOLDS_GPUS
 from aisched.policy.placement import GangRequest
 from aisched.settings import Settings
 from aisched.sources.carbon import CachedCarbonSource
@@ -119,7 +119,12 @@ class TrainingJobState:
         if cached is not None and cached[0] is obj:
             return cached[1]
         parsed = _parse(obj)
-        self._parsed[key] = (obj, parsed)
+        if finished(obj):
+            # Most of a long backlog is jobs that finished, which the stages read off their
+            # objects (`finished`): their models (~9 KiB each) are made when asked for, not kept.
+            self._parsed.pop(key, None)
+        else:
+            self._parsed[key] = (obj, parsed)
         return parsed
 
     async def _write_status(self, obj: dict[str, Any], job: TrainingJob, status: TrainingJobStatus) -> None:
@@ -135,6 +140,8 @@ class TrainingJobState:
         """Our copy of a job, from its watch event or our own status write."""
         old = self.jobs.get(key)
         self.jobs[key] = obj
+        if finished(obj):
+            self._parsed.pop(key, None)
         before, after = _placed_nodes(old), _placed_nodes(obj)
         for node in before - after:
             self._unplace(key, node)
@@ -188,6 +195,8 @@ class TrainingJobState:
         """The cluster as placement sees it, shared with the InferenceService controller."""
         reserved: dict[str, int] = {}
         for (namespace, name), obj in self.jobs.items():
+            if finished(obj):
+                continue
             job = self._read(obj)
             if self._in_closing_namespace((namespace, name)):
                 continue
@@ -204,6 +213,12 @@ class TrainingJobState:
                 if str(rank) not in created:
                     reserved[node] = reserved.get(node, 0) + job.spec.gpus_per_replica
         return self.inventory.snapshot(reserved)
+
+
+def finished(obj: dict[str, Any]) -> bool:
+    """The stored status says the job succeeded or failed: read off the object, with no model made."""
+    status = obj.get("status")
+    return isinstance(status, dict) and status.get("phase") in FINISHED
 
 
 def start_now_requested(job: TrainingJob) -> bool:
