@@ -261,18 +261,20 @@ def test_a_chunk_end_killed_at_any_write_pauses_with_the_checkpoint(
     work = timedelta(seconds=60)
 
     def running_chunk(namespace: str) -> datetime:
-        # A 10 s grid, clean until the first chunk ends (time for the job to start and the armed
-        # operator to come up), dirty long enough for a killed stop to be finished, then clean for
-        # well under the work: the job must run in both windows, and stop at the first one's end.
+        # A 10 s grid, cleanest until the first chunk ends (time for the job to start and the armed
+        # operator to come up), dirty long enough for a killed stop to be finished, then clean (less
+        # so) for well under the work: the job must run in both windows, and, the first being the
+        # cleaner, as much of it as it can there, stopping at its end whenever the job started.
         now = datetime.now(UTC).replace(microsecond=0)
         t0 = now - timedelta(seconds=now.second % 10)
         first_end = t0 + timedelta(seconds=50)
         second = first_end + timedelta(seconds=60)
-        clean = [(t0 - timedelta(minutes=1), first_end), (second, second + work * 3 / 4)]
+        windows = [(t0 - timedelta(minutes=1), first_end, 20), (second, second + work * 3 / 4, 40)]
         rows = ["time,intensity"]
         for tick in range(-12, 120):
             moment = t0 + timedelta(seconds=10 * tick)
-            rows.append(f"{moment.isoformat()},{40 if any(a <= moment < b for a, b in clean) else 400}")
+            intensity = next((g for a, b, g in windows if a <= moment < b), 400)
+            rows.append(f"{moment.isoformat()},{intensity}")
         (forecasts / f"{namespace.upper()}.csv").write_text("\n".join(rows) + "\n")
         obj = (
             a_training_job("chunked")
