@@ -31,6 +31,7 @@ from aisched.testing.cluster import (
     LocalCluster,
     apply,
     job,
+    list_objects,
     taint_for_interruption,
     wait_for,
     workers,
@@ -83,6 +84,23 @@ class KillPoints:
             node = self.tainted.pop()
             self.cluster.kubectl("taint", "node", node, f"{key}-")
             self.cluster.kubectl("uncordon", node)
+
+    def describe(self, namespace: str) -> str:
+        """What a path that did not converge left in NAMESPACE, and the operators' last words."""
+        lines = []
+        for obj in list_objects(self.cluster, "trainingjobs", namespace):
+            lines.append(f"job {obj['metadata']['name']}: {json.dumps(obj.get('status', {}))}")
+        for pod in list_objects(self.cluster, "pods", namespace):
+            meta = pod["metadata"]
+            state = pod["status"].get("containerStatuses") or []
+            lines.append(
+                f"pod {meta['name']}: {pod['status'].get('phase')} on {pod['spec'].get('nodeName')} "
+                f"deleting={meta.get('deletionTimestamp')} finalizers={meta.get('finalizers')} {json.dumps(state)}"
+            )
+        # Other tenants' pods take GPUs too: where they sit says whether the gang could fit at all.
+        result = self.cluster.kubectl("get", "pods", "-A", "--field-selector=status.phase=Running", "-o", "wide")
+        lines += ["running pods, every namespace:", result.stdout]
+        return "\n".join([*lines, "operator log:", self.operator.log_tail(120)])
 
     def ended(self) -> bool:
         return self.operator.process is not None and self.operator.process.poll() is not None
@@ -143,7 +161,10 @@ def each_kill_point(
         if outcome == "done":
             return n - 1
         points.restart()
-        wait_for(path_done, TIMEOUT * 2, f"the path to complete after the kill before write {n}")
+        try:
+            wait_for(path_done, TIMEOUT * 2, f"the path to complete after the kill before write {n}")
+        except TimeoutError as error:
+            raise TimeoutError(f"{error}\n{points.describe(namespace)}") from None
     raise AssertionError(f"the path did not complete within {MOST_WRITES} writes")
 
 

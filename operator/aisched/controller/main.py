@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import logging
 import socket
 import threading
@@ -20,6 +19,7 @@ from kubernetes.client import ApiClient
 from prometheus_client import CollectorRegistry
 
 from aisched.controller.handlers import register
+from aisched.controller.process_tuning import tune_process
 from aisched.controller.relist import relist
 from aisched.controller.serving import InferenceServiceController
 from aisched.controller.training import TrainingJobController
@@ -35,12 +35,6 @@ from aisched.sources.prometheus import MetricNames, PrometheusSource
 
 log = logging.getLogger(__name__)
 HEARTBEAT_STALE_SECONDS = 60.0
-# The collector's youngest generation is collected after this many new container objects (Python's
-# default: 700). A scheduling cycle over thousands of jobs makes millions: at 700, it ran hundreds
-# of young collections a cycle, whose survivors soon set off full collections over the whole heap
-# (0.3 s each with 10,000 jobs). Objects freed by reference counting, nearly all, are unaffected;
-# only garbage in reference cycles waits a little longer.
-GC_YOUNG_THRESHOLD = 10_000
 
 
 class Heartbeat:
@@ -303,8 +297,7 @@ def _prometheus(settings: AutoscalerSettings) -> PrometheusSource | None:
 
 
 def run_operator(settings: Settings, *, standalone: bool = False) -> int:
-    _, *older = gc.get_threshold()
-    gc.set_threshold(GC_YOUNG_THRESHOLD, *older)
+    tune_process()
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if logging.getLogger().level > logging.DEBUG:
         # kopf says "Handler ... succeeded" at INFO for every watch event: on a busy cluster,

@@ -29,10 +29,13 @@ def write_killer(spec: str) -> Callable[[Callable[..., Any], tuple[Any, ...]], N
         with lock:
             seen += 1
             reached = seen == target
+        # Straight to the descriptor: logging.shutdown() could wait on a handler lock another
+        # thread holds (it hung once), and every later write would wait on ours. Each write is
+        # named, so a path that does not converge shows which writes came before the kill.
+        name = getattr(method, "__name__", method)
+        objects = " ".join(str(a) for a in args if isinstance(a, str) and a != namespace)
+        os.write(2, f"test hook: write {seen} in {namespace}: {name} {objects}\n".encode())
         if reached:
-            # Straight to the descriptor and out: logging.shutdown() could wait on a handler lock
-            # another thread holds (it hung once), and every later write would wait on ours.
-            name = getattr(method, "__name__", method)
             os.write(2, f"test hook: exiting before write {target} in {namespace} ({name})\n".encode())
             os._exit(137)
 
