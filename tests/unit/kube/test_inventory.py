@@ -108,6 +108,11 @@ def test_interruption_taints_and_nodes_not_ready_past_the_grace_are_doomed() -> 
     assert inventory.doomed_nodes(T0 + timedelta(seconds=60)) == {"notice", "sick", "blip"}
     inventory.replace_nodes([node("ok"), node("blip")])  # Ready again in time: nothing moved
     assert inventory.doomed_nodes(T0 + timedelta(hours=1)) == set()
+    # A notice that comes and goes by watch event is seen both ways (the answer is kept between nodes' changes).
+    inventory.upsert_node(node("ok", taints=[{"key": "aws-node-termination-handler/spot-itn", "effect": "NoSchedule"}]))
+    assert inventory.doomed_nodes(T0 + timedelta(hours=1)) == {"ok"}
+    inventory.upsert_node(node("ok"))
+    assert inventory.doomed_nodes(T0 + timedelta(hours=1)) == set()
 
 
 OURS = {"aisched.io/kind": "TrainingJob", "aisched.io/job-name": "llm"}
