@@ -12,6 +12,8 @@ from typing import Literal
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from aisched.policy.scheduler import ADMISSIONS_PER_CYCLE
+
 # Taints that clouds and their node managers put on a node shortly before it
 # goes away. Keys only: the values differ between versions of each tool.
 DEFAULT_INTERRUPTION_TAINTS = (
@@ -349,6 +351,13 @@ class Settings(BaseSettings):
         le=100_000,
         description="Most objects reconciled in one pass of a controller's loop, the longest waiting first; the "
         "scheduling cycle runs after each pass, so a backlog of thousands never holds up admission for long.",
+    )
+    admissions_per_cycle: int = Field(
+        default=ADMISSIONS_PER_CYCLE,
+        ge=1,
+        le=100_000,
+        description="Most gangs one scheduling cycle admits; the jobs it did not reach go first in the next "
+        "cycle, which follows at once. Each admission is a launch carried out before the next cycle.",
     )
     events_per_second: float = Field(
         default=10.0,

@@ -108,7 +108,8 @@ class AischedPolicy:
             self.snapshot.allocate(admission.placement.gpus_by_node())
             self.running[admission.key] = replace(request, placement=admission.placement, started=at(now))
             outcome.started.append(Start(self.jobs[admission.key], admission.placement.nodes))
-        outcome.wake_at = self._next_growth_chance(now)
+        # Jobs the cycle did not reach (it admitted its most) have the next one at once, as in the operator.
+        outcome.wake_at = now if result.deferred else self._next_growth_chance(now)
         return outcome
 
     def _next_growth_chance(self, now: float) -> float | None:

@@ -259,10 +259,10 @@ async def test_a_job_the_scheduler_itself_raises_on_is_found_and_set_aside(
     controller.job_seen(a_placed_job("poisoned"))
     controller.job_seen(a_placed_job("plain"))
 
-    def schedule(snapshot: ClusterSnapshot, jobs: Sequence[JobRequest], *args: Any) -> ScheduleResult:
+    def schedule(snapshot: ClusterSnapshot, jobs: Sequence[JobRequest], *args: Any, **kwargs: Any) -> ScheduleResult:
         if any(job.key == "ns/poisoned" for job in jobs):
             raise OverflowError("date value out of range")
-        return policy_schedule(snapshot, jobs, *args)
+        return policy_schedule(snapshot, jobs, *args, **kwargs)
 
     monkeypatch.setattr(scheduling, "schedule", schedule)
     await one_pass(controller)
@@ -282,10 +282,10 @@ async def test_a_failure_that_needs_two_jobs_together_sets_one_aside_and_the_oth
     for name in ("first", "second", "third"):
         controller.job_seen(a_placed_job(name))
 
-    def schedule(snapshot: ClusterSnapshot, jobs: Sequence[JobRequest], *args: Any) -> ScheduleResult:
+    def schedule(snapshot: ClusterSnapshot, jobs: Sequence[JobRequest], *args: Any, **kwargs: Any) -> ScheduleResult:
         if {"ns/first", "ns/third"} <= {job.key for job in jobs}:
             raise IndexError("bucket index out of range")
-        return policy_schedule(snapshot, jobs, *args)
+        return policy_schedule(snapshot, jobs, *args, **kwargs)
 
     monkeypatch.setattr(scheduling, "schedule", schedule)
     await one_pass(controller)

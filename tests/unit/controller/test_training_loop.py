@@ -329,3 +329,21 @@ async def test_finished_jobs_are_counted_off_their_objects_and_keep_no_model(kub
     assert jobs("aisched_jobs", {"queue": "default", "phase": "Queued"}) == 1
     # Thousands of finished jobs would each keep a model of ~9 KiB; they are read off their objects.
     assert set(controller._parsed) == {("ns", "waiting")}
+
+
+async def test_a_cycle_admits_its_most_and_the_next_pass_follows_at_once_for_the_rest(kube: KubeDouble) -> None:
+    kube.allow("patch_status", "post_event", "create")
+    controller = a_controller(kube)
+    controller.settings.admissions_per_cycle = 2
+    controller.inventory.upsert_node(a_node("n1", 8))
+    for name in ("a", "b", "c", "d", "e"):
+        controller.job_seen(a_job(name, gpusPerReplica=1))
+    loop, placed = asyncio.get_running_loop(), []
+    await controller.reconcile_once(await controller.queue.next_batch(controller.jobs.keys))
+    for _ in range(3):
+        placed.append(sorted(k[1] for k, obj in controller.jobs.items() if "placement" in obj.get("status", {})))
+        started = loop.time()
+        await controller.reconcile_once(await controller.queue.next_batch(lambda: []))
+        # No job marked, no resync due: the cycle that deferred jobs woke the loop itself.
+        assert loop.time() == started or placed[-1] == ["a", "b", "c", "d", "e"]
+    assert placed == [["a", "b"], ["a", "b", "c", "d"], ["a", "b", "c", "d", "e"]]

@@ -8,9 +8,12 @@ from pathlib import Path
 import pytest
 
 from aisched.cli import main
+from aisched.policy.cluster import ClusterSnapshot
+from aisched.policy.scheduler import ADMISSIONS_PER_CYCLE
 from aisched.sim.clusters import GridSpec, generated_cluster
 from aisched.sim.engine import SimOptions, simulate
 from aisched.sim.jobs import DurationKnowledge, SimJob, gangs
+from aisched.sim.policies import AischedPolicy
 from aisched.sim.traces import TraceJob
 
 REPO = Path(__file__).resolve().parents[3]
@@ -96,3 +99,14 @@ def test_simulate_command_prints_the_tables_and_writes_json(tmp_path: Path, caps
     assert figures["jobs"] == 40
     for policy in figures["policies"].values():
         assert {"avg_jct_s", "p95_jct_s", "effective_utilization", "in_smallest_domain", "p99_slowdown"} <= set(policy)
+
+
+def test_aisched_in_the_simulator_has_another_cycle_at_once_for_the_jobs_a_full_cycle_did_not_reach() -> None:
+    jobs = ADMISSIONS_PER_CYCLE + 10
+    policy = AischedPolicy(ClusterSnapshot(generated_cluster(GridSpec(nodes=(jobs + 7) // 8, gpus_per_node=8))))
+    for i in range(jobs):
+        policy.submit(SimJob(f"j{i:04d}", 0.0, 100.0, 1, 1), 0.0)
+    first = policy.cycle(0.0)
+    assert (len(first.started), first.wake_at) == (ADMISSIONS_PER_CYCLE, 0.0)
+    second = policy.cycle(0.0)
+    assert len(second.started) == 10 and second.wake_at != 0.0

@@ -43,6 +43,8 @@
   value: {{ $s.listPageSize | quote }}
 - name: AISCHED_RECONCILES_PER_PASS
   value: {{ $s.reconcilesPerPass | quote }}
+- name: AISCHED_ADMISSIONS_PER_CYCLE
+  value: {{ $s.admissionsPerCycle | quote }}
 - name: AISCHED_EVENTS_PER_SECOND
   value: {{ $s.eventsPerSecond | quote }}
 - name: AISCHED_EVENT_BURST

@@ -63,6 +63,8 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         await _at_most(CONCURRENT_RECONCILES, writes)
         await self._carry_out_cycle(result, parsed, capacity_of, now=now, elapsed=elapsed)
         await self._report_queues(result)
+        if result.deferred:
+            self.queue.wake()  # the jobs this cycle did not reach have the next one, at once
 
     async def _requests(
         self, snapshot: ClusterSnapshot, now: datetime
@@ -225,14 +227,16 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         """The scheduler's decision. Should it raise, the jobs it raises on are found by halving
         (`policy.culprits`), set aside (and dropped from PARSED), and it decides for the others."""
         quotas = self._queue_quotas()
+        most = self.settings.admissions_per_cycle
         try:
-            return schedule(snapshot, requests, quotas, now)
+            return schedule(snapshot, requests, quotas, now, admissions_per_cycle=most)
         except Exception:
             log.exception("the scheduler raised on this cycle's jobs; halving them for the ones it cannot take")
 
         def fails(some: Sequence[JobRequest]) -> Exception | None:
             try:
-                schedule(snapshot, list(some), quotas, now)  # leaves the snapshot as it found it, raising or not
+                # With no bound on admissions: a job the bound would leave out could be the one raising.
+                schedule(snapshot, list(some), quotas, now, admissions_per_cycle=len(some) + 1)
             except Exception as error:
                 return error
             return None
@@ -245,7 +249,7 @@ class SchedulingCycle(CarbonDeferral, Reporting):
             obj, job = parsed.pop(request.key)
             await self._set_aside(obj, job, raised, now)
         # With no job to blame this raises, and the stage fails as a whole, to be tried next pass.
-        return schedule(snapshot, [r for r in requests if r.key in parsed], quotas, now)
+        return schedule(snapshot, [r for r in requests if r.key in parsed], quotas, now, admissions_per_cycle=most)
 
     def _queue_quotas(self) -> list[QueueQuota]:
         """The quotas of the Queues this operator can read; the jobs of one it cannot wait, as for a missing queue."""

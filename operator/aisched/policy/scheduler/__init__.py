@@ -15,8 +15,10 @@ from aisched.policy.scheduler.results import (
     ScheduleResult,
     Waiting,
 )
+from aisched.policy.scheduler.state import ADMISSIONS_PER_CYCLE
 
 __all__ = [
+    "ADMISSIONS_PER_CYCLE",
     "GROWN",
     "PENDING_JOB_STAGES",
     "PREEMPTED",

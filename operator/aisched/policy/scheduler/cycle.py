@@ -38,6 +38,10 @@ counted when the jobs behind it are placed. The rules, in that order:
    get, once they have run their queue's minimum run time on their placement, when no
    job of higher priority waits for GPUs (one of equal priority takes the growth back
    when it can start, and the reserved GPUs are left alone).
+7. A cycle admits at most `admissions_per_cycle` gangs (`ADMISSIONS_PER_CYCLE`); the
+   pending jobs it did not reach are `deferred`, nothing grows, and the caller runs
+   the next cycle at once. Each admission is a launch the caller carries out before
+   its next cycle: thousands at once held every other job's turn for minutes.
 """
 
 from __future__ import annotations
@@ -51,7 +55,7 @@ from aisched.policy.scheduler import admission, backfill, growth, preemption
 from aisched.policy.scheduler.attempt import Attempt
 from aisched.policy.scheduler.jobs import JobRequest
 from aisched.policy.scheduler.results import ScheduleResult
-from aisched.policy.scheduler.state import CycleState
+from aisched.policy.scheduler.state import ADMISSIONS_PER_CYCLE, CycleState
 
 CycleStage = Callable[[CycleState], None]
 PendingJobStage = Callable[[CycleState, Attempt], bool]
@@ -67,8 +71,13 @@ PENDING_JOB_STAGES: tuple[PendingJobStage, ...] = (
 
 
 def admit_in_fair_order(cycle: CycleState) -> None:
-    """Each pending job, in fair order, goes through `PENDING_JOB_STAGES` until one settles it."""
-    for job in fair_order(admission.pending_in_known_queues(cycle), cycle.ledger, band=cycle.turn):
+    """Each pending job, in fair order, goes through `PENDING_JOB_STAGES` until one settles it,
+    until the cycle has admitted its most: the jobs after that wait for the next cycle."""
+    order = fair_order(admission.pending_in_known_queues(cycle), cycle.ledger, band=cycle.turn)
+    for job in order:
+        if len(cycle.admitted) >= cycle.admissions_per_cycle:
+            cycle.deferred = (job.key, *(later.key for later in order))
+            return
         attempt = Attempt.of(cycle, job)
         for stage in PENDING_JOB_STAGES:
             if stage(cycle, attempt):
@@ -83,11 +92,16 @@ STAGES: tuple[CycleStage, ...] = (
 
 
 def schedule(
-    snapshot: ClusterSnapshot, jobs: Sequence[JobRequest], queues: Sequence[QueueQuota], now: datetime
+    snapshot: ClusterSnapshot,
+    jobs: Sequence[JobRequest],
+    queues: Sequence[QueueQuota],
+    now: datetime,
+    *,
+    admissions_per_cycle: int = ADMISSIONS_PER_CYCLE,
 ) -> ScheduleResult:
     """Decide one cycle. The snapshot is used as scratch space and restored before returning."""
     with snapshot.trial():
-        cycle = CycleState(snapshot, jobs, queues, now)
+        cycle = CycleState(snapshot, jobs, queues, now, admissions_per_cycle=admissions_per_cycle)
         for stage in STAGES:
             stage(cycle)
         return cycle.result()

@@ -22,7 +22,10 @@ def grow_elastic(cycle: CycleState) -> None:
     for the first of them, and when one can start it takes the growth back (equal priorities
     shrink opportunistic growth before anything else, `preemption`), so growth only uses GPUs
     that would idle meanwhile. The job grown pays a relaunch each way; `_settled` keeps that rare.
+    Nothing grows in a cycle that deferred pending jobs: they may fit in what is left over.
     """
+    if cycle.deferred:
+        return
     blocked = max(cycle.blocked_priorities, default=None)
     growing = sorted(
         (r for r in cycle.running.values() if r.job.elastic and not r.admitted_now and r.job.queue in cycle.quotas),

@@ -72,3 +72,5 @@ class ScheduleResult:
     preempted: tuple[Preemption, ...] = ()
     resized: tuple[Resize, ...] = ()
     queues: Mapping[str, QueueUsage] = field(default_factory=dict)
+    deferred: tuple[str, ...] = ()
+    """Pending jobs not considered: the cycle admitted its most. The caller runs another at once."""

@@ -50,12 +50,25 @@ class Reservation:
     domain: DomainId
 
 
+# Most gangs one cycle admits (rule 7 of `cycle`): what the operator launches between two cycles.
+ADMISSIONS_PER_CYCLE = 256
+
+
 class CycleState:
     def __init__(
-        self, snapshot: ClusterSnapshot, jobs: Sequence[JobRequest], queues: Sequence[QueueQuota], now: datetime
+        self,
+        snapshot: ClusterSnapshot,
+        jobs: Sequence[JobRequest],
+        queues: Sequence[QueueQuota],
+        now: datetime,
+        *,
+        admissions_per_cycle: int = ADMISSIONS_PER_CYCLE,
     ) -> None:
         self.snapshot = snapshot
         self.now = now
+        self.admissions_per_cycle = admissions_per_cycle
+        self.deferred: tuple[str, ...] = ()
+        """Pending jobs the cycle did not reach, having admitted its most: the next cycle's first."""
         self.quotas = {q.name: q for q in queues}
         self.quotas.setdefault(DEFAULT_QUEUE, QueueQuota.unlimited())
         self.ledger = QuotaLedger(self.quotas, snapshot.total_gpus)
@@ -202,6 +215,7 @@ class CycleState:
             preempted=tuple(self.preempted),
             resized=tuple(self.resized.values()),
             queues=self._usage(),
+            deferred=self.deferred,
         )
 
     def _usage(self) -> dict[str, QueueUsage]:
@@ -210,7 +224,7 @@ class CycleState:
         for running in self.running.values():
             if running.job.queue in admitted:
                 admitted[running.job.queue] += 1
-        keys = {w.key for w in self.waiting}
+        keys = {w.key for w in self.waiting} | set(self.deferred)
         for job in self.jobs:
             if job.key in keys and job.queue in pending:
                 pending[job.queue] += 1

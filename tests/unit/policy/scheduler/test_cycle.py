@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from aisched.api.common import TopologyLevel
 from aisched.api.queue import DEFAULT_MIN_RUN_SECONDS
@@ -152,3 +153,25 @@ def _usage(
             if placement.gpu_type == product:
                 used_of_product[queues[key]] += placement.total_gpus
     return used, used_of_product
+
+
+@settings(max_examples=150, deadline=None)
+@given(scenarios(), st.integers(1, 3))
+def test_a_cycle_that_admits_its_most_decides_as_an_unbounded_one_up_to_there(scenario: Scenario, most: int) -> None:
+    unbounded = schedule(ClusterSnapshot(scenario.nodes), scenario.jobs, scenario.queues, T0)
+    bounded = schedule(ClusterSnapshot(scenario.nodes), scenario.jobs, scenario.queues, T0, admissions_per_cycle=most)
+    assert len(bounded.admitted) <= most
+    if not bounded.deferred:
+        assert bounded == unbounded
+        return
+    assert len(bounded.admitted) == most
+    assert bounded.admitted == unbounded.admitted[:most]
+    assert bounded.preempted == unbounded.preempted[: len(bounded.preempted)]
+    assert bounded.waiting == unbounded.waiting[: len(bounded.waiting)]
+    assert not [r for r in bounded.resized if r.reason == GROWN]  # what is left over may be the deferred jobs'
+    admitted, waiting, _ = keys(bounded)
+    pending_keys = [j.key for j in scenario.jobs if not j.running]
+    assert sorted(admitted + waiting + list(bounded.deferred)) == sorted(pending_keys)  # each once
+    told = {*waiting, *bounded.deferred}
+    known = [j for j in scenario.jobs if j.key in told and j.queue in bounded.queues]
+    assert sum(u.pending_jobs for u in bounded.queues.values()) == len(known)  # the deferred still wait
