@@ -21,7 +21,9 @@ the cluster and deciding, which is what holds its event loop) over the backlog p
 its mean per 5 s interval against the jobs waiting then; bind latency per job, from its
 first worker's creation (the operator admitted it) to its last worker bound, and from its
 submission (queueing included); API requests per job by verb (every client's: the operator,
-kube-scheduler, KWOK and the controllers); operator CPU seconds per job. `--plot` (and
+kube-scheduler, KWOK and the controllers); operator CPU seconds per job; the operator's full
+garbage collections (aisched_gc_pause_seconds, generation 2: count, p99, total), which stall
+its loop wherever they land. `--plot` (and
 `--update-results`, into docs/scale.png) draws RSS against nodes and the cycle against the
 backlog.
 
@@ -268,6 +270,7 @@ def backlog(
     after = read_operator(operator.metrics_port)
     cycles: HistogramState = after.cycle.since(before.cycle)
     cycles_cpu: HistogramState = after.cycle_cpu.since(before.cycle_cpu)
+    full_gcs: HistogramState = after.full_gc.since(before.full_gc)
     requests = api_requests_by_verb(api)
     cpu = process_cpu_seconds(pid) - cpu_before
     per_job = {
@@ -288,6 +291,9 @@ def backlog(
         "cycle_cpu_p50_s": round(cycles_cpu.quantile(0.5), 4),
         "cycle_cpu_p99_s": round(cycles_cpu.quantile(0.99), 4),
         "cycle_cpu_mean_s": round(cycles_cpu.total / cycles_cpu.count, 4) if cycles_cpu.count else 0.0,
+        "full_gc_count": int(full_gcs.count),
+        "full_gc_p99_s": round(full_gcs.quantile(0.99), 4),
+        "full_gc_total_s": round(full_gcs.total, 3),
         **bind_figures(watched, sent, replicas),
         "api_requests_per_job": per_job,
         "operator_cpu_s_per_job": round(cpu / len(jobs), 4),

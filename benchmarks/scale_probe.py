@@ -59,6 +59,8 @@ class HistogramState:
 
 CYCLE = "aisched_scheduling_cycle_seconds"
 CYCLE_CPU = "aisched_scheduling_cycle_cpu_seconds"
+GC_PAUSE = "aisched_gc_pause_seconds"
+FULL_COLLECTION = "2"
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,8 @@ class OperatorReading:
     cycle: HistogramState
     cycle_cpu: HistogramState
     """The same cycles' CPU time on the operator's event-loop thread."""
+    full_gc: HistogramState
+    """Pauses of the operator's full garbage collections."""
     jobs_by_phase: dict[str, float]
 
 
@@ -77,12 +81,14 @@ def read_operator(metrics_port: int) -> OperatorReading:
 def operator_reading(text: str) -> OperatorReading:
     """The figures the benchmark follows, out of the operator's /metrics text."""
     histograms: dict[str, tuple[list[tuple[float, float]], list[float]]] = {
-        name: ([], [0.0, 0.0]) for name in (CYCLE, CYCLE_CPU)
+        name: ([], [0.0, 0.0]) for name in (CYCLE, CYCLE_CPU, GC_PAUSE)
     }
     phases: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             name, _, part = sample.name.rpartition("_")
+            if name == GC_PAUSE and sample.labels.get("generation") != FULL_COLLECTION:
+                continue
             if name in histograms:
                 buckets, count_and_sum = histograms[name]
                 if part == "bucket":
@@ -97,7 +103,7 @@ def operator_reading(text: str) -> OperatorReading:
         buckets, (count, total) = histograms[name]
         return HistogramState(tuple(sorted(buckets)), count, total)
 
-    return OperatorReading(state(CYCLE), state(CYCLE_CPU), phases)
+    return OperatorReading(state(CYCLE), state(CYCLE_CPU), state(GC_PAUSE), phases)
 
 
 def api_requests_by_verb(api: client.ApiClient) -> dict[str, float]:

@@ -66,6 +66,8 @@ QUEUE_WAIT_BUCKETS = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 14400, 
 # Placement is in-memory search over the inventory: sub-millisecond to seconds on 1,000+ nodes.
 PLACEMENT_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 RECONCILE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+GC_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+GC_GENERATIONS = ("0", "1", "2")
 DOMAIN_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
 # Grid intensity is quoted in g/kWh everywhere; we export base units (g/J).
@@ -376,6 +378,14 @@ class Metrics:
             buckets=RECONCILE_BUCKETS,
             registry=r,
         )
+        self.gc_pause = Histogram(
+            f"{PREFIX}_gc_pause_seconds",
+            f"Pauses of the Python garbage collector, which hold the event loop and every thread, by the "
+            f"generation collected ({_values(GC_GENERATIONS)}; 2 is a full collection).",
+            ["generation"],
+            buckets=GC_BUCKETS,
+            registry=r,
+        )
         self.workqueue_depth = Gauge(
             f"{PREFIX}_workqueue_depth",
             f"Objects waiting to be reconciled, by kind ({_values(RECONCILED_KINDS)}).",
@@ -586,6 +596,9 @@ class Metrics:
     def record_scheduling_cycle(self, seconds: float, cpu_seconds: float) -> None:
         self.scheduling_cycle.observe(seconds)
         self.scheduling_cycle_cpu.observe(cpu_seconds)
+
+    def record_gc_pause(self, generation: int, seconds: float) -> None:
+        self.gc_pause.labels(_check("generation", str(generation), GC_GENERATIONS)).observe(seconds)
 
     def record_workqueue(self, kind: str, *, depth: int, pending_wakeups: int) -> None:
         self.workqueue_depth.labels(_check("kind", kind, RECONCILED_KINDS)).set(depth)

@@ -18,6 +18,7 @@ import kopf
 from kubernetes.client import ApiClient
 from prometheus_client import CollectorRegistry
 
+from aisched.controller.collector_pacing import CollectorPacing
 from aisched.controller.handlers import register
 from aisched.controller.process_tuning import tune_process
 from aisched.controller.relist import relist
@@ -127,6 +128,7 @@ async def _operate(settings: Settings, standalone: bool) -> int:
     asyncio.get_running_loop().create_task(heartbeat.tick_forever())
     _serve_health(settings.health_address, settings.health_port, heartbeat)
     metrics = Metrics(CollectorRegistry())
+    CollectorPacing(metrics.record_gc_pause).install()
     serve(metrics, settings.metrics_port, settings.metrics_address)
     metrics.record_leadership(False)
     api_client = load_api_client()

@@ -24,10 +24,12 @@ def test_quantiles_interpolate_inside_the_bucket_like_histogram_quantile() -> No
     assert HistogramState((), 0, 0).quantile(0.99) == 0.0
 
 
-def test_the_cycle_and_its_cpu_time_are_read_off_the_operators_own_metrics() -> None:
+def test_the_cycle_its_cpu_time_and_full_collections_are_read_off_the_operators_own_metrics() -> None:
     metrics = Metrics(CollectorRegistry(), process_metrics=False)
     metrics.record_scheduling_cycle(0.3, 0.1)
     metrics.record_scheduling_cycle(2.0, 0.4)
+    metrics.record_gc_pause(0, 0.002)  # young collections are not the benchmark's
+    metrics.record_gc_pause(2, 1.5)
     reading = operator_reading(generate_latest(metrics.registry).decode())
     assert reading.cycle.count == 2
     assert reading.cycle.total == pytest.approx(2.3)
@@ -35,6 +37,7 @@ def test_the_cycle_and_its_cpu_time_are_read_off_the_operators_own_metrics() -> 
     assert reading.cycle_cpu.total == pytest.approx(0.5)
     assert reading.cycle.quantile(1.0) == 2.5  # the top of the bucket the slowest cycle is in
     assert reading.cycle_cpu.quantile(1.0) == 0.5
+    assert (reading.full_gc.count, reading.full_gc.total) == (1, 1.5)
 
 
 def test_an_interval_is_what_changed_in_it() -> None:
