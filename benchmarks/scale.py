@@ -27,9 +27,13 @@ its loop wherever they land. `--plot` (and
 `--update-results`, into docs/scale.png) draws RSS against nodes and the cycle against the
 backlog.
 
+`--operator-cpus` gives the operator CPUs of its own, as its pod has in a cluster, and the
+local control plane the rest; by default they share every CPU, and a cycle's wall time
+includes waiting for one.
+
 Usage: .venv/bin/python -m benchmarks.scale [--steps 1008,2016,5040] [--jobs 10000]
        [--submit-seconds 240] [--run-seconds 60,240] [--seed 1] [--timeout 1800]
-       [--plot PATH] [--output PATH] [--update-results]
+       [--operator-cpus 1] [--plot PATH] [--output PATH] [--update-results]
 """
 
 from __future__ import annotations
@@ -168,6 +172,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     low, high = (int(s) for s in args.run_seconds.split(","))
     shapes = {f"j{i:05d}": s for i, s in enumerate(job_mix(args.jobs, parse_mix(args.mix), args.seed))}
     jobs = [job_with_run_time(name, shape, rng.randint(low, high)) for name, shape in shapes.items()]
+    if args.operator_cpus:
+        # Everything this starts inherits the other CPUs; the operator is moved to its own once started.
+        os.sched_setaffinity(0, os.sched_getaffinity(0) - args.operator_cpus)
     os.environ.update({"AISCHED_NODE_LEASE_SECONDS": str(NODE_LEASE_SECONDS), "AISCHED_CLUSTER_TIMEOUT": "1800"})
     with tempfile.TemporaryDirectory(prefix="aisched-scale-") as state:
         first = Path(state) / "first-zone.yaml"
@@ -205,6 +212,8 @@ def measure(cluster: LocalCluster, state: Path, args: argparse.Namespace, plan: 
     operator.start()
     assert operator.process is not None
     pid = operator.process.pid
+    if args.operator_cpus:
+        pin_process(pid, args.operator_cpus)
     try:
         wait_for(lambda: custom.list_cluster_custom_object(GROUP, VERSION, "queues")["items"], 120, "a Queue")
         idle: dict[str, float] = {}
@@ -227,6 +236,19 @@ def measure(cluster: LocalCluster, state: Path, args: argparse.Namespace, plan: 
     finally:
         operator.stop()
         print_errors(state / "operator.log")
+
+
+def pin_process(pid: int, cpus: set[int]) -> None:
+    """Every thread of PID onto CPUS (the threads it starts later inherit them)."""
+    for thread in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setaffinity(int(thread), cpus)
+
+
+def cpu_set(text: str) -> set[int]:
+    cpus = {int(cpu) for cpu in text.split(",") if cpu}
+    if not cpus or not cpus < os.sched_getaffinity(0):
+        raise argparse.ArgumentTypeError(f"{text!r}: some of this machine's CPUs, not all of them")
+    return cpus
 
 
 def print_errors(log: Path, most: int = 40) -> None:
@@ -310,6 +332,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--run-seconds", default="60,240", help="MIN,MAX seconds each job's workers run")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=1800, help="seconds the backlog phase may take")
+    parser.add_argument(
+        "--operator-cpus",
+        type=cpu_set,
+        help="CPUs (comma-separated) the operator runs on alone, the cluster and the benchmark on the others; "
+        "default: all share every CPU",
+    )
     parser.add_argument("--plot", type=Path, help="draw RSS and cycle time here (PNG)")
     add_output_arguments(parser, "scale.json")
     return run_reporting_input_errors(measure_and_report, parser.parse_args(argv))
@@ -320,6 +348,8 @@ def measure_and_report(args: argparse.Namespace) -> int:
     result = run(args)
     result["wall_s"] = round(time.monotonic() - started, 1)
     result["settings"] = {"mix": args.mix, "seed": args.seed, "submit_seconds": args.submit_seconds}
+    if args.operator_cpus:
+        result["settings"]["operator_cpus"] = sorted(args.operator_cpus)
     print(
         f"{result['nodes']} nodes, {result['jobs']} jobs: operator peak RSS {result['operator_peak_rss_mib']} MiB "
         f"(target {TARGET_PEAK_RSS_MIB}), cycle p50 {result['cycle_p50_s']} s p99 {result['cycle_p99_s']} s "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import os
 from pathlib import Path
 
 import pytest
@@ -100,3 +102,14 @@ def test_the_plot_is_written(tmp_path: Path) -> None:
     }
     plot(figures, tmp_path / "scale.png")
     assert (tmp_path / "scale.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_operator_is_given_some_cpus_never_all() -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        pytest.skip("one CPU: nothing to give the operator alone")
+    assert scale.cpu_set(str(cpus[-1])) == {cpus[-1]}
+    with pytest.raises(argparse.ArgumentTypeError, match="not all of them"):
+        scale.cpu_set(",".join(map(str, cpus)))
+    with pytest.raises(argparse.ArgumentTypeError):
+        scale.cpu_set(str(max(cpus) + 1))  # not this machine's
