@@ -13,6 +13,7 @@ from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from aisched.policy.scheduler import ADMISSIONS_PER_CYCLE
+from aisched.policy.scheduler.service import FIRST_BAND_GPU_SECONDS
 
 # Taints that clouds and their node managers put on a node shortly before it
 # goes away. Keys only: the values differ between versions of each tool.
@@ -358,6 +359,14 @@ class Settings(BaseSettings):
         le=100_000,
         description="Most gangs one scheduling cycle admits; the jobs it did not reach go first in the next "
         "cycle, which follows at once. Each admission is a launch carried out before the next cycle.",
+    )
+    first_service_band_gpu_seconds: float = Field(
+        default=FIRST_BAND_GPU_SECONDS,
+        gt=0,
+        le=1e9,
+        description="GPU-seconds of attained service at which a job leaves the first band (later edges grow "
+        "tenfold): among equal priorities a job of a lower band goes first and, in a time-slicing queue, may "
+        "preempt one of a higher band to a checkpoint.",
     )
     events_per_second: float = Field(
         default=10.0,

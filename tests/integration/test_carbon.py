@@ -48,25 +48,15 @@ def carbon_operator(operator: OperatorProcess, tmp_path_factory: pytest.TempPath
         moment = now + timedelta(minutes=minute)
         rows.append(f"{moment.isoformat()},{40 if moment >= clean else 400}")
     Path(directory / "GB.csv").write_text("\n".join(rows) + "\n")
-    saved = dict(operator.extra_env)
-    operator.stop()
-    operator.extra_env.update(
-        {
-            "AISCHED_CARBON__PROVIDER": "file",
-            "AISCHED_CARBON__FILE_PATH": str(directory / "{region}.csv"),
-            "AISCHED_CARBON__REGION": "GB",
-            "AISCHED_CARBON__MIN_CHUNK_SECONDS": str(MIN_CHUNK_SECONDS),
-            "AISCHED_RESTART_OVERHEAD_SECONDS": str(RESTART_OVERHEAD_SECONDS),
-        }
-    )
-    operator.start()
-    try:
+    env = {
+        "AISCHED_CARBON__PROVIDER": "file",
+        "AISCHED_CARBON__FILE_PATH": str(directory / "{region}.csv"),
+        "AISCHED_CARBON__REGION": "GB",
+        "AISCHED_CARBON__MIN_CHUNK_SECONDS": str(MIN_CHUNK_SECONDS),
+        "AISCHED_RESTART_OVERHEAD_SECONDS": str(RESTART_OVERHEAD_SECONDS),
+    }
+    with operator.restarted_with(env):
         yield CarbonSetup(operator, clean, directory)
-    finally:
-        operator.stop()
-        operator.extra_env.clear()
-        operator.extra_env.update(saved)
-        operator.start()
 
 
 def _deferrable(name: str, region: str = "GB") -> dict[str, Any]:

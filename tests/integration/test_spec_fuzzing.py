@@ -36,7 +36,7 @@ from tests.integration.schema_values import SchemaValues, names
 pytestmark = [pytest.mark.integration]
 
 CRDS = Path(__file__).resolve().parents[2] / "crds"
-EXAMPLES = 300
+EXAMPLES = 100
 KINDS = {"trainingjobs": "TrainingJob", "inferenceservices": "InferenceService", "queues": "Queue"}
 # Cohorts other tests' queues use: a fuzzed queue must not lend to them or borrow from them.
 TAKEN_COHORTS = {"shared", "default"}

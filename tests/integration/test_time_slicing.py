@@ -1,8 +1,9 @@
 """Time-slicing on the local GPU cluster: a long job is checkpointed and set aside for a short one,
 then resumed from its step.
 
-The small preset has 4 on-demand H100 nodes x 8 GPUs; a 32-GPU gang fills them and passes the first
-band of attained service (1 GPU-hour) after about two minutes of running.
+The small preset has 4 on-demand H100 nodes x 8 GPUs; a 32-GPU gang fills them. The operator runs
+with a first band of attained service of 320 GPU-seconds (the setting; 1 GPU-hour by default), which
+the gang passes after ten seconds of running.
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from aisched.policy.scheduler.service import FIRST_BAND_GPU_SECONDS
 from aisched.testing.cluster import (
     TIMEOUT,
     LocalCluster,
@@ -26,12 +26,21 @@ from aisched.testing.cluster import (
     wait_for,
     wait_phase,
 )
+from aisched.testing.operator import OperatorProcess
 from tests.builders import a_queue, a_training_job
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator")]
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("short_bands")]
 H100 = "NVIDIA-H100-80GB-HBM3"
 GANG_GPUS = 32
+FIRST_BAND_GPU_SECONDS = 320.0
 CHECKPOINT = {"step": 1200, "path": "/ckpt/step-1200", "time": "2026-01-01T00:00:00Z"}
+
+
+@pytest.fixture
+def short_bands(operator: OperatorProcess) -> Iterator[OperatorProcess]:
+    """The session operator restarted with a first band of FIRST_BAND_GPU_SECONDS."""
+    with operator.restarted_with({"AISCHED_FIRST_SERVICE_BAND_GPU_SECONDS": str(FIRST_BAND_GPU_SECONDS)}):
+        yield operator
 
 
 @pytest.fixture

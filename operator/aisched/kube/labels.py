@@ -6,6 +6,8 @@ from typing import Final
 
 PREFIX: Final = "aisched.io"
 MANAGED_BY: Final = "app.kubernetes.io/managed-by"
+# The well-known node label a worker is pinned to its node by.
+HOSTNAME: Final = "kubernetes.io/hostname"
 JOB_NAME: Final = f"{PREFIX}/job-name"
 JOB_KIND: Final = f"{PREFIX}/kind"
 GANG_GENERATION: Final = f"{PREFIX}/gang-generation"

@@ -127,7 +127,7 @@ def read_pod(obj: dict[str, Any], gpu_resource: str) -> PodRecord:
         disruption_target=_mapping(conditions.get("DisruptionTarget")).get("status") == "True",
         exit_code=exit_code,
         termination_message=message if ours else None,
-        pinned_node=_interned_text(_mapping(spec.get("nodeSelector")).get("kubernetes.io/hostname")),
+        pinned_node=_pinned_node(spec, ours),
         unschedulable_since=_timestamp(scheduled.get("lastTransitionTime")) if unschedulable else None,
         unschedulable_message=_text(scheduled.get("message")) if unschedulable and ours else None,
         tracked=labels.REPORT_FINALIZER in _strings(metadata.get("finalizers")),
@@ -136,17 +136,38 @@ def read_pod(obj: dict[str, Any], gpu_resource: str) -> PodRecord:
     )
 
 
+def _pinned_node(spec: dict[str, Any], ours: dict[str, str]) -> str | None:
+    """The node an unbound worker of ours will bind to; None for anyone else's pod.
+
+    Our workers are created pinned (and gated), so their GPUs are taken before kube-scheduler
+    binds them. Anyone else's Pending pod holds nothing until it binds, as kube-scheduler sees it:
+    pods pinned to every node and to a label no node has would otherwise freeze admissions.
+    """
+    if labels.JOB_KIND not in ours:
+        return None
+    return _interned_text(_mapping(spec.get("nodeSelector")).get(labels.HOSTNAME))
+
+
 def _requested_gpus(spec: dict[str, Any], resource: str) -> int:
+    """GPUs the pod holds on its node, summed as kube-scheduler sums them (PodRequests).
+
+    App containers and restartable init containers (sidecars) run side by side and add up; an
+    ordinary init container runs alone, beside only the sidecars started before it.
+    """
+
     def requested(container: dict[str, Any]) -> int:
         resources = _mapping(container.get("resources"))
         amount = _mapping(resources.get("requests")).get(resource) or _mapping(resources.get("limits")).get(resource)
         return whole_gpus(amount or 0, round_up=True)
 
-    # Init containers run one at a time before the others, as the scheduler counts them.
-    return max(
-        sum(requested(c) for c in _items(spec.get("containers"))),
-        max((requested(c) for c in _items(spec.get("initContainers"))), default=0),
-    )
+    sidecars = init_peak = 0
+    for container in _items(spec.get("initContainers")):
+        if container.get("restartPolicy") == "Always":
+            sidecars += requested(container)
+            init_peak = max(init_peak, sidecars)
+        else:
+            init_peak = max(init_peak, sidecars + requested(container))
+    return max(sum(requested(c) for c in _items(spec.get("containers"))) + sidecars, init_peak)
 
 
 def _termination(status: dict[str, Any]) -> tuple[int | None, str | None]:

@@ -11,6 +11,8 @@ import signal
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -71,6 +73,21 @@ class OperatorProcess:
                 self.process.wait(timeout=20)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+    @contextmanager
+    def restarted_with(self, env: dict[str, str]) -> Iterator[OperatorProcess]:
+        """The operator restarted with ENV added to its environment; as it was again afterwards."""
+        saved = dict(self.extra_env)
+        self.stop()
+        self.extra_env.update(env)
+        self.start()
+        try:
+            yield self
+        finally:
+            self.stop()
+            self.extra_env.clear()
+            self.extra_env.update(saved)
+            self.start()
 
     def log_tail(self, lines: int = 60) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])

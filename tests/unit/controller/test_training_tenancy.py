@@ -89,3 +89,37 @@ async def test_an_unreadable_list_of_allowed_tolerations_allows_none() -> None:
         refused = queue_refusal(research(allowedTolerations=unreadable), job, "ns")
         assert refused is not None and refused.reason == TOLERATION_NOT_ALLOWED, unreadable
     assert queue_refusal(research(allowedTolerations=[{"key": "dedicated"}]), job, "ns") is None
+
+
+async def test_a_running_job_whose_spec_its_queue_now_refuses_stops_and_is_not_left_running_uncharged(
+    kube: KubeDouble,
+) -> None:
+    """A tenant who raises a running job's priority past the cap (or names another queue) does not
+    keep the gang: left out of the cycle it would hold its GPUs with no queue charged for them."""
+    kube.allow("patch_status", "post_event", "create", "delete_pod", "release_scheduling_gates")
+    controller = a_controller(kube)
+    controller.inventory.upsert_node(a_node("n1", 8))
+    controller.queue_seen(research(maxPriority=10))
+    job = a_job("escapes", queue="research", gpusPerReplica=4, priority=10)
+    job["metadata"]["uid"] = "uid-escapes"  # the API server's: the workers' owner reference names it
+    controller.job_seen(job)
+    await one_pass(controller)
+    assert status_of(controller, "escapes")["phase"] == "Placing"
+    await one_pass(controller)  # the placed job's workers are created
+    for (worker,) in kube.calls("create"):
+        controller.inventory.upsert_pod({**worker, "spec": {**worker["spec"], "nodeName": "n1"}})
+    assert controller.inventory.used_gpus("n1") == 4
+
+    edited = controller.jobs[("ns", "escapes")]
+    edited = {**edited, "metadata": {**edited["metadata"], "generation": 2}}
+    edited["spec"] = {**edited["spec"], "priority": 11}
+    controller.job_seen(edited)
+    await one_pass(controller)
+
+    stopped = status_of(controller, "escapes")
+    assert stopped["phase"] == "Queued"
+    preempted = condition(stopped, "Preempted")
+    assert (preempted["reason"], preempted["status"]) == (PRIORITY_ABOVE_CAP, "True")
+    assert "priority 11" in preempted["message"]
+    deleted = {name for _, name, *_ in kube.calls("delete_pod")}
+    assert deleted == {obj["metadata"]["name"] for (obj,) in kube.calls("create") if obj["kind"] == "Pod"}

@@ -314,3 +314,59 @@ def test_only_what_placement_and_lifecycle_read_is_kept_of_a_pod() -> None:
     ours_record = inventory.upsert_pod(ours)
     assert ours_record is not None and ours_record.labels == OURS
     assert not hasattr(record, "__dict__")  # slots: no per-instance dictionary
+
+
+def _gpu_container(name: str, gpus: int, **extra: Any) -> dict[str, Any]:
+    return {"name": name, "resources": {"limits": {"nvidia.com/gpu": gpus}}, **extra}
+
+
+@pytest.mark.parametrize(
+    ("init_containers", "containers", "held"),
+    [
+        # An init container runs alone: the larger of it and the app containers.
+        ([_gpu_container("init", 7)], [_gpu_container("app", 1)], 7),
+        ([_gpu_container("init", 1)], [_gpu_container("app", 2), _gpu_container("side", 3)], 5),
+        # A restartable init container (a sidecar) runs beside the app containers: it adds up.
+        ([_gpu_container("sidecar", 2, restartPolicy="Always")], [_gpu_container("app", 1)], 3),
+        # An init container after a sidecar runs beside it.
+        (
+            [_gpu_container("sidecar", 2, restartPolicy="Always"), _gpu_container("init", 5)],
+            [_gpu_container("app", 1)],
+            7,
+        ),
+        # An init container before a sidecar does not.
+        (
+            [_gpu_container("init", 4), _gpu_container("sidecar", 2, restartPolicy="Always")],
+            [_gpu_container("app", 1)],
+            4,
+        ),
+    ],
+)
+def test_gpus_are_counted_as_kube_scheduler_counts_them(
+    init_containers: list[dict[str, Any]], containers: list[dict[str, Any]], held: int
+) -> None:
+    inventory = Inventory(Settings())
+    inventory.replace_nodes([node("n1")])
+    obj = pod("p", "n1", 0)
+    obj["spec"].update(initContainers=init_containers, containers=containers)
+    inventory.upsert_pod(obj)
+    assert inventory.used_gpus("n1") == held
+
+
+def _pinned(name: str, node_name: str, gpus: int, pod_labels: dict[str, str]) -> dict[str, Any]:
+    obj = pod(name, None, gpus, phase="Pending", labels=pod_labels)
+    obj["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node_name, "no-such-label": "x"}
+    return obj
+
+
+def test_only_our_unbound_workers_hold_the_gpus_of_the_node_they_are_pinned_to() -> None:
+    inventory = Inventory(Settings())
+    inventory.replace_nodes([node("n1"), node("n2")])
+    # Anyone's Pending pod pinned to a node holds nothing there until it binds, as kube-scheduler
+    # sees it: a user who may create pods could otherwise pin a never-bindable one to every node.
+    inventory.upsert_pod(_pinned("theirs", "n1", 8, {}))
+    inventory.upsert_pod(_pinned("theirs-lookalike", "n1", 8, {"aisched.io/rank": "0"}))
+    assert inventory.used_gpus("n1") == 0
+    inventory.upsert_pod(_pinned("worker", "n2", 8, {"aisched.io/kind": "TrainingJob", "aisched.io/job-name": "j"}))
+    assert inventory.used_gpus("n2") == 8
+    assert [p.name for p in inventory.pods_on_node("n2")] == ["worker"]

@@ -45,6 +45,8 @@
   value: {{ $s.reconcilesPerPass | quote }}
 - name: AISCHED_ADMISSIONS_PER_CYCLE
   value: {{ $s.admissionsPerCycle | quote }}
+- name: AISCHED_FIRST_SERVICE_BAND_GPU_SECONDS
+  value: {{ $s.firstServiceBandGpuSeconds | quote }}
 - name: AISCHED_EVENTS_PER_SECOND
   value: {{ $s.eventsPerSecond | quote }}
 - name: AISCHED_EVENT_BURST

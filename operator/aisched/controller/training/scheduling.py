@@ -30,6 +30,7 @@ from aisched.policy.culprits import culprits
 from aisched.policy.deadlines import deadline_slack_seconds
 from aisched.policy.job_messages import admitted_message
 from aisched.policy.job_status import placed, preempted, queued, waiting_write_due
+from aisched.policy.lifecycle import HOLDS_GPUS
 from aisched.policy.placement import GangRequest, gang_fits
 from aisched.policy.placement import Placement as PlacementDecision
 from aisched.policy.queueing import QueueQuota
@@ -90,6 +91,15 @@ class SchedulingCycle(CarbonDeferral, Reporting):
                 continue
             refused = queue_refusal(self.queues.get(job.spec.queue), job, key[0])
             if refused is not None:  # tenancy: its namespace is not bound to the queue, or it asks too much
+                if job.status.phase in HOLDS_GPUS:
+                    # Its spec changed under a running gang (a priority raised past the cap, another
+                    # queue, a toleration): it stops to a checkpoint, so it never runs uncharged, and
+                    # the next cycle finds it waiting and refused, with the reason in its status.
+                    stop = functools.partial(
+                        self._stop_gang, obj, job, now, refused.reason, f"stopped: {refused.message}"
+                    )
+                    await self._carried_out(obj, job, now, stop)
+                    continue
                 await self._set_aside(obj, job, QueueRefusalError(refused), now)
                 continue
             try:
@@ -226,17 +236,23 @@ class SchedulingCycle(CarbonDeferral, Reporting):
     ) -> ScheduleResult:
         """The scheduler's decision. Should it raise, the jobs it raises on are found by halving
         (`policy.culprits`), set aside (and dropped from PARSED), and it decides for the others."""
-        quotas = self._queue_quotas()
         most = self.settings.admissions_per_cycle
+        decide = functools.partial(
+            schedule,
+            snapshot,
+            queues=self._queue_quotas(),
+            now=now,
+            first_band_gpu_seconds=self.settings.first_service_band_gpu_seconds,
+        )
         try:
-            return schedule(snapshot, requests, quotas, now, admissions_per_cycle=most)
+            return decide(requests, admissions_per_cycle=most)
         except Exception:
             log.exception("the scheduler raised on this cycle's jobs; halving them for the ones it cannot take")
 
         def fails(some: Sequence[JobRequest]) -> Exception | None:
             try:
                 # With no bound on admissions: a job the bound would leave out could be the one raising.
-                schedule(snapshot, list(some), quotas, now, admissions_per_cycle=len(some) + 1)
+                decide(list(some), admissions_per_cycle=len(some) + 1)
             except Exception as error:
                 return error
             return None
@@ -249,7 +265,7 @@ class SchedulingCycle(CarbonDeferral, Reporting):
             obj, job = parsed.pop(request.key)
             await self._set_aside(obj, job, raised, now)
         # With no job to blame this raises, and the stage fails as a whole, to be tried next pass.
-        return schedule(snapshot, [r for r in requests if r.key in parsed], quotas, now, admissions_per_cycle=most)
+        return decide([r for r in requests if r.key in parsed], admissions_per_cycle=most)
 
     def _queue_quotas(self) -> list[QueueQuota]:
         """The quotas of the Queues this operator can read; the jobs of one it cannot wait, as for a missing queue."""

@@ -55,6 +55,7 @@ from aisched.policy.scheduler import admission, backfill, growth, preemption
 from aisched.policy.scheduler.attempt import Attempt
 from aisched.policy.scheduler.jobs import JobRequest
 from aisched.policy.scheduler.results import ScheduleResult
+from aisched.policy.scheduler.service import FIRST_BAND_GPU_SECONDS
 from aisched.policy.scheduler.state import ADMISSIONS_PER_CYCLE, CycleState
 
 CycleStage = Callable[[CycleState], None]
@@ -98,10 +99,18 @@ def schedule(
     now: datetime,
     *,
     admissions_per_cycle: int = ADMISSIONS_PER_CYCLE,
+    first_band_gpu_seconds: float = FIRST_BAND_GPU_SECONDS,
 ) -> ScheduleResult:
     """Decide one cycle. The snapshot is used as scratch space and restored before returning."""
     with snapshot.trial():
-        cycle = CycleState(snapshot, jobs, queues, now, admissions_per_cycle=admissions_per_cycle)
+        cycle = CycleState(
+            snapshot,
+            jobs,
+            queues,
+            now,
+            admissions_per_cycle=admissions_per_cycle,
+            first_band_gpu_seconds=first_band_gpu_seconds,
+        )
         for stage in STAGES:
             stage(cycle)
         return cycle.result()

@@ -10,7 +10,8 @@ checkpoint and as a whole gang.
 
 Band edges grow tenfold from `FIRST_BAND_GPU_SECONDS` (1, 10, 100 GPU-hours): a single-GPU job
 leaves band 0 after an hour, a 64-GPU gang after a minute. They are a design choice, not fitted
-to any trace.
+to any trace. The first edge is a parameter (the operator's `firstServiceBandGpuSeconds`), so a
+test cluster sees a gang change bands in seconds.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ def attained_gpu_seconds(job: JobRequest, now: datetime) -> float:
     return job.attained_gpu_seconds + current
 
 
-def service_band(gpu_seconds: float) -> int:
-    band, edge = 0, FIRST_BAND_GPU_SECONDS
+def service_band(gpu_seconds: float, first_edge: float = FIRST_BAND_GPU_SECONDS) -> int:
+    band, edge = 0, first_edge
     while band < BANDS - 1 and gpu_seconds >= edge:
         band += 1
         edge *= BAND_GROWTH

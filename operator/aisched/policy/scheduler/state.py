@@ -26,7 +26,12 @@ from aisched.policy.scheduler.results import (
     ScheduleResult,
     Waiting,
 )
-from aisched.policy.scheduler.service import attained_gpu_seconds, ran_long_enough, service_band
+from aisched.policy.scheduler.service import (
+    FIRST_BAND_GPU_SECONDS,
+    attained_gpu_seconds,
+    ran_long_enough,
+    service_band,
+)
 
 
 @dataclass(slots=True)
@@ -63,10 +68,12 @@ class CycleState:
         now: datetime,
         *,
         admissions_per_cycle: int = ADMISSIONS_PER_CYCLE,
+        first_band_gpu_seconds: float = FIRST_BAND_GPU_SECONDS,
     ) -> None:
         self.snapshot = snapshot
         self.now = now
         self.admissions_per_cycle = admissions_per_cycle
+        self.first_band_gpu_seconds = first_band_gpu_seconds
         self.deferred: tuple[str, ...] = ()
         """Pending jobs the cycle did not reach, having admitted its most: the next cycle's first."""
         self.quotas = {q.name: q for q in queues}
@@ -131,7 +138,7 @@ class CycleState:
         every running gang for every job that may time-slice."""
         band = self._bands.get(job.key)
         if band is None:
-            band = self._bands[job.key] = service_band(attained_gpu_seconds(job, self.now))
+            band = self._bands[job.key] = service_band(attained_gpu_seconds(job, self.now), self.first_band_gpu_seconds)
         return band
 
     def turn(self, job: JobRequest) -> int:

@@ -19,6 +19,17 @@ def test_bands_grow_tenfold_and_count_the_current_run() -> None:
     assert attained_gpu_seconds(running, T0) == 100.0 + 8 * 3600
 
 
+def test_the_first_band_edge_is_a_parameter_of_the_cycle() -> None:
+    assert [service_band(s, first_edge=10.0) for s in (9, 10, 100, 1000)] == [0, 1, 2, 3]
+    snapshot = ClusterSnapshot(rack_nodes("z", "r", 1))
+    # 8 GPUs for 10 s: band 0 with the default edge (a GPU-hour), band 1 with an edge of 60 GPU-seconds.
+    long = run_on(snapshot, pending("ns/long", 8), ["r-n0"], started=T0 - 10 * (HOUR / 3600))
+    short = pending("ns/short", 8)
+    quick = [QueueQuota("default", None, min_run_seconds=5)]
+    assert keys(schedule(snapshot, [long, short], quick, T0))[2] == []
+    assert keys(schedule(snapshot, [long, short], quick, T0, first_band_gpu_seconds=60.0))[2] == ["ns/long"]
+
+
 def test_the_job_with_least_service_goes_first_among_equals() -> None:
     snapshot = ClusterSnapshot(rack_nodes("z", "r", 1))
     veteran = pending("ns/veteran", 8, created=T0 - HOUR, attained_gpu_seconds=FIRST_BAND_GPU_SECONDS)
