@@ -13,6 +13,7 @@ import pytest
 
 from aisched.api import TrainingJob
 from aisched.controller.training.isolation import queue_refusal
+from aisched.policy.placement_record import PLACEMENT_NOT_VERIFIED
 from aisched.policy.tenancy import NAMESPACE_NOT_ALLOWED, PRIORITY_ABOVE_CAP, TOLERATION_NOT_ALLOWED
 from tests.builders import a_queue
 from tests.unit.controller.kube_double import KubeDouble
@@ -123,3 +124,21 @@ async def test_a_running_job_whose_spec_its_queue_now_refuses_stops_and_is_not_l
     assert "priority 11" in preempted["message"]
     deleted = {name for _, name, *_ in kube.calls("delete_pod")}
     assert deleted == {obj["metadata"]["name"] for (obj,) in kube.calls("create") if obj["kind"] == "Pod"}
+
+
+async def test_a_placement_written_into_the_status_by_someone_else_starts_no_worker(kube: KubeDouble) -> None:
+    """Whoever may write trainingjobs/status cannot admit a job its queue refuses by writing a placement."""
+    kube.allow("patch_status", "post_event", "create")
+    controller = a_controller(kube)
+    controller.inventory.upsert_node(a_node("n1", 8))
+    controller.queue_seen(research(maxPriority=10))
+    forged = a_job("forged", queue="research", gpusPerReplica=4, priority=11)
+    forged["metadata"].update(uid="uid-forged", generation=1)
+    forged["status"] = {"phase": "Placing", "gangGeneration": 1, "gpus": 4, "placement": {"nodes": ["n1"]}}
+    controller.job_seen(forged)
+    await one_pass(controller)
+    await one_pass(controller)
+    assert not created(kube)
+    status = status_of(controller, "forged")
+    assert status["phase"] == "Queued" and "placement" not in status
+    assert ("forged", "Warning", PLACEMENT_NOT_VERIFIED) in events(kube)

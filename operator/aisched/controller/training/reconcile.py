@@ -24,6 +24,12 @@ from aisched.kube.inventory import PodRecord
 from aisched.policy.deadlines import checkpoint_grace_seconds
 from aisched.policy.job_status import apply_step, checkpoint_reason, interrupted_gang_stopped, record_checkpoints
 from aisched.policy.lifecycle import WAITING, Observation, Step, Verb, Worker, WorkerPhase, next_step
+from aisched.policy.placement_record import (
+    PLACEMENT_NOT_VERIFIED,
+    WorkerSeat,
+    placement_ignored,
+    placement_vouched_for,
+)
 from aisched.policy.refusals import FAILED_CREATE, failed_create, workers_created
 
 Phase = TrainingJobPhase
@@ -41,6 +47,12 @@ class JobReconciler(WorkerReleases):
         status = job.status
         generation = status.gang_generation or 0
         pods = self.inventory.pods_of_job(*key)
+        seats = [WorkerSeat(p.labels.get(labels.GANG_GENERATION), p.labels.get(labels.RANK), p.gpu_node) for p in pods]
+        if not placement_vouched_for(status, self._placements_made.get(key), seats):
+            ignored = placement_ignored(job, now)
+            self.kube.post_event(obj, "Warning", PLACEMENT_NOT_VERIFIED, ignored.message or "")
+            await self._write_status(obj, job, ignored)
+            return
         current = [p for p in pods if p.labels.get(labels.GANG_GENERATION) == str(generation)]
         stale = tuple(p.name for p in pods if p not in current)
         placement_nodes = status.placement.nodes if status.placement else []

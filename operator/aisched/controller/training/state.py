@@ -29,6 +29,7 @@ from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.interruptions import InterruptionPrior
 from aisched.policy.lifecycle import FINISHED, HOLDS_GPUS
 from aisched.policy.placement import GangRequest
+from aisched.policy.placement_record import PlacementMade
 from aisched.settings import Settings
 from aisched.sources.carbon import CachedCarbonSource
 from aisched.sources.energy import GpuEnergySource
@@ -83,6 +84,9 @@ class TrainingJobState:
     # When each waiting job's status was last written by the scheduling cycle: its message is refreshed
     # at most every WAITING_MESSAGE_REFRESH.
     _waiting_written: dict[JobKey, datetime] = field(default_factory=dict)
+    # The placement this process last wrote for each job: the status is our record, never a grant
+    # (`policy.placement_record`).
+    _placements_made: dict[JobKey, PlacementMade] = field(default_factory=dict)
     # Jobs by the nodes of their status placement: a node's event marks those jobs, not every job.
     _placed_on: dict[str, set[JobKey]] = field(default_factory=dict)
     # Namespaces the API server said are being deleted, with when (monotonic) that is next asked again.
@@ -133,6 +137,11 @@ class TrainingJobState:
         wire = status.to_wire()
         namespace, name = job.metadata["namespace"], job.metadata["name"]
         await self.kube.patch_status(PLURAL, namespace, name, wire)
+        made = PlacementMade.of(status)
+        if made is None:
+            self._placements_made.pop((namespace, name), None)
+        else:
+            self._placements_made[(namespace, name)] = made
         # Keep our copy current so the next pass does not act on stale status.
         self._store_job((namespace, name), {**obj, "status": wire})
 
@@ -149,6 +158,7 @@ class TrainingJobState:
             self._placed_on.setdefault(node, set()).add(key)
 
     def _drop_job(self, key: JobKey) -> None:
+        self._placements_made.pop(key, None)
         for node in _placed_nodes(self.jobs.pop(key, None)):
             self._unplace(key, node)
 
