@@ -164,6 +164,7 @@ async def _operate(settings: Settings, standalone: bool) -> int:
         kube,
         inventory,
         cluster_snapshot=jobs.cluster_snapshot,
+        in_flight=jobs.in_flight,
         prometheus=_prometheus(settings.autoscaler),
         metrics=metrics,
     )

@@ -24,6 +24,7 @@ that runs before the watch catches up neither creates nor retires a replica twic
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -34,6 +35,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from aisched.api.inference_service import InferenceService, InferenceServiceStatus
+from aisched.controller.in_flight import InFlightPlacements
 from aisched.controller.serving.autoscaling import PLURAL, MetricReading, ServiceAutoscaler
 from aisched.controller.serving.placement import ReplicaPlacement
 from aisched.controller.serving.replica_pods import ReplicaPods, ServiceKey
@@ -58,6 +60,20 @@ log = logging.getLogger(__name__)
 MANUAL_SCALING = "spec.replicas is set by hand, kubectl scale or another autoscaler"
 
 
+class _CurrentSnapshot:
+    """A pass's snapshot, taken again once a promise was made or settled since (by either controller)."""
+
+    def __init__(self, take: Callable[[], ClusterSnapshot], in_flight: InFlightPlacements) -> None:
+        self._take, self._in_flight = take, in_flight
+        self._snapshot: ClusterSnapshot | None = None
+        self._version = -1
+
+    def now(self) -> ClusterSnapshot:
+        if self._snapshot is None or self._version != self._in_flight.version:
+            self._snapshot, self._version = self._take(), self._in_flight.version
+        return self._snapshot
+
+
 def utc_now() -> datetime:
     return datetime.now(UTC)
 
@@ -73,6 +89,8 @@ class InferenceServiceController:
     inventory: Inventory
     cluster_snapshot: Callable[[], ClusterSnapshot]
     """Every pod's GPUs plus what other controllers have promised but not bound yet."""
+    in_flight: InFlightPlacements = field(default_factory=InFlightPlacements)
+    """GPUs promised and not yet written down, this controller's and the TrainingJob controller's."""
     prometheus: PrometheusSource | None = None
     metrics: Metrics | None = None
     clock: Callable[[], datetime] = utc_now
@@ -90,7 +108,7 @@ class InferenceServiceController:
             max_batch=self.settings.reconciles_per_pass,
         )
         self.replicas = ReplicaPods(self.settings.gpu_resource)
-        self.placement = ReplicaPlacement(self.settings, self.kube, self.replicas)
+        self.placement = ReplicaPlacement(self.settings, self.kube, self.replicas, self.in_flight)
         self.autoscaler = ServiceAutoscaler(self.settings, self.kube, self.prometheus, self.metrics, self._scaled)
 
     # -- fed by the watch handlers ------------------------------------------
@@ -165,12 +183,12 @@ class InferenceServiceController:
         if not keys:
             return
         readings = dict(zip(due, await asyncio.gather(*(self._read_metric(key) for key in due)), strict=True))
-        snapshot = self._snapshot(now)
+        snapshot = _CurrentSnapshot(functools.partial(self._snapshot, now), self.in_flight)
 
         async def reconcile(key: ServiceKey) -> None:
-            await self.reconcile(key, readings.get(key), snapshot, now)
+            await self.reconcile(key, readings.get(key), snapshot.now, now)
 
-        # One at a time: each placement takes GPUs from the snapshot the next one reads.
+        # One at a time: each placement promises GPUs the next one's snapshot counts.
         await self.queue.process(keys, reconcile, concurrency=1, on_done=self._record_reconcile)
 
     def _record_reconcile(self, _key: ServiceKey, seconds: float, failed: bool) -> None:
@@ -178,7 +196,11 @@ class InferenceServiceController:
             self.metrics.record_reconcile("InferenceService", seconds, failed=failed)
 
     async def reconcile(
-        self, key: ServiceKey, reading: MetricReading | None, snapshot: ClusterSnapshot, now: datetime
+        self,
+        key: ServiceKey,
+        reading: MetricReading | None,
+        snapshot: Callable[[], ClusterSnapshot],
+        now: datetime,
     ) -> None:
         obj = self.services.get(key)
         service = _parse(obj) if obj is not None else None

@@ -9,7 +9,7 @@ module carries their plans out and tells the service's events.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -18,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 
 from aisched.api.common import CapacityType
 from aisched.api.inference_service import InferenceService
+from aisched.controller.in_flight import InFlightPlacements, gpus_by_node
 from aisched.controller.serving.replica_pods import ReplicaPods, ServiceKey
 from aisched.kube.client import KubeClient
 from aisched.kube.serving_builders import ReplicaSlot, ServingPod, build_replica_pod, free_pod_names, template_hash
@@ -37,6 +38,8 @@ class ReplicaPlacement:
     settings: Settings
     kube: KubeClient
     replicas: ReplicaPods
+    in_flight: InFlightPlacements
+    """Where new replicas' GPUs are promised until their pods are in `replicas`, which counts them then."""
     waiting_for_capacity: set[ServiceKey] = field(default_factory=set)
     """Services with replicas that fit nowhere: someone else's pod going may make room."""
 
@@ -65,9 +68,12 @@ class ReplicaPlacement:
         await self.delete([*ended, *stuck])
 
     async def place(
-        self, obj: dict[str, Any], service: InferenceService, desired: int, snapshot: ClusterSnapshot
+        self, obj: dict[str, Any], service: InferenceService, desired: int, snapshot: Callable[[], ClusterSnapshot]
     ) -> ServingPlan:
-        """Start and retire replicas toward DESIRED, a rollout step at a time; returns the placement plan."""
+        """Start and retire replicas toward DESIRED, a rollout step at a time; returns the placement plan.
+
+        SNAPSHOT gives the cluster as of now, promises of decisions under way included: it is asked
+        right before planning, with no wait between that and the promise of the new replicas' GPUs."""
         key = (service.metadata["namespace"], service.metadata["name"])
         pods = [p for p in self.replicas.of(key) if p.serving_candidate]
         current_hash = template_hash(service)
@@ -75,8 +81,8 @@ class ReplicaPlacement:
         old = [_replica(p) for p in pods if p.template_hash != current_hash]
         rollout = service.spec.rollout
         step = plan_rollout(current, old, desired, rollout.max_surge, rollout.max_unavailable)
-        plan = plan_serving(current, step.current_target, _request(service), snapshot)
-        await self._start(obj, service, current_hash, plan.start, snapshot)
+        plan = plan_serving(current, step.current_target, _request(service), snapshot())
+        await self._start(obj, service, current_hash, plan.start)
         by_name = {p.name: p for p in pods}
         await self.delete([by_name[name] for name in (*plan.retire, *step.retire_old) if name in by_name])
         if plan.retire or step.retire_old:
@@ -95,10 +101,20 @@ class ReplicaPlacement:
         service: InferenceService,
         current_hash: str,
         starts: Sequence[NewReplica],
-        snapshot: ClusterSnapshot,
     ) -> None:
         if not starts:
             return
+        key = (service.metadata["namespace"], service.metadata["name"])
+        promise = ("InferenceService", key)
+        self.in_flight.promise(promise, gpus_by_node([s.node for s in starts], service.spec.gpus_per_replica))
+        try:
+            await self._create(obj, service, current_hash, starts)
+        finally:
+            self.in_flight.settle(promise)  # the replica pods count their GPUs now (or none was made)
+
+    async def _create(
+        self, obj: dict[str, Any], service: InferenceService, current_hash: str, starts: Sequence[NewReplica]
+    ) -> None:
         key = (service.metadata["namespace"], service.metadata["name"])
         names = free_pod_names(key[1], current_hash, self.replicas.names_of(key), len(starts))
         grace = max(5, self.settings.spot_notice_seconds - SPOT_GRACE_MARGIN_SECONDS)
@@ -118,8 +134,6 @@ class ReplicaPlacement:
                 return  # the namespace is going, and the service with it
             raise
         self.replicas.created(pods)
-        # Later services in this pass must not count on the GPUs these replicas took.
-        snapshot.allocate(_gpus_by_node(service.spec.gpus_per_replica, (s.node for s in starts)))
         described = ", ".join(
             f"{name} on {s.node} ({s.capacity_type})" + (f" replacing {s.replaces}" if s.replaces else "")
             for name, s in zip(names, starts, strict=True)
@@ -140,10 +154,3 @@ def _request(service: InferenceService) -> ServingRequest:
 def _replica(pod: ServingPod) -> ServingReplica:
     # A pod not bound yet is where it was pinned; one with neither counts as lost and is replaced.
     return ServingReplica(pod.name, pod.node or pod.pinned_node or "", pod.capacity_type, pod.ready)
-
-
-def _gpus_by_node(gpus: int, nodes: Iterable[str]) -> dict[str, int]:
-    total: dict[str, int] = {}
-    for node in nodes:
-        total[node] = total.get(node, 0) + gpus
-    return total

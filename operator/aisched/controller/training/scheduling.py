@@ -20,6 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from aisched.api import CapacityType, Queue, SpotPolicy, TrainingJob, TrainingJobPhase
+from aisched.controller.in_flight import fits, gpus_by_node
 from aisched.controller.training.carbon import CarbonDeferral
 from aisched.controller.training.isolation import CycleWrites, QueueRefusalError, queue_refusal
 from aisched.controller.training.reporting import Reporting
@@ -36,6 +37,7 @@ from aisched.policy.placement import Placement as PlacementDecision
 from aisched.policy.queueing import QueueQuota
 from aisched.policy.refusals import refusal_retry_at
 from aisched.policy.scheduler import JobRequest, ScheduleResult, schedule
+from aisched.policy.scheduler.results import Admission
 from aisched.policy.spot import CapacityChoice, CapacityDecision, SpotJob, choose_capacity, spot_checkpoint_interval
 
 log = logging.getLogger(__name__)
@@ -150,7 +152,7 @@ class SchedulingCycle(CarbonDeferral, Reporting):
             if await self._carried_out(obj, job, now, relaunch):
                 self.metrics.record_gang_restart("Resize")
         launches: list[Coroutine[Any, Any, bool]] = []
-        for admission in result.admitted:
+        for admission in self._still_free(result.admitted):
             obj, job = parsed[admission.key]
             self.metrics.record_placement(elapsed, placed=True)
             waited = (now - job.status.queued_time).total_seconds() if job.status.queued_time else 0.0
@@ -186,6 +188,31 @@ class SchedulingCycle(CarbonDeferral, Reporting):
             wait = functools.partial(self._keep_waiting, obj, job, waiting.reason, waiting.message, now)
             waits.append(self._carried_out(obj, job, now, wait))
         await _at_most(CONCURRENT_RECONCILES, waits)
+
+    def _still_free(self, admitted: Sequence[Admission]) -> list[Admission]:
+        """The admissions whose GPUs are still free, each promised (`in_flight`) before any is carried out.
+
+        The cycle decided on the snapshot it took at its start, and waited on the API server since:
+        the InferenceService controller may have placed replicas on those GPUs meanwhile. An
+        admission that no longer fits waits for the next cycle, which comes at once. One that
+        preempts fits once its victims are gone, which their own stopping sees to.
+        """
+        if not admitted:
+            return []
+        fresh = self.cluster_snapshot()
+        kept = []
+        for admission in admitted:
+            wanted = gpus_by_node(admission.placement.nodes, admission.placement.gpus_per_replica)
+            if not admission.preempting and not fits(fresh, wanted):
+                log.info(
+                    "%s: its GPUs were promised elsewhere while the cycle ran; it waits for the next", admission.key
+                )
+                self.queue.wake()
+                continue
+            fresh.allocate(wanted)
+            self.in_flight.promise(("TrainingJob", admission.key), wanted)
+            kept.append(admission)
+        return kept
 
     async def _enter_cycle(
         self,
@@ -297,7 +324,26 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         capacity: CapacityDecision | None,
         now: datetime,
     ) -> None:
-        """Record a (new) placement as the gang's next generation; reconcile then creates its pods."""
+        """Record a (new) placement as the gang's next generation; reconcile then creates its pods.
+
+        Once the status holds the placement (or the write failed), the cycle's promise of its GPUs goes."""
+        namespace, name = job.metadata["namespace"], job.metadata["name"]
+        try:
+            await self._write_placement(obj, job, placement, reason=reason, message=message, capacity=capacity, now=now)
+        finally:
+            self.in_flight.settle(("TrainingJob", f"{namespace}/{name}"))
+
+    async def _write_placement(
+        self,
+        obj: dict[str, Any],
+        job: TrainingJob,
+        placement: PlacementDecision,
+        *,
+        reason: str,
+        message: str,
+        capacity: CapacityDecision | None,
+        now: datetime,
+    ) -> None:
         namespace, name = job.metadata["namespace"], job.metadata["name"]
         running = [p for p in self.inventory.pods_of_job(namespace, name) if not p.terminating]
         await asyncio.gather(*(self.kube.delete_pod(p.namespace, p.name) for p in running))
@@ -313,6 +359,7 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         )
         self.kube.post_event(obj, "Normal", reason, message)
         await self._write_status(obj, job, status)
+        self.in_flight.settle(("TrainingJob", f"{namespace}/{name}"))  # the status holds the GPUs now
         # Create the gang now rather than on the next pass: that pass waits for every other job.
         await self._reconcile_now((namespace, name))
 

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from aisched.api import TrainingJob
 from aisched.api.training_job import TrainingJobStatus
+from aisched.controller.in_flight import InFlightPlacements
 from aisched.controller.training.requests import RequestBook
 from aisched.controller.workqueue import FailureBackoff, WorkQueue
 from aisched.kube import labels
@@ -84,6 +85,8 @@ class TrainingJobState:
     # When each waiting job's status was last written by the scheduling cycle: its message is refreshed
     # at most every WAITING_MESSAGE_REFRESH.
     _waiting_written: dict[JobKey, datetime] = field(default_factory=dict)
+    # GPUs this controller and the InferenceService controller promised and have not yet written down.
+    in_flight: InFlightPlacements = field(default_factory=InFlightPlacements)
     # The placement this process last wrote for each job: the status is our record, never a grant
     # (`policy.placement_record`).
     _placements_made: dict[JobKey, PlacementMade] = field(default_factory=dict)
@@ -202,8 +205,9 @@ class TrainingJobState:
         self.queue.add_after(key, max(1.0, (when - now).total_seconds()))
 
     def cluster_snapshot(self) -> ClusterSnapshot:
-        """The cluster as placement sees it, shared with the InferenceService controller."""
-        reserved: dict[str, int] = {}
+        """The cluster as placement sees it, shared with the InferenceService controller: every pod's
+        GPUs, the ranks of placed gangs not created yet, and what is promised but not written yet."""
+        reserved: dict[str, int] = self.in_flight.by_node()
         for (namespace, name), obj in self.jobs.items():
             if finished(obj):
                 continue

@@ -1,0 +1,67 @@
+"""GPUs promised by a decision whose writes have not landed yet: the one record both controllers share.
+
+The scheduling cycle (TrainingJob gangs) and the InferenceService passes decide in one event loop,
+each against a snapshot of the cluster, and each then waits on the API server to carry its decision
+out: a gang's placement is in its status once that write lands, a replica's GPUs once its pod is
+created. In between, the GPUs are promised but visible nowhere else, as a pod kube-scheduler has
+chosen a node for is "assumed" until its bind lands. Each side promises here what it decided, at
+once, before its first write, takes snapshots that count every promise, and settles a promise when
+its own record (the status, the replica pods) holds the GPUs: so no GPU is promised twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+
+from aisched.policy.cluster import ClusterSnapshot
+
+
+class InFlightPlacements:
+    def __init__(self) -> None:
+        self._promised: dict[Hashable, dict[str, int]] = {}
+        self._by_node: dict[str, int] = {}
+        self.version = 0
+        """Changes with every promise and settlement: a snapshot older than it may count GPUs twice."""
+
+    def promise(self, owner: Hashable, gpus_by_node: Mapping[str, int]) -> None:
+        """OWNER's decision takes GPUS_BY_NODE until it settles (a second promise replaces the first)."""
+        self.settle(owner)
+        promised = {node: gpus for node, gpus in gpus_by_node.items() if gpus > 0}
+        if not promised:
+            return
+        self._promised[owner] = promised
+        for node, gpus in promised.items():
+            self._by_node[node] = self._by_node.get(node, 0) + gpus
+        self.version += 1
+
+    def settle(self, owner: Hashable) -> None:
+        """OWNER's record holds its GPUs now (or the decision was dropped): the promise goes."""
+        promised = self._promised.pop(owner, None)
+        if promised is None:
+            return
+        for node, gpus in promised.items():
+            left = self._by_node[node] - gpus
+            if left:
+                self._by_node[node] = left
+            else:
+                del self._by_node[node]
+        self.version += 1
+
+    def by_node(self) -> dict[str, int]:
+        return dict(self._by_node)
+
+    def __len__(self) -> int:
+        return len(self._promised)
+
+
+def fits(snapshot: ClusterSnapshot, gpus_by_node: Mapping[str, int]) -> bool:
+    """Whether SNAPSHOT has GPUS_BY_NODE free: a node gone or too full means the decision is stale."""
+    return all(node in snapshot and snapshot.free_gpus(node) >= gpus for node, gpus in gpus_by_node.items())
+
+
+def gpus_by_node(nodes: list[str] | tuple[str, ...], gpus_each: int) -> dict[str, int]:
+    """The GPUs workers or replicas of GPUS_EACH take on NODES (a node named twice counts twice)."""
+    total: dict[str, int] = {}
+    for node in nodes:
+        total[node] = total.get(node, 0) + gpus_each
+    return total
