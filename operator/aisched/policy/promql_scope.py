@@ -163,7 +163,7 @@ class _Printer:
         if isinstance(node, pp.ParenExpr):
             return f"({self.expr(node.expr, depth)})"
         if isinstance(node, pp.UnaryExpr):
-            return f"-({self.operand(node.expr, depth)})"
+            return f"-{self.operand(node.expr, depth)}"
         if isinstance(node, pp.BinaryExpr):
             return self.binary(node, depth)
         if isinstance(node, pp.AggregateExpr):
@@ -183,9 +183,11 @@ class _Printer:
         return f"{name}({', '.join(self.expr(arg, depth) for arg in node.args)})"
 
     def operand(self, node: pp.Expr, depth: int) -> str:
+        """An operand in parentheses (its own, if it has them), so precedence is the tree's, not the text's."""
         if isinstance(node, pp.MatrixSelector):
             raise QueryRefusedError("a range vector cannot be an operand")
-        return self.expr(node, depth)
+        text = self.expr(node, depth)
+        return text if isinstance(node, pp.ParenExpr) else f"({text})"
 
     def matchers(self, node: pp.VectorSelector) -> str:
         if node.matchers.or_matchers:
@@ -196,7 +198,9 @@ class _Printer:
                 raise QueryRefusedError(f"label name {matcher.name[:64]!r} is not allowed")
             parts.append(f"{matcher.name}{_match_op(matcher.op)}{quote(matcher.value)}")
         # ANDed: the tenant's own matchers keep narrowing, none of them can widen past this one.
-        parts.append(f"{self.scope.label}={quote(self.scope.namespace)}")
+        enforced = f"{self.scope.label}={quote(self.scope.namespace)}"
+        if enforced not in parts:
+            parts.append(enforced)
         return "{" + ", ".join(parts) + "}"
 
     def binary(self, node: pp.BinaryExpr, depth: int) -> str:
@@ -218,7 +222,7 @@ class _Printer:
                 words.append(f"group_left {_labels(modifier.group_labels or [])}")
             elif op not in _SET_OPERATORS and modifier.card == pp.VectorMatchCardinality.OneToMany:
                 words.append(f"group_right {_labels(modifier.group_labels or [])}")
-        return f"({self.operand(node.lhs, depth)}) {' '.join(words)} ({self.operand(node.rhs, depth)})"
+        return f"{self.operand(node.lhs, depth)} {' '.join(words)} {self.operand(node.rhs, depth)}"
 
     def aggregate(self, node: pp.AggregateExpr, depth: int) -> str:
         op = str(node.op)
@@ -244,7 +248,7 @@ class _Printer:
         if points > MAX_SUBQUERY_POINTS:
             raise QueryRefusedError(f"a subquery may take at most {MAX_SUBQUERY_POINTS} steps; this one, {points:.0f}")
         window = f"[{_duration(span)}:{_duration(step) if step else ''}]"
-        return f"({self.expr(node.expr, depth)}){window}" + _modifiers(node.at, node.offset)
+        return f"{self.operand(node.expr, depth)}{window}" + _modifiers(node.at, node.offset)
 
 
 def _bounded_range(span: timedelta) -> None:
@@ -296,8 +300,8 @@ def _number(value: float) -> str:
     if math.isnan(value):
         return "NaN"
     if math.isinf(value):
-        return "Inf" if value > 0 else "(-Inf)"
-    return repr(value) if value >= 0 else f"({value!r})"
+        return "Inf" if value > 0 else "-Inf"
+    return repr(value)
 
 
 def _first_line(text: str) -> str:

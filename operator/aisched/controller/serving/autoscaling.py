@@ -23,11 +23,14 @@ from aisched.policy.autoscale import AutoscalerState, MetricSample, ReasonCode, 
 from aisched.policy.autoscale import decide_replicas as decide_autoscale
 from aisched.policy.serving_status import find_condition, set_service_condition
 from aisched.settings import Settings
-from aisched.sources.prometheus import PrometheusError, PrometheusSource
+from aisched.sources.prometheus import MetricQueryRefusedError, PrometheusError, PrometheusSource
 
 log = logging.getLogger(__name__)
 PLURAL = "inferenceservices"
 NO_PROMETHEUS = "no Prometheus is configured (AISCHED_AUTOSCALER__PROMETHEUS_URL)"
+METRIC_QUERY_REFUSED = "MetricQueryRefused"
+MAX_ERROR_CHARS = 256
+"""Of why a metric could not be read, as the tenant sees it in conditions and events."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,8 @@ class MetricReading:
 
     sample: MetricSample | None
     error: str | None = None
+    reason: str | None = None
+    """The condition's reason when it is the tenant's to fix (MetricQueryRefused), not an outage."""
 
 
 @dataclass
@@ -81,11 +86,13 @@ class ServiceAutoscaler:
         names = sorted(p.name for p in pods if p.serving_candidate)
         try:
             sample = await self.prometheus.service_metric(service.spec.autoscaling.metric, key[0], names)
+        except MetricQueryRefusedError as refused:
+            return MetricReading(None, _bounded(f"metric.query is not sent: {refused}"), METRIC_QUERY_REFUSED)
         except PrometheusError as error:
-            return MetricReading(None, str(error))
-        except Exception as error:  # one service's metric must not stop the others' reconciles
+            return MetricReading(None, _bounded(str(error)))
+        except Exception:  # one service's metric must not stop the others' reconciles
             log.exception("reading the metric of InferenceService %s/%s failed", *key)
-            return MetricReading(None, f"reading the metric failed: {error}")
+            return MetricReading(None, "reading the metric failed; the reason is in the operator log")
         return MetricReading(sample)
 
     async def decide(
@@ -108,6 +115,8 @@ class ServiceAutoscaler:
         )
         decision = decide_autoscale(behavior, state, current, reading.sample, now)
         message = f"{decision.message} ({reading.error})" if reading.error else decision.message
+        refused = decision.reason == ReasonCode.METRIC_UNAVAILABLE and reading.reason is not None
+        reason = reading.reason if refused and reading.reason else decision.reason
         previous = find_condition(status, "ScalingActive")
         if decision.replicas != current:
             await self.kube.scale_custom(PLURAL, namespace, name, decision.replicas)
@@ -116,16 +125,20 @@ class ServiceAutoscaler:
                 time=now, from_replicas=current, to_replicas=decision.replicas, reason=f"{decision.reason}: {message}"
             )
             self.kube.post_event(obj, "Normal", decision.reason, message)
-        elif decision.reason == ReasonCode.METRIC_UNAVAILABLE and (previous is None or previous.status != "False"):
-            self.kube.post_event(obj, "Warning", decision.reason, message)
+        elif decision.reason == ReasonCode.METRIC_UNAVAILABLE and (previous is None or previous.reason != reason):
+            self.kube.post_event(obj, "Warning", reason, message)
         self._states[key] = decision.state
         await self.kube.annotate_custom(PLURAL, namespace, name, {AUTOSCALER_STATE: decision.state.to_json()})
         status.desired_replicas = decision.replicas
         status.current_metric_value = decision.metric_per_replica
         active = decision.reason != ReasonCode.METRIC_UNAVAILABLE
         status.conditions = set_service_condition(
-            status, "ScalingActive", active, decision.reason, message, service=service, now=now
+            status, "ScalingActive", active, reason, message, service=service, now=now
         )
         if self.metrics is not None:
             self.metrics.record_autoscaler_decision(current, decision.replicas, decision.reason)
         return decision.replicas
+
+
+def _bounded(message: str) -> str:
+    return message if len(message) <= MAX_ERROR_CHARS else message[: MAX_ERROR_CHARS - 1] + "…"
