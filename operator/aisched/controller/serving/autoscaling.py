@@ -8,6 +8,7 @@ annotation so that a restarted operator carries on where it stopped.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -55,10 +56,53 @@ class ServiceAutoscaler:
     """Told of each scale write, so the controller's copy of the service shows the new count at once."""
     _states: dict[ServiceKey, AutoscalerState] = field(default_factory=dict)
     _next_due: dict[ServiceKey, datetime] = field(default_factory=dict)
+    _reading: dict[ServiceKey, asyncio.Task[MetricReading]] = field(default_factory=dict)
+    """Metric reads in flight, one at most per service."""
+    _read: dict[ServiceKey, MetricReading] = field(default_factory=dict)
+    """Readings that came in and no pass has decided on yet."""
 
     def forget(self, key: ServiceKey) -> None:
         self._states.pop(key, None)
         self._next_due.pop(key, None)
+        self._read.pop(key, None)
+        task = self._reading.pop(key, None)
+        if task is not None:
+            task.cancel()
+
+    def start_read(
+        self,
+        key: ServiceKey,
+        service: InferenceService | None,
+        pods: Sequence[ServingPod],
+        arrived: Callable[[ServiceKey], None],
+    ) -> None:
+        """Read the service's metric in the background; ARRIVED is told when the reading is in.
+
+        No pass waits on a query: a tenant whose Prometheus queries hang delays its own
+        decisions only. A read still in flight when the next turn comes takes that turn.
+        """
+        if key in self._reading:
+            return
+        task = asyncio.create_task(self.read_metric(key, service, pods), name=f"metric of {key[0]}/{key[1]}")
+        self._reading[key] = task
+
+        def done(finished: asyncio.Task[MetricReading]) -> None:
+            if self._reading.get(key) is not finished:
+                return  # forgotten meanwhile
+            del self._reading[key]
+            if finished.cancelled():
+                return
+            self._read[key] = finished.result()
+            arrived(key)
+
+        task.add_done_callback(done)
+
+    def take_reading(self, key: ServiceKey) -> MetricReading | None:
+        """The reading that came in for the service since its last decision, if any."""
+        return self._read.pop(key, None)
+
+    def readings_in(self) -> set[ServiceKey]:
+        return set(self._read)
 
     def due(self, key: ServiceKey, service: InferenceService | None, now: datetime) -> bool:
         """Whether the service's autoscaler decides in this pass; if so, its next turn is one interval on."""
