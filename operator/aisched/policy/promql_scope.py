@@ -17,9 +17,11 @@ is handed on, so a printer mistake refuses a query rather than widening it.
 
 Refused (`QueryRefusedError`): what does not parse; selectors with ``or`` matcher groups (an
 extension Prometheus lacks); ``info()``, which reads ``target_info`` series beyond its
-arguments; nesting deeper than `MAX_DEPTH`; ranges longer than `MAX_RANGE` and subqueries of
-more than `MAX_SUBQUERY_POINTS` steps, which would make one autoscaler's turn cost
-Prometheus minutes. Pure: no I/O, no clock.
+arguments; nesting deeper than `MAX_DEPTH`; ``@`` a fixed time, and reaching back more
+than `MAX_LOOKBACK` (ranges and offsets added up), which would read what the namespace held
+before: a namespace deleted and made again may be another team's; subqueries of more than
+`MAX_SUBQUERY_POINTS` steps, which would make one autoscaler's turn cost Prometheus minutes.
+Pure: no I/O, no clock.
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ import promql_parser as pp
 
 MAX_DEPTH = 64
 """Nesting of expressions; the printer recurses, and no autoscaling metric needs more."""
-MAX_RANGE = timedelta(days=1)
+MAX_LOOKBACK = timedelta(days=1)
+"""How far back a query may read, its ranges and offsets added up along each path."""
 MAX_SUBQUERY_POINTS = 11_000
 """Prometheus's own cap on the points of a range query, applied to a subquery's steps."""
 DEFAULT_SUBQUERY_STEP = timedelta(minutes=1)
@@ -91,7 +94,7 @@ def scope_query(query: str, scope: TenantScope) -> str:
         tree = pp.parse(query)
     except (ValueError, OverflowError) as error:
         raise QueryRefusedError(f"metric.query is not valid PromQL: {_first_line(str(error))}") from None
-    scoped = _Printer(scope).expr(tree, 0)
+    scoped = _Printer(scope).expr(tree, _Where())
     check_scoped(scoped, scope)
     return scoped
 
@@ -138,55 +141,74 @@ def quote(value: str) -> str:
     return '"' + "".join(out) + '"'
 
 
+@dataclass(frozen=True)
+class _Where:
+    """Where the printer is in the tree: how deep, and how far back in time the enclosing ranges reach."""
+
+    depth: int = 0
+    back: timedelta = timedelta(0)
+
+    def deeper(self) -> _Where:
+        if self.depth >= MAX_DEPTH:
+            raise QueryRefusedError(f"the query nests deeper than {MAX_DEPTH} levels")
+        return _Where(self.depth + 1, self.back)
+
+    def reaching(self, offset: timedelta | None, span: timedelta) -> _Where:
+        back = self.back + abs(offset or timedelta(0)) + span
+        if back > MAX_LOOKBACK:
+            limit, asked = pp.display_duration(MAX_LOOKBACK), pp.display_duration(back)
+            raise QueryRefusedError(f"a query may reach back {limit} (ranges and offsets added up); this one, {asked}")
+        return _Where(self.depth, back)
+
+
 class _Printer:
     """PromQL text for a parsed tree, with every selector scoped; children are parenthesised, never guessed."""
 
     def __init__(self, scope: TenantScope) -> None:
         self.scope = scope
 
-    def expr(self, node: pp.Expr, depth: int) -> str:
-        if depth > MAX_DEPTH:
-            raise QueryRefusedError(f"the query nests deeper than {MAX_DEPTH} levels")
+    def expr(self, node: pp.Expr, where: _Where) -> str:
         if isinstance(node, pp.VectorSelector):
+            where.reaching(node.offset, timedelta(0))
             return self.matchers(node) + _modifiers(node.at, node.offset)
         if isinstance(node, pp.MatrixSelector):
             vector = node.vector_selector
-            _bounded_range(node.range)
+            where.reaching(vector.offset, node.range)
             return self.matchers(vector) + f"[{_duration(node.range)}]" + _modifiers(vector.at, vector.offset)
         if isinstance(node, pp.NumberLiteral):
             return _number(node.val)
         if isinstance(node, pp.StringLiteral):
             return quote(node.val)
-        return self.compound(node, depth + 1)
+        return self.compound(node, where.deeper())
 
-    def compound(self, node: pp.Expr, depth: int) -> str:
+    def compound(self, node: pp.Expr, where: _Where) -> str:
         if isinstance(node, pp.ParenExpr):
-            return f"({self.expr(node.expr, depth)})"
+            return f"({self.expr(node.expr, where)})"
         if isinstance(node, pp.UnaryExpr):
-            return f"-{self.operand(node.expr, depth)}"
+            return f"-{self.operand(node.expr, where)}"
         if isinstance(node, pp.BinaryExpr):
-            return self.binary(node, depth)
+            return self.binary(node, where)
         if isinstance(node, pp.AggregateExpr):
-            return self.aggregate(node, depth)
+            return self.aggregate(node, where)
         if isinstance(node, pp.Call):
-            return self.call(node, depth)
+            return self.call(node, where)
         if isinstance(node, pp.SubqueryExpr):
-            return self.subquery(node, depth)
+            return self.subquery(node, where)
         raise QueryRefusedError(f"metric.query holds a {type(node).__name__}, which cannot be confined to a namespace")
 
-    def call(self, node: pp.Call, depth: int) -> str:
+    def call(self, node: pp.Call, where: _Where) -> str:
         name = node.func.name
         if name in IMPLICIT_READS:
             raise QueryRefusedError(f"{name}() reads series beyond its arguments and is not allowed in metric.query")
         if not _LABEL_NAME.fullmatch(name):
             raise QueryRefusedError(f"unknown function {name[:64]!r}")
-        return f"{name}({', '.join(self.expr(arg, depth) for arg in node.args)})"
+        return f"{name}({', '.join(self.expr(arg, where) for arg in node.args)})"
 
-    def operand(self, node: pp.Expr, depth: int) -> str:
+    def operand(self, node: pp.Expr, where: _Where) -> str:
         """An operand in parentheses (its own, if it has them), so precedence is the tree's, not the text's."""
         if isinstance(node, pp.MatrixSelector):
             raise QueryRefusedError("a range vector cannot be an operand")
-        text = self.expr(node, depth)
+        text = self.expr(node, where)
         return text if isinstance(node, pp.ParenExpr) else f"({text})"
 
     def matchers(self, node: pp.VectorSelector) -> str:
@@ -203,7 +225,7 @@ class _Printer:
             parts.append(enforced)
         return "{" + ", ".join(parts) + "}"
 
-    def binary(self, node: pp.BinaryExpr, depth: int) -> str:
+    def binary(self, node: pp.BinaryExpr, where: _Where) -> str:
         op = str(node.op)
         if op not in _OPERATORS:
             raise QueryRefusedError(f"operator {op[:16]!r} is not allowed")
@@ -222,9 +244,9 @@ class _Printer:
                 words.append(f"group_left {_labels(modifier.group_labels or [])}")
             elif op not in _SET_OPERATORS and modifier.card == pp.VectorMatchCardinality.OneToMany:
                 words.append(f"group_right {_labels(modifier.group_labels or [])}")
-        return f"{self.operand(node.lhs, depth)} {' '.join(words)} {self.operand(node.rhs, depth)}"
+        return f"{self.operand(node.lhs, where)} {' '.join(words)} {self.operand(node.rhs, where)}"
 
-    def aggregate(self, node: pp.AggregateExpr, depth: int) -> str:
+    def aggregate(self, node: pp.AggregateExpr, where: _Where) -> str:
         op = str(node.op)
         if op not in _AGGREGATIONS:
             raise QueryRefusedError(f"aggregation {op[:16]!r} is not allowed")
@@ -232,29 +254,23 @@ class _Printer:
         if node.modifier is not None:
             keyword = "by" if node.modifier.type == pp.AggModifierType.By else "without"
             grouping = f" {keyword} {_labels(node.modifier.labels)}"
-        args = [self.expr(node.expr, depth)]
+        args = [self.expr(node.expr, where)]
         if node.param is not None:
-            args.insert(0, self.expr(node.param, depth))
+            args.insert(0, self.expr(node.param, where))
         return f"{op}{grouping} ({', '.join(args)})"
 
-    def subquery(self, node: pp.SubqueryExpr, depth: int) -> str:
+    def subquery(self, node: pp.SubqueryExpr, where: _Where) -> str:
         span = node.range
         if span is None:
             raise QueryRefusedError("a subquery needs a range")
-        _bounded_range(span)
+        inner = where.reaching(node.offset, span)
         step = node.step
         interval = step or DEFAULT_SUBQUERY_STEP
         points = span / interval if interval > timedelta(0) else math.inf
         if points > MAX_SUBQUERY_POINTS:
             raise QueryRefusedError(f"a subquery may take at most {MAX_SUBQUERY_POINTS} steps; this one, {points:.0f}")
         window = f"[{_duration(span)}:{_duration(step) if step else ''}]"
-        return f"{self.operand(node.expr, depth)}{window}" + _modifiers(node.at, node.offset)
-
-
-def _bounded_range(span: timedelta) -> None:
-    if span > MAX_RANGE:
-        limit, asked = pp.display_duration(MAX_RANGE), pp.display_duration(span)
-        raise QueryRefusedError(f"ranges are limited to {limit}; this one is {asked}")
+        return f"{self.operand(node.expr, inner)}{window}" + _modifiers(node.at, node.offset)
 
 
 def _duration(span: timedelta) -> str:
@@ -272,10 +288,8 @@ def _modifiers(at: pp.AtModifier | None, offset: timedelta | None) -> str:
             text += " @ start()"
         elif at.type == pp.AtModifierType.End:
             text += " @ end()"
-        elif at.at is not None:
-            text += f" @ {at.at.timestamp():.3f}"
-        else:
-            raise QueryRefusedError("an @ modifier without a time")
+        else:  # a fixed time: whatever the namespace's name held then, maybe another team's
+            raise QueryRefusedError("@ a fixed time is not allowed in metric.query; @ start() and @ end() are")
     if offset:
         sign = "-" if offset < timedelta(0) else ""
         text += f" offset {sign}{_duration(abs(offset))}"

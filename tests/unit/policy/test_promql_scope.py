@@ -212,7 +212,12 @@ REFUSED = [
     ("", "not valid PromQL"),
     ("info(up)", "info() reads series beyond its arguments"),
     ('up{job="a" or namespace="team-b"}', "'or' between label matchers"),
-    ("rate(up[2d])", "ranges are limited to 1d"),
+    ("rate(up[2d])", "may reach back 1d (ranges and offsets added up); this one, 2d"),
+    ("up offset 25h", "this one, 1d1h"),
+    ("max_over_time(rate(up[1h] offset 20h)[4h:])", "this one, 1d1h"),
+    ("max_over_time(rate(up[1h] offset -20h)[4h:])", "this one, 1d1h"),
+    ("max_over_time(rate(up[1h])[4h:] offset 20h)", "this one, 1d1h"),
+    ("up @ 1609746000", "@ a fixed time is not allowed"),
     ("max_over_time(up[1d:1ms])", "at most 11000 steps"),
     ("max_over_time(up[1d:])", None),  # 1440 steps of the default minute: allowed
     ("(" * 70 + "up" + ")" * 70, "nests deeper than 64"),
