@@ -127,17 +127,19 @@ def scoped_selector(selector: pp.VectorSelector, scope: TenantScope) -> bool:
 
 
 def quote(value: str) -> str:
-    """A PromQL double-quoted string for any text: only Go escapes Prometheus's lexer reads back."""
+    """A PromQL double-quoted string for any text: printable characters as they are, the rest as Go escapes."""
     out = []
     for char in value:
         if char in ('"', "\\"):
             out.append("\\" + char)
         elif char == "\n":
             out.append("\\n")
-        elif ord(char) < 0x20 or ord(char) == 0x7F or 0xD800 <= ord(char) <= 0xDFFF:
+        elif char.isprintable():
+            out.append(char)
+        elif ord(char) <= 0xFFFF:
             out.append(f"\\u{ord(char):04x}")
         else:
-            out.append(char)
+            out.append(f"\\U{ord(char):08x}")
     return '"' + "".join(out) + '"'
 
 
