@@ -1,13 +1,20 @@
 """A tenant's PromQL metric reads its own namespace only, and one tenant's hanging queries stop no one else.
 
-The load exporter and the real Prometheus of test_inferenceservice serve
-`http_requests_total{namespace, pod}`. The operator reads that Prometheus through
-a proxy this module runs, which holds every query naming one namespace (the slow
-tenant) far past the operator's query timeout and passes the others through.
+First, without a cluster: the Prometheus source against a real Prometheus scraping
+two namespaces' series, asked what the attacks on tenancy ask.
+
+Then the operator: the load exporter and the real Prometheus of test_inferenceservice
+serve `http_requests_total{namespace, pod}`, and the operator reads that Prometheus
+through a proxy this module runs, which holds every query naming one namespace (the
+slow tenant) far past the operator's query timeout and passes the others through.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
+import shutil
+import subprocess
 import threading
 import urllib.error
 import urllib.request
@@ -18,8 +25,12 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import pytest
+import yaml
 from kubernetes import client
+from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
+from aisched.api.inference_service import MetricSpec, MetricType
+from aisched.sources.prometheus import PrometheusError, PrometheusSource
 from aisched.testing.cluster import LocalCluster, apply, free_ports, wait_for
 from aisched.testing.operator import OperatorProcess
 from tests.integration.test_inferenceservice import (
@@ -35,8 +46,104 @@ from tests.integration.test_inferenceservice import (
 
 __all__ = ["load", "prometheus"]  # module fixtures this module uses too
 
-pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("proxied_operator")]
+pytestmark = pytest.mark.integration
 HOLD_SECONDS = 30
+OWN, OTHER = "team-a", "team-b"
+
+
+# -- the source against a real Prometheus ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def two_tenants_prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Prometheus scraping secret_metric: 1 per pod in team-a (two pods), 42 in team-b."""
+    registry = CollectorRegistry()
+    gauge = Gauge("secret_metric", "A value each team keeps to itself.", ["namespace", "pod"], registry=registry)
+    gauge.labels(OWN, "a-1").set(1)
+    gauge.labels(OWN, "a-2").set(1)
+    gauge.labels(OTHER, "b-1").set(42)
+    (exporter_port, port) = free_ports(2)
+    server, thread = start_http_server(exporter_port, addr="127.0.0.1", registry=registry)
+    workdir = tmp_path_factory.mktemp("prometheus-tenants")
+    scrape = {"job_name": "tenants", "static_configs": [{"targets": [f"127.0.0.1:{exporter_port}"]}]}
+    (workdir / "prometheus.yml").write_text(
+        yaml.safe_dump({"global": {"scrape_interval": "1s"}, "scrape_configs": [scrape]})
+    )
+    binary = shutil.which("prometheus")
+    if binary is None:
+        pytest.fail("prometheus is not installed: hack/install-tools.sh (apt-get install -y prometheus)")
+    url = f"http://127.0.0.1:{port}"
+    with (workdir / "prometheus.log").open("wb") as log:
+        process = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={workdir / 'prometheus.yml'}",
+                f"--storage.tsdb.path={workdir / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_for(lambda: _scraped(url), 60, "Prometheus to scrape both teams' series")
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def _scraped(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/api/v1/query?query=count(secret_metric)", timeout=1) as response:
+            result = json.loads(response.read())["data"]["result"]
+    except OSError:
+        return False
+    return bool(result) and result[0]["value"][1] == "3"
+
+
+def read_as_tenant(url: str, query: str) -> float | None:
+    async def read() -> float | None:
+        async with PrometheusSource(url, timeout_seconds=5) as source:
+            spec = MetricSpec(type=MetricType.PROMQL, query=query, target_per_replica=1)
+            sample = await source.service_metric(spec, OWN, [])
+        return None if sample is None else sample.value
+
+    return asyncio.run(read())
+
+
+@pytest.mark.parametrize(
+    ("query", "own_value"),
+    [
+        ("sum(secret_metric)", 2),
+        ('sum(secret_metric{namespace="team-b"})', None),
+        ('sum(secret_metric{namespace=~".*"})', 2),
+        ('sum(secret_metric{namespace!="team-a"})', None),
+        ('sum({__name__=~"secret.*"})', 2),
+        ('sum(label_replace(secret_metric, "namespace", "team-b", "", ""))', 2),
+        ('sum(secret_metric{namespace="team-b"} or secret_metric)', 2),
+        ('max_over_time(sum(secret_metric{namespace="team-b"})[1m:1s])', None),
+        ('sum(secret_metric{namespace="team-b"} @ end())', None),
+        ('count(secret_metric{job="\\"} or secret_metric{namespace=\\"team-b\\""})', None),
+        ('scalar(sum(secret_metric{namespace="team-b"}))', None),  # NaN: no value
+    ],
+)
+def test_a_tenants_query_reads_only_its_own_namespace(
+    two_tenants_prometheus: str, query: str, own_value: float | None
+) -> None:
+    assert read_as_tenant(two_tenants_prometheus, query) == own_value
+
+
+def test_prometheus_error_text_never_reaches_the_tenant(two_tenants_prometheus: str) -> None:
+    # Prometheus names the duplicate series, label sets and all, in this error.
+    with pytest.raises(PrometheusError) as raised:
+        read_as_tenant(two_tenants_prometheus, "vector(1) + on() secret_metric")
+    assert str(raised.value) == "Prometheus rejected the query (execution, HTTP 422); the reason is in the operator log"
+
+
+# -- the operator -----------------------------------------------------------------------
 
 
 class SlowTenantProxy:
@@ -142,6 +249,7 @@ def scaling_condition(cluster: LocalCluster, namespace: str, name: str) -> dict[
     return next((c for c in conditions if c["type"] == "ScalingActive"), {})
 
 
+@pytest.mark.usefixtures("proxied_operator")
 def test_a_query_naming_another_namespace_reads_only_its_own(
     cluster: LocalCluster, namespace: str, other_namespace: str, load: LoadExporter
 ) -> None:
@@ -162,6 +270,7 @@ def test_a_query_naming_another_namespace_reads_only_its_own(
     assert spec_replicas(cluster, namespace, "snoop") == 1
 
 
+@pytest.mark.usefixtures("proxied_operator")
 def test_a_query_that_cannot_be_confined_is_refused_with_a_condition(cluster: LocalCluster, namespace: str) -> None:
     apply(cluster, namespace, promql("odd", "sum(info(up))"))
     wait_for(
@@ -172,6 +281,7 @@ def test_a_query_that_cannot_be_confined_is_refused_with_a_condition(cluster: Lo
     assert "info() reads series beyond its arguments" in scaling_condition(cluster, namespace, "odd")["message"]
 
 
+@pytest.mark.usefixtures("proxied_operator")
 def test_one_tenants_hanging_queries_stop_no_other_tenant(
     cluster: LocalCluster, namespace: str, other_namespace: str, load: LoadExporter, proxy: SlowTenantProxy
 ) -> None:
