@@ -22,7 +22,8 @@ Tenants are kept apart. A PromQL metric is confined to its service's namespace
 (built-in metrics, energy, carbon) are sent as written. Each tenant (namespace) has its
 own circuit and at most `PER_TENANT_IN_FLIGHT` queries in flight, and all of them together
 at most `MAX_IN_FLIGHT`, so one namespace's slow or failing queries open only its own
-circuit and never take the others' turns. Answers are read as a stream and refused past
+circuit and never take the others' turns (waiting for a place among all of them counts
+against no circuit). Answers are read as a stream and refused past
 `MAX_ANSWER_BYTES`. Error messages, which reach the tenant's conditions and events, name
 the HTTP status and a class of error, never Prometheus's text (which can quote other
 series' label sets); that text is logged for the operator.
@@ -146,6 +147,7 @@ class PrometheusSource:
         names: MetricNames = MetricNames(),
         client: httpx.AsyncClient | None = None,
         retry: Retry | None = None,
+        max_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
         self.url = url.rstrip("/")
         self.timeout_seconds = timeout_seconds
@@ -153,7 +155,8 @@ class PrometheusSource:
         self.retry = retry or Retry()
         self._circuits: dict[str, Circuit] = {}
         self._in_flight: dict[str, int] = {}
-        self._gate = asyncio.Semaphore(MAX_IN_FLIGHT)
+        self.max_in_flight = max_in_flight
+        self._gate = asyncio.Semaphore(max_in_flight)
         self._owns_client = client is None
         self._client = client or httpx.AsyncClient(timeout=timeout_seconds, headers=dict(headers or {}))
 
@@ -193,16 +196,9 @@ class PrometheusSource:
         if self._in_flight.get(tenant, 0) >= PER_TENANT_IN_FLIGHT:
             raise PrometheusUnavailableError(f"{PER_TENANT_IN_FLIGHT} queries of this namespace are still running")
         self._in_flight[tenant] = self._in_flight.get(tenant, 0) + 1
+        deadline = asyncio.get_running_loop().time() + self.timeout_seconds
         try:
-            sample = await asyncio.wait_for(self._query_gated(promql, at), timeout=self.timeout_seconds)
-        except TimeoutError:
-            self._failed(tenant)
-            raise PrometheusUnavailableError(
-                f"Prometheus at {self.url} did not answer within {self.timeout_seconds:g} s"
-            ) from None
-        except PrometheusUnavailableError:
-            self._failed(tenant)
-            raise
+            sample = await self._query_gated(promql, at, tenant, deadline)
         finally:
             self._in_flight[tenant] -= 1
             if not self._in_flight[tenant]:
@@ -217,9 +213,28 @@ class PrometheusSource:
     def _failed(self, tenant: str) -> None:
         self._circuits[tenant] = after_failure(self.circuit(tenant), self.retry.breaker, self.retry.clock())
 
-    async def _query_gated(self, promql: str, at: datetime | None) -> MetricSample | None:
-        async with self._gate:
-            return await self._query_retrying(promql, at)
+    async def _query_gated(self, promql: str, at: datetime | None, tenant: str, deadline: float) -> MetricSample | None:
+        """The query once a place among all tenants' is free; waiting for one counts against no circuit."""
+        try:
+            async with asyncio.timeout_at(deadline):
+                await self._gate.acquire()
+        except TimeoutError:
+            raise PrometheusUnavailableError(
+                f"{self.max_in_flight} queries of other namespaces kept Prometheus busy for {self.timeout_seconds:g} s"
+            ) from None
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await self._query_retrying(promql, at)
+        except TimeoutError:
+            self._failed(tenant)
+            raise PrometheusUnavailableError(
+                f"Prometheus at {self.url} did not answer within {self.timeout_seconds:g} s"
+            ) from None
+        except PrometheusUnavailableError:
+            self._failed(tenant)
+            raise
+        finally:
+            self._gate.release()
 
     async def _query_retrying(self, promql: str, at: datetime | None) -> MetricSample | None:
         for attempt in range(self.retry.retries + 1):

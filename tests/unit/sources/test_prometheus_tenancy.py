@@ -218,3 +218,27 @@ async def test_many_series_are_refused_by_count_never_listed() -> None:
     with pytest.raises(PrometheusError) as raised:
         await source(handler).service_metric(promql("x"), "team-a", [])
     assert str(raised.value) == "the query returned 500 series; wrap it in sum() to get one value"
+
+
+@pytest.mark.asyncio
+@pytest.mark.looptime
+async def test_waiting_for_a_place_among_all_tenants_opens_no_circuit() -> None:
+    release = asyncio.Event()
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        if 'namespace="team-b"' in query_of(request):
+            await release.wait()
+        return httpx.Response(200, json=ONE)
+
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    retry = Retry(retries=0, clock=Clock(), sleep=no_sleep)
+    prometheus = PrometheusSource("http://prometheus", client=client, retry=retry, max_in_flight=1)
+    hanging = asyncio.create_task(prometheus.service_metric(promql("sum(x)"), "team-b", []))
+    await asyncio.sleep(0)  # team-b takes the one place
+    with pytest.raises(PrometheusUnavailableError, match="other namespaces kept Prometheus busy for 5 s"):
+        await prometheus.service_metric(promql("sum(x)"), "team-a", [])
+    assert not prometheus.circuit("team-a").failures
+    with pytest.raises(PrometheusUnavailableError, match="did not answer within 5 s"):
+        await hanging
+    assert prometheus.circuit("team-b").failures == 1
+    assert await prometheus.service_metric(promql("sum(x)"), "team-a", []) is not None  # the place is free again
