@@ -92,7 +92,11 @@ class ServiceAutoscaler:
             del self._reading[key]
             if finished.cancelled():
                 return
-            self._read[key] = finished.result()
+            failure = finished.exception()
+            reading = finished.result() if failure is None else MetricReading(None, "reading the metric failed")
+            if failure is not None:
+                log.error("reading the metric of InferenceService %s/%s failed", *key, exc_info=failure)
+            self._read[key] = reading
             arrived(key)
 
         task.add_done_callback(done)
