@@ -49,7 +49,8 @@ class MetricSpec(ApiModel):
     query: str | None = Field(
         default=None,
         max_length=4096,
-        description="PromQL returning the service-wide value; divided by ready replicas.",
+        description="PromQL returning the service-wide value; divided by ready replicas. Every selector is "
+        "confined to the service's namespace; a query that cannot be is refused (MetricQueryRefused).",
     )
     target_per_replica: float = Field(gt=0, description="Desired metric value per replica.")
 

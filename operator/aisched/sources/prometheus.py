@@ -16,11 +16,24 @@ drips its answer passes every per-read timeout, never this one). 429 and 5xx are
 after a jittered backoff; outages (those, timeouts, no connection) count towards a circuit
 (`aisched.policy.circuit`) which, open, answers at once without asking, so a Prometheus that
 is down costs each later pass nothing.
+
+Tenants are kept apart. A PromQL metric is confined to its service's namespace
+(`aisched.policy.promql_scope`) before it is sent; queries the operator writes itself
+(built-in metrics, energy, carbon) are sent as written. Each tenant (namespace) has its
+own circuit and at most `PER_TENANT_IN_FLIGHT` queries in flight, and all of them together
+at most `MAX_IN_FLIGHT`, so one namespace's slow or failing queries open only its own
+circuit and never take the others' turns (waiting for a place among all of them counts
+against no circuit). Answers are read as a stream and refused past
+`MAX_ANSWER_BYTES`. Error messages, which reach the tenant's conditions and events, name
+the HTTP status and a class of error, never Prometheus's text (which can quote other
+series' label sets); that text is logged for the operator.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import math
 import random
 import re
@@ -34,9 +47,19 @@ import httpx
 
 from aisched.api.inference_service import MetricSpec, MetricType
 from aisched.policy.autoscale import MetricSample
-from aisched.policy.circuit import Breaker, Circuit, after_failure, after_success, allows
+from aisched.policy.circuit import Breaker, Circuit, after_failure, allows
+from aisched.policy.promql_scope import QueryRefusedError, TenantScope, scope_query
 
+log = logging.getLogger(__name__)
 _BODY_EXCERPT = 200
+"""Of a reply body, in the operator's log only."""
+MAX_ANSWER_BYTES = 1 << 20
+"""An instant query for one value answers in bytes; a megabyte is someone selecting everything."""
+MAX_IN_FLIGHT = 32
+PER_TENANT_IN_FLIGHT = 4
+OPERATOR = ""
+"""The tenant key of the operator's own queries (energy, carbon)."""
+_ERROR_TYPES = frozenset({"bad_data", "execution", "timeout", "canceled", "internal", "unavailable", "not_found"})
 
 
 class PrometheusError(Exception):
@@ -45,6 +68,10 @@ class PrometheusError(Exception):
 
 class PrometheusUnavailableError(PrometheusError):
     """Prometheus could not be asked (timeout, no connection, 429, 5xx): an outage, not a bad query."""
+
+
+class MetricQueryRefusedError(PrometheusError):
+    """The service's PromQL cannot be confined to its namespace; it is not sent."""
 
 
 @dataclass(frozen=True)
@@ -120,12 +147,16 @@ class PrometheusSource:
         names: MetricNames = MetricNames(),
         client: httpx.AsyncClient | None = None,
         retry: Retry | None = None,
+        max_in_flight: int = MAX_IN_FLIGHT,
     ) -> None:
         self.url = url.rstrip("/")
         self.timeout_seconds = timeout_seconds
         self.names = names
         self.retry = retry or Retry()
-        self.circuit = Circuit()
+        self._circuits: dict[str, Circuit] = {}
+        self._in_flight: dict[str, int] = {}
+        self.max_in_flight = max_in_flight
+        self._gate = asyncio.Semaphore(max_in_flight)
         self._owns_client = client is None
         self._client = client or httpx.AsyncClient(timeout=timeout_seconds, headers=dict(headers or {}))
 
@@ -145,27 +176,65 @@ class PrometheusSource:
         """The service-wide value of an InferenceService's metric; None when there is none."""
         if not pods and metric.type != MetricType.PROMQL:
             return None
-        return await self.query(builtin_query(metric, namespace, pods, self.names))
+        promql = builtin_query(metric, namespace, pods, self.names)
+        if metric.type == MetricType.PROMQL:
+            try:
+                promql = scope_query(promql, TenantScope(namespace, self.names.namespace_label))
+            except QueryRefusedError as refused:
+                raise MetricQueryRefusedError(str(refused)) from None
+        return await self.query(promql, tenant=namespace)
 
-    async def query(self, promql: str, at: datetime | None = None) -> MetricSample | None:
-        """One instant query; the sample carries the evaluation time Prometheus reports."""
-        if not allows(self.circuit, self.retry.clock()):
+    async def query(self, promql: str, at: datetime | None = None, *, tenant: str = OPERATOR) -> MetricSample | None:
+        """One instant query, on `tenant`'s circuit; the sample carries the evaluation time Prometheus reports."""
+        circuit = self._circuits.get(tenant, Circuit())
+        if not allows(circuit, self.retry.clock()):
+            whose = f" of namespace {tenant}'s queries" if tenant else ""
             raise PrometheusUnavailableError(
-                f"Prometheus at {self.url} is not asked until {self.circuit.reopens_at()} after "
-                f"{self.circuit.failures} failures in a row"
+                f"Prometheus at {self.url} is not asked until {circuit.reopens_at()} after "
+                f"{circuit.failures} failures in a row{whose}"
             )
+        if self._in_flight.get(tenant, 0) >= PER_TENANT_IN_FLIGHT:
+            raise PrometheusUnavailableError(f"{PER_TENANT_IN_FLIGHT} queries of this namespace are still running")
+        self._in_flight[tenant] = self._in_flight.get(tenant, 0) + 1
+        deadline = asyncio.get_running_loop().time() + self.timeout_seconds
         try:
-            sample = await asyncio.wait_for(self._query_retrying(promql, at), timeout=self.timeout_seconds)
+            sample = await self._query_gated(promql, at, tenant, deadline)
+        finally:
+            self._in_flight[tenant] -= 1
+            if not self._in_flight[tenant]:
+                del self._in_flight[tenant]
+        self._circuits.pop(tenant, None)  # closed: a closed circuit is no entry
+        return sample
+
+    def circuit(self, tenant: str = OPERATOR) -> Circuit:
+        """The circuit of one tenant's queries."""
+        return self._circuits.get(tenant, Circuit())
+
+    def _failed(self, tenant: str) -> None:
+        self._circuits[tenant] = after_failure(self.circuit(tenant), self.retry.breaker, self.retry.clock())
+
+    async def _query_gated(self, promql: str, at: datetime | None, tenant: str, deadline: float) -> MetricSample | None:
+        """The query once a place among all tenants' is free; waiting for one counts against no circuit."""
+        try:
+            async with asyncio.timeout_at(deadline):
+                await self._gate.acquire()
         except TimeoutError:
-            self.circuit = after_failure(self.circuit, self.retry.breaker, self.retry.clock())
+            raise PrometheusUnavailableError(
+                f"{self.max_in_flight} queries of other namespaces kept Prometheus busy for {self.timeout_seconds:g} s"
+            ) from None
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await self._query_retrying(promql, at)
+        except TimeoutError:
+            self._failed(tenant)
             raise PrometheusUnavailableError(
                 f"Prometheus at {self.url} did not answer within {self.timeout_seconds:g} s"
             ) from None
         except PrometheusUnavailableError:
-            self.circuit = after_failure(self.circuit, self.retry.breaker, self.retry.clock())
+            self._failed(tenant)
             raise
-        self.circuit = after_success(self.circuit)
-        return sample
+        finally:
+            self._gate.release()
 
     async def _query_retrying(self, promql: str, at: datetime | None) -> MetricSample | None:
         for attempt in range(self.retry.retries + 1):
@@ -184,36 +253,56 @@ class PrometheusSource:
         endpoint = f"{self.url}/api/v1/query"
         try:
             # POST: queries naming many pods outgrow what proxies accept in a URL.
-            response = await self._client.post(endpoint, data=form, timeout=self.timeout_seconds)
+            async with self._client.stream("POST", endpoint, data=form, timeout=self.timeout_seconds) as response:
+                body = await _read_capped(response, self.url)
         except httpx.TimeoutException as exc:
             raise PrometheusUnavailableError(
                 f"Prometheus at {self.url} did not answer within {self.timeout_seconds:g} s"
             ) from exc
         except httpx.HTTPError as exc:
-            raise PrometheusUnavailableError(f"cannot reach Prometheus at {self.url}: {exc}") from exc
+            log.warning("cannot reach Prometheus at %s: %s", self.url, exc)
+            raise PrometheusUnavailableError(f"cannot reach Prometheus at {self.url} ({type(exc).__name__})") from exc
         if response.status_code == 429 or response.status_code >= 500:
             try:
-                return _parse(response, self.url)
+                return _parse(response.status_code, body, self.url)
             except PrometheusError as error:
                 raise PrometheusUnavailableError(str(error)) from None
-        return _parse(response, self.url)
+        return _parse(response.status_code, body, self.url)
 
 
-def _parse(response: httpx.Response, url: str) -> MetricSample | None:
+async def _read_capped(response: httpx.Response, url: str) -> bytes:
+    """The body, read as it comes; past MAX_ANSWER_BYTES (decoded) the rest is never read."""
+    declared = response.headers.get("Content-Length", "")
+    if declared.isdigit() and int(declared) > MAX_ANSWER_BYTES:
+        raise PrometheusError(f"Prometheus at {url} answered more than {MAX_ANSWER_BYTES} bytes: answer too large")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > MAX_ANSWER_BYTES:
+            raise PrometheusError(f"Prometheus at {url} answered more than {MAX_ANSWER_BYTES} bytes: answer too large")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _parse(status: int, raw: bytes, url: str) -> MetricSample | None:
     try:
-        body = response.json()
+        body = json.loads(raw)
     except ValueError:
-        raise PrometheusError(
-            f"Prometheus at {url} answered HTTP {response.status_code} with a body that is not JSON: "
-            f"{response.text[:_BODY_EXCERPT]!r}"
-        ) from None
+        log.warning("Prometheus at %s answered HTTP %d, not JSON: %r", url, status, raw[:_BODY_EXCERPT])
+        raise PrometheusError(f"Prometheus at {url} answered HTTP {status} with a body that is not JSON") from None
     if not isinstance(body, dict):
-        raise PrometheusError(f"Prometheus at {url} answered with unexpected JSON: {str(body)[:_BODY_EXCERPT]}")
+        raise PrometheusError(f"Prometheus at {url} answered HTTP {status} with unexpected JSON")
     if body.get("status") != "success":
-        kind = body.get("errorType") or f"HTTP {response.status_code}"
-        raise PrometheusError(f"Prometheus rejected the query ({kind}): {body.get('error') or 'no reason given'}")
-    if response.is_error:
-        raise PrometheusError(f"Prometheus at {url} answered HTTP {response.status_code}")
+        # The error text can quote series and label sets of any namespace: the operator's log only.
+        log.warning("Prometheus at %s rejected a query (HTTP %d): %.1000s", url, status, body.get("error"))
+        kind = body.get("errorType")
+        named = f"{kind}, " if isinstance(kind, str) and kind in _ERROR_TYPES else ""
+        raise PrometheusError(
+            f"Prometheus rejected the query ({named}HTTP {status}); the reason is in the operator log"
+        )
+    if status >= 400:
+        raise PrometheusError(f"Prometheus at {url} answered HTTP {status}")
     data = body.get("data")
     if not isinstance(data, dict):
         raise PrometheusError(f"Prometheus at {url} answered without a data object")
@@ -224,7 +313,8 @@ def _sample(result_type: Any, result: Any) -> MetricSample | None:
     if result_type == "scalar":
         return _point(result)
     if result_type != "vector":
-        raise PrometheusError(f"the query returned a {result_type}; it must return an instant vector or a scalar")
+        kind = result_type if result_type in ("matrix", "string") else "result of an unknown type"
+        raise PrometheusError(f"the query returned a {kind}; it must return an instant vector or a scalar")
     if not isinstance(result, list):
         raise PrometheusError("the query's vector result is not a list")
     if not result:
@@ -244,7 +334,7 @@ def _point(point: Any) -> MetricSample | None:
         value = float(text)
         observed_at = datetime.fromtimestamp(float(timestamp), UTC)
     except (TypeError, ValueError, OverflowError, OSError):
-        raise PrometheusError(f"the query returned a sample that is not [time, value]: {point!r}") from None
+        raise PrometheusError("the query returned a sample that is not [time, value]") from None
     if not math.isfinite(value):
         return None
     return MetricSample(value, observed_at)

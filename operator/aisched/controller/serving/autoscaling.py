@@ -8,6 +8,7 @@ annotation so that a restarted operator carries on where it stopped.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,11 +24,14 @@ from aisched.policy.autoscale import AutoscalerState, MetricSample, ReasonCode, 
 from aisched.policy.autoscale import decide_replicas as decide_autoscale
 from aisched.policy.serving_status import find_condition, set_service_condition
 from aisched.settings import Settings
-from aisched.sources.prometheus import PrometheusError, PrometheusSource
+from aisched.sources.prometheus import MetricQueryRefusedError, PrometheusError, PrometheusSource
 
 log = logging.getLogger(__name__)
 PLURAL = "inferenceservices"
 NO_PROMETHEUS = "no Prometheus is configured (AISCHED_AUTOSCALER__PROMETHEUS_URL)"
+METRIC_QUERY_REFUSED = "MetricQueryRefused"
+MAX_ERROR_CHARS = 256
+"""Of why a metric could not be read, as the tenant sees it in conditions and events."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,8 @@ class MetricReading:
 
     sample: MetricSample | None
     error: str | None = None
+    reason: str | None = None
+    """The condition's reason when it is the tenant's to fix (MetricQueryRefused), not an outage."""
 
 
 @dataclass
@@ -50,10 +56,57 @@ class ServiceAutoscaler:
     """Told of each scale write, so the controller's copy of the service shows the new count at once."""
     _states: dict[ServiceKey, AutoscalerState] = field(default_factory=dict)
     _next_due: dict[ServiceKey, datetime] = field(default_factory=dict)
+    _reading: dict[ServiceKey, asyncio.Task[MetricReading]] = field(default_factory=dict)
+    """Metric reads in flight, one at most per service."""
+    _read: dict[ServiceKey, MetricReading] = field(default_factory=dict)
+    """Readings that came in and no pass has decided on yet."""
 
     def forget(self, key: ServiceKey) -> None:
         self._states.pop(key, None)
         self._next_due.pop(key, None)
+        self._read.pop(key, None)
+        task = self._reading.pop(key, None)
+        if task is not None:
+            task.cancel()
+
+    def start_read(
+        self,
+        key: ServiceKey,
+        service: InferenceService | None,
+        pods: Sequence[ServingPod],
+        arrived: Callable[[ServiceKey], None],
+    ) -> None:
+        """Read the service's metric in the background; ARRIVED is told when the reading is in.
+
+        No pass waits on a query: a tenant whose Prometheus queries hang delays its own
+        decisions only. A read still in flight when the next turn comes takes that turn.
+        """
+        if key in self._reading:
+            return
+        task = asyncio.create_task(self.read_metric(key, service, pods), name=f"metric of {key[0]}/{key[1]}")
+        self._reading[key] = task
+
+        def done(finished: asyncio.Task[MetricReading]) -> None:
+            if self._reading.get(key) is not finished:
+                return  # forgotten meanwhile
+            del self._reading[key]
+            if finished.cancelled():
+                return
+            failure = finished.exception()
+            reading = finished.result() if failure is None else MetricReading(None, "reading the metric failed")
+            if failure is not None:
+                log.error("reading the metric of InferenceService %s/%s failed", *key, exc_info=failure)
+            self._read[key] = reading
+            arrived(key)
+
+        task.add_done_callback(done)
+
+    def take_reading(self, key: ServiceKey) -> MetricReading | None:
+        """The reading that came in for the service since its last decision, if any."""
+        return self._read.pop(key, None)
+
+    def readings_in(self) -> set[ServiceKey]:
+        return set(self._read)
 
     def due(self, key: ServiceKey, service: InferenceService | None, now: datetime) -> bool:
         """Whether the service's autoscaler decides in this pass; if so, its next turn is one interval on."""
@@ -81,11 +134,13 @@ class ServiceAutoscaler:
         names = sorted(p.name for p in pods if p.serving_candidate)
         try:
             sample = await self.prometheus.service_metric(service.spec.autoscaling.metric, key[0], names)
+        except MetricQueryRefusedError as refused:
+            return MetricReading(None, _bounded(f"metric.query is not sent: {refused}"), METRIC_QUERY_REFUSED)
         except PrometheusError as error:
-            return MetricReading(None, str(error))
-        except Exception as error:  # one service's metric must not stop the others' reconciles
+            return MetricReading(None, _bounded(str(error)))
+        except Exception:  # one service's metric must not stop the others' reconciles
             log.exception("reading the metric of InferenceService %s/%s failed", *key)
-            return MetricReading(None, f"reading the metric failed: {error}")
+            return MetricReading(None, "reading the metric failed; the reason is in the operator log")
         return MetricReading(sample)
 
     async def decide(
@@ -108,6 +163,8 @@ class ServiceAutoscaler:
         )
         decision = decide_autoscale(behavior, state, current, reading.sample, now)
         message = f"{decision.message} ({reading.error})" if reading.error else decision.message
+        refused = decision.reason == ReasonCode.METRIC_UNAVAILABLE and reading.reason is not None
+        reason = reading.reason if refused and reading.reason else decision.reason
         previous = find_condition(status, "ScalingActive")
         if decision.replicas != current:
             await self.kube.scale_custom(PLURAL, namespace, name, decision.replicas)
@@ -116,16 +173,20 @@ class ServiceAutoscaler:
                 time=now, from_replicas=current, to_replicas=decision.replicas, reason=f"{decision.reason}: {message}"
             )
             self.kube.post_event(obj, "Normal", decision.reason, message)
-        elif decision.reason == ReasonCode.METRIC_UNAVAILABLE and (previous is None or previous.status != "False"):
-            self.kube.post_event(obj, "Warning", decision.reason, message)
+        elif decision.reason == ReasonCode.METRIC_UNAVAILABLE and (previous is None or previous.reason != reason):
+            self.kube.post_event(obj, "Warning", reason, message)
         self._states[key] = decision.state
         await self.kube.annotate_custom(PLURAL, namespace, name, {AUTOSCALER_STATE: decision.state.to_json()})
         status.desired_replicas = decision.replicas
         status.current_metric_value = decision.metric_per_replica
         active = decision.reason != ReasonCode.METRIC_UNAVAILABLE
         status.conditions = set_service_condition(
-            status, "ScalingActive", active, decision.reason, message, service=service, now=now
+            status, "ScalingActive", active, reason, message, service=service, now=now
         )
         if self.metrics is not None:
             self.metrics.record_autoscaler_decision(current, decision.replicas, decision.reason)
         return decision.replicas
+
+
+def _bounded(message: str) -> str:
+    return message if len(message) <= MAX_ERROR_CHARS else message[: MAX_ERROR_CHARS - 1] + "…"

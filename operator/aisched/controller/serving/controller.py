@@ -2,11 +2,13 @@
 
 Watch handlers (handlers.py) record services and their pods and mark services
 dirty in the controller's work queue; this loop wakes on those marks, on each
-autoscaler's timer and on the queue's periodic resync. Each pass first reads
-the metric of every service whose autoscaler is due, all at once (a slow
-Prometheus must not hold up placement), then reconciles the dirty services one
-by one against one cluster snapshot, so two replicas never count on the same
-GPUs:
+autoscaler's timer and on the queue's periodic resync. Each pass first starts
+reading the metric of every service whose autoscaler is due, in the background:
+no pass waits on a query, so neither placement nor another tenant's autoscaler
+waits on a slow Prometheus or a slow tenant's PromQL; a reading that comes in
+marks its service, and the next pass decides on it. A pass reconciles the dirty
+services one by one against one cluster snapshot, so two replicas never count
+on the same GPUs:
 
 1. the Service in front (server-side apply when the spec changed);
 2. pods that ended, or that kube-scheduler could not bind to their node, go
@@ -23,7 +25,6 @@ that runs before the watch catches up neither creates nor retires a replica twic
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import time
@@ -176,13 +177,14 @@ class InferenceServiceController:
                 log.exception("InferenceService reconcile pass failed; retrying at the next wake")
 
     async def reconcile_once(self, dirty: Iterable[ServiceKey]) -> None:
-        """One pass: the due autoscalers' metrics at once, then DIRTY and due services against one snapshot."""
+        """One pass: the due autoscalers' reads started, then DIRTY services and those with a reading in."""
         now = self.clock()
-        due = [key for key in self.services if self._autoscale_due(key, now)]
-        keys = (set(dirty) | set(due)) & self.services.keys()
+        for key in [key for key in self.services if self._autoscale_due(key, now)]:
+            self.autoscaler.start_read(key, _parse(self.services[key]), self.replicas.of(key), self.mark)
+        keys = (set(dirty) | self.autoscaler.readings_in()) & self.services.keys()
         if not keys:
             return
-        readings = dict(zip(due, await asyncio.gather(*(self._read_metric(key) for key in due)), strict=True))
+        readings = {key: reading for key in keys if (reading := self.autoscaler.take_reading(key)) is not None}
         snapshot = _CurrentSnapshot(functools.partial(self._snapshot, now), self.in_flight)
 
         async def reconcile(key: ServiceKey) -> None:
@@ -268,9 +270,6 @@ class InferenceServiceController:
             # However busy the watches keep the loop, every autoscaler keeps its time.
             self.queue.add_after(key, (next_due - now).total_seconds())
         return due
-
-    async def _read_metric(self, key: ServiceKey) -> MetricReading:
-        return await self.autoscaler.read_metric(key, _parse(self.services[key]), self.replicas.of(key))
 
     def _scaled(self, key: ServiceKey, replicas: int) -> None:
         """Our copy shows the new count at once; watch events older than the write must not undo it."""

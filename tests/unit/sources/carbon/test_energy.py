@@ -70,11 +70,14 @@ def test_nothing_is_asked_without_pods_or_time(server: ScriptedServer) -> None:
     assert server.asked("/api/v1/query") == []
 
 
-def test_a_rejected_query_is_an_error_with_prometheus_reason(server: ScriptedServer) -> None:
+def test_a_rejected_query_is_an_error_with_prometheus_reason_in_the_log(
+    server: ScriptedServer, caplog: pytest.LogCaptureFixture
+) -> None:
     error = {"status": "error", "errorType": "bad_data", "error": 'unknown function "increse"'}
     server.reply("/api/v1/query", Reply(error, status=400))
-    with pytest.raises(PrometheusError, match="increse"):
+    with pytest.raises(PrometheusError, match=r"rejected the query \(bad_data, HTTP 400\)"):
         _joules(_source(server))
+    assert 'unknown function "increse"' in caplog.text
 
 
 def test_garbage_is_an_error_not_a_measurement(server: ScriptedServer) -> None:
