@@ -16,7 +16,8 @@ from aisched.testing.cluster import TIMEOUT, LocalCluster, apply, job, list_obje
 from tests.builders import a_queue, a_training_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator")]
-L4 = "NVIDIA-L4"
+A100 = "NVIDIA-A100-SXM4-40GB"
+ON_DEMAND_A100 = f"nvidia.com/gpu.product={A100},karpenter.sh/capacity-type=on-demand"
 
 
 @pytest.fixture
@@ -74,7 +75,7 @@ def test_a_placement_written_into_a_refused_jobs_status_starts_no_worker(
         TIMEOUT,
         "the job to be refused",
     )
-    node = list_objects(cluster, "nodes", "", f"nvidia.com/gpu.product={L4}")[0]["metadata"]["name"]
+    node = list_objects(cluster, "nodes", "", ON_DEMAND_A100)[0]["metadata"]["name"]
     forged = {"status": {"phase": "Placing", "gangGeneration": 1, "gpus": 1, "placement": {"nodes": [node]}}}
     patched = cluster.kubectl(
         "patch", "tj", "forged", "-n", namespace, "--subresource=status", "--type=merge", "-p", json.dumps(forged)
@@ -99,8 +100,8 @@ def test_pods_of_others_pinned_to_nodes_they_can_never_bind_to_hold_no_gpus_ther
 ) -> None:
     """Anyone who may create pods can pin one to every node with a label no node has: kube-scheduler
     sees those nodes empty, and so must the operator, or no job is ever admitted to them."""
-    nodes = [n["metadata"]["name"] for n in list_objects(cluster, "nodes", "", f"nvidia.com/gpu.product={L4}")]
-    assert nodes
+    nodes = [n["metadata"]["name"] for n in list_objects(cluster, "nodes", "", ON_DEMAND_A100)]
+    assert len(nodes) == 2
     for i, node in enumerate(nodes):
         pod = {
             "apiVersion": "v1",
@@ -109,10 +110,11 @@ def test_pods_of_others_pinned_to_nodes_they_can_never_bind_to_hold_no_gpus_ther
             "spec": {
                 "nodeSelector": {"kubernetes.io/hostname": node, "no-such-label": "anywhere"},
                 "containers": [
-                    {"name": "c", "image": "pause", "resources": {"limits": {"nvidia.com/gpu": 4}}},
+                    {"name": "c", "image": "pause", "resources": {"limits": {"nvidia.com/gpu": 8}}},
                 ],
             },
         }
         apply(cluster, namespace, pod)
-    apply(cluster, namespace, a_training_job("needs-l4").gpu_type(L4).gpus(4).obj())
-    wait_phase(cluster, namespace, "needs-l4", "Running")
+    # A gang that needs both nodes whole.
+    apply(cluster, namespace, a_training_job("needs-both").gpu_type(A100).replicas(2).gpus(8).obj())
+    wait_phase(cluster, namespace, "needs-both", "Running")
