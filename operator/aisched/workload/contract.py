@@ -49,6 +49,8 @@ MAX_CLOCK_AHEAD = timedelta(minutes=10)
 EARLIEST_REPORT_TIME = datetime(1970, 1, 1, tzinfo=UTC)
 # The longest RFC 3339 time: 2025-01-01T12:00:00.123456789+14:00 and a little more.
 MAX_TIME_CHARS = 40
+# A report is one flat object; a line nested deeper is refused before it is parsed.
+MAX_JSON_DEPTH = 32
 # Digits of the largest int64; a JSON integer with more is no value a report can hold.
 INT64_DIGITS = 19
 
@@ -193,6 +195,9 @@ class _Unreadable:
 
 def _report_document(line: str) -> _JsonObject | None:
     """LINE as a report object; None when it is no report (not JSON, or no object with a step)."""
+    if _nested_deeper_than(line, MAX_JSON_DEPTH):
+        # Refused before the parser recurses: how deep it could go would depend on the stack left.
+        raise RejectedReportError(f"the report is nested more than {MAX_JSON_DEPTH} deep")
     try:
         document = json.loads(
             line,
@@ -201,10 +206,29 @@ def _report_document(line: str) -> _JsonObject | None:
             parse_int=_json_int,
         )
     except RecursionError:
-        raise RejectedReportError("the report is nested too deeply to read") from None
+        raise RejectedReportError(f"the report is nested more than {MAX_JSON_DEPTH} deep") from None
     except ValueError:
         return None
     return document if isinstance(document, _JsonObject) and "step" in document else None
+
+
+def _nested_deeper_than(line: str, limit: int) -> bool:
+    """Whether LINE opens more than LIMIT arrays or objects inside each other (outside strings)."""
+    if line.count("[") + line.count("{") <= limit:
+        return False  # what every report line is: no need to look closer
+    depth, in_string, escaped = 0, False, False
+    for char in line:
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (char == "\\", char != '"')
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif char in "]}":
+            depth -= 1
+    return False
 
 
 def _json_object(pairs: list[tuple[str, Any]]) -> _JsonObject:
