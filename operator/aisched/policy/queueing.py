@@ -43,6 +43,17 @@ def locked_default_queue(name: str = DEFAULT_QUEUE) -> Queue:
     return Queue(metadata={"name": name}, spec=spec)
 
 
+def with_locked_default(quotas: Sequence[QueueQuota]) -> list[QueueQuota]:
+    """QUOTAS, with the locked default queue where they have none (it is missing, or unreadable).
+
+    The scheduler takes a default queue without a quota as one with no limit, which suits the
+    simulator; the operator passes this, so deleting the default queue opens it to no one.
+    """
+    if any(q.name == DEFAULT_QUEUE for q in quotas):
+        return list(quotas)
+    return [*quotas, QueueQuota.from_queue(locked_default_queue())]
+
+
 @dataclass(frozen=True, slots=True)
 class QueueQuota:
     """What a queue may use; `nominal_gpus` None means no limit."""

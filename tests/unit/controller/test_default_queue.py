@@ -9,7 +9,7 @@ import pytest
 
 from aisched.api import Queue
 from aisched.controller.main import _ensure_default_queue
-from aisched.policy.queueing import QUOTA_EXCEEDED, QueueQuota, locked_default_queue
+from aisched.policy.queueing import QUOTA_EXCEEDED, QueueQuota, locked_default_queue, with_locked_default
 from aisched.policy.tenancy import PRIORITY_ABOVE_CAP, TOLERATION_NOT_ALLOWED
 from tests.unit.controller.kube_double import KubeDouble
 from tests.unit.controller.test_training_isolation import a_placed_job, condition, one_pass, status_of
@@ -40,6 +40,10 @@ async def test_the_default_queue_is_created_locked_and_one_that_exists_is_left_a
 async def test_the_locked_default_queue_has_no_gpus_and_nothing_to_borrow() -> None:
     quota = QueueQuota.from_queue(locked_default_queue())
     assert (quota.name, quota.nominal_gpus, quota.cohort) == ("default", 0, None)
+    team = QueueQuota("team", 8)
+    assert with_locked_default([team]) == [team, quota]  # where none was written or read
+    written = QueueQuota("default", 64)
+    assert with_locked_default([team, written]) == [team, written]  # the one written is the one used
 
 
 @pytest.mark.parametrize(

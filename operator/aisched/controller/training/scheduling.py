@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from aisched.api import DEFAULT_QUEUE, CapacityType, Queue, SpotPolicy, TrainingJob, TrainingJobPhase
+from aisched.api import CapacityType, Queue, SpotPolicy, TrainingJob, TrainingJobPhase
 from aisched.controller.training.carbon import CarbonDeferral
 from aisched.controller.training.isolation import CycleWrites, QueueRefusalError, queue_refusal
 from aisched.controller.training.reporting import Reporting
@@ -32,7 +32,7 @@ from aisched.policy.job_messages import admitted_message
 from aisched.policy.job_status import placed, preempted, queued, waiting_write_due
 from aisched.policy.placement import GangRequest, gang_fits
 from aisched.policy.placement import Placement as PlacementDecision
-from aisched.policy.queueing import QueueQuota, locked_default_queue
+from aisched.policy.queueing import QueueQuota, with_locked_default
 from aisched.policy.refusals import refusal_retry_at
 from aisched.policy.scheduler import JobRequest, ScheduleResult, schedule
 from aisched.policy.spot import CapacityChoice, CapacityDecision, SpotJob, choose_capacity, spot_checkpoint_interval
@@ -88,7 +88,7 @@ class SchedulingCycle(CarbonDeferral, Reporting):
             if isinstance(job, ValidationError):  # a CRD older or looser than this operator let it in
                 await self._set_aside(obj, None, job, now)
                 continue
-            refused = queue_refusal(self._queue_object(job.spec.queue), job, key[0])
+            refused = queue_refusal(self.queues.get(job.spec.queue), job, key[0])
             if refused is not None:  # tenancy: its namespace is not bound to the queue, or it asks too much
                 await self._set_aside(obj, job, QueueRefusalError(refused), now)
                 continue
@@ -252,11 +252,8 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         return schedule(snapshot, [r for r in requests if r.key in parsed], quotas, now, admissions_per_cycle=most)
 
     def _queue_quotas(self) -> list[QueueQuota]:
-        """The quotas of the Queues this operator can read; the jobs of one it cannot wait, as for a missing queue.
-
-        The default queue, missing or unreadable, is the locked one (`locked_default_queue`), never
-        the scheduler's queue without a quota: deleting it must not open it to every tenant.
-        """
+        """The quotas of the Queues this operator can read; the jobs of one it cannot wait, as for a missing
+        queue, but for the default queue's, which get the locked one (`with_locked_default`)."""
         quotas = []
         for name, obj in self.queues.items():
             try:
@@ -265,14 +262,7 @@ class SchedulingCycle(CarbonDeferral, Reporting):
                 if self._refused_queues.get(name) is not obj:  # once per version of the object, not per cycle
                     log.error("cannot read Queue %s: %s; its jobs wait as for a queue that does not exist", name, error)
                     self._refused_queues[name] = obj
-        if not any(q.name == DEFAULT_QUEUE for q in quotas):
-            quotas.append(QueueQuota.from_queue(locked_default_queue()))
-        return quotas
-
-    def _queue_object(self, name: str) -> dict[str, Any] | None:
-        """The Queue NAME as its tenancy is read; the default queue, where nobody wrote it, the locked one."""
-        found = self.queues.get(name)
-        return found if found is not None or name != DEFAULT_QUEUE else locked_default_queue().to_wire()
+        return with_locked_default(quotas)
 
     async def _keep_waiting(
         self, obj: dict[str, Any], job: TrainingJob, reason: str, message: str, now: datetime
