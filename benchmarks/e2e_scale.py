@@ -46,7 +46,7 @@ from kubernetes import client, config, utils
 
 from aisched.api import GROUP, VERSION
 from aisched.settings import Settings
-from aisched.testing.cluster import LocalCluster, bin_dir, start_cluster, stop_cluster, wait_for
+from aisched.testing.cluster import LocalCluster, bin_dir, open_default_queue, start_cluster, stop_cluster, wait_for
 from aisched.testing.operator import OperatorProcess
 from benchmarks.common import REPO_ROOT, add_output_arguments, require_files, run_reporting_input_errors, write_figures
 from benchmarks.e2e_measure import BindWatch, Topology, arm_report, costs, submit
@@ -155,6 +155,7 @@ def aisched_arm(
         try:
             # The operator creates the default Queue once its caches are filled: it is ready.
             wait_for(lambda: custom.list_cluster_custom_object(GROUP, VERSION, "queues")["items"], 60, "a Queue")
+            open_default_queue(api)  # created granting nothing: the benchmark's jobs name no queue
             print(f"arm 1: {len(jobs)} TrainingJobs ({pods} pods) through aisched...", flush=True)
 
             def create_job(job: dict[str, Any]) -> object:

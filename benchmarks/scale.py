@@ -54,7 +54,7 @@ import yaml
 from kubernetes import client, config
 
 from aisched.api import GROUP, VERSION
-from aisched.testing.cluster import LocalCluster, start_cluster, stop_cluster, wait_for
+from aisched.testing.cluster import LocalCluster, open_default_queue, start_cluster, stop_cluster, wait_for
 from aisched.testing.nodes import load_description, render_nodes
 from aisched.testing.operator import OperatorProcess
 from benchmarks.common import REPO_ROOT, add_output_arguments, run_reporting_input_errors, write_figures
@@ -216,6 +216,7 @@ def measure(cluster: LocalCluster, state: Path, args: argparse.Namespace, plan: 
         pin_process(pid, args.operator_cpus)
     try:
         wait_for(lambda: custom.list_cluster_custom_object(GROUP, VERSION, "queues")["items"], 120, "a Queue")
+        open_default_queue(api)  # created granting nothing: the benchmark's jobs name no queue
         idle: dict[str, float] = {}
         have = plan.steps[0]
         for step in plan.steps:

@@ -132,6 +132,8 @@ def chart_values() -> dict[str, Any]:
         "nodeSelector": {REAL_NODE_LABEL: "true"},
         "tolerations": [REAL_NODE_TOLERATION],
         "extraEnv": [{"name": "AISCHED_RESYNC_SECONDS", "value": str(OPERATOR_RESYNC_SECONDS)}],
+        # One tenant, whose jobs name no queue: the operator would create the default one granting nothing.
+        "queues": [{"name": "default", "nominalGPUs": 1_000_000}],
     }
 
 

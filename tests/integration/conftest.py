@@ -20,6 +20,7 @@ from aisched.testing.cluster import (
     ClusterError,
     Kubectl,
     LocalCluster,
+    open_default_queue,
     start_cluster,
     stop_cluster,
     wait_for,
@@ -103,7 +104,16 @@ def crds_installed(cluster: LocalCluster) -> None:
 def operator(
     cluster: LocalCluster, crds_installed: None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[OperatorProcess]:
-    """The operator (`aisched run --standalone`) against the test cluster, for the whole session."""
+    """The operator (`aisched run --standalone`) against the test cluster, for the whole session.
+
+    The tests' jobs mostly name no queue: the default queue gets every GPU before the operator
+    starts, which would otherwise create it granting none.
+    """
+    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    try:
+        open_default_queue(api)
+    finally:
+        api.close()
     process = OperatorProcess(cluster, tmp_path_factory.mktemp("operator") / "operator.log")
     process.start()
     try:

@@ -20,19 +20,21 @@ from aisched.policy.job_messages import gang_nodes_message
 from aisched.policy.lifecycle import Step
 from aisched.policy.placement import Placement
 from aisched.policy.spot import CapacityDecision, lost_work_seconds
-from aisched.workload.contract import parse_checkpoint_report
+from aisched.workload.contract import CheckpointReport
 
-# (rank label, termination message) of one worker, as its pod reports it.
-WorkerReport = tuple[str | None, str | None]
+# (rank label, checkpoint report) of one worker, as read from its pod (`checkpoint_reports.read_report`):
+# None when it has none, or the one it wrote was rejected.
+WorkerReport = tuple[str | None, CheckpointReport | None]
 
 
 def record_checkpoints(status: TrainingJobStatus, reports: Iterable[WorkerReport]) -> TrainingJobStatus:
     """The newest checkpoint every worker of the gang reported (the gang resumes where all saved).
 
-    REPORTS come oldest first: a later report of a rank replaces an earlier one.
+    REPORTS come oldest first: a later report of a rank replaces an earlier one. A rank whose
+    report was rejected has none, so the status keeps the checkpoint it had.
     """
     # Until every rank has reported, the ranks still saving may end at an older step.
-    by_rank = {rank: parse_checkpoint_report(message) for rank, message in reports}
+    by_rank = dict(reports)
     steps = [r for r in by_rank.values() if r is not None]
     if not steps or len(steps) < (status.replicas or 1):
         return status

@@ -7,7 +7,8 @@ Quota rules (all counts in GPUs):
   only up to its borrowing limit, and only while the cohort as a whole stays
   within the sum of its members' nominal quotas (it borrows what others leave idle).
 - Per-GPU-type quotas are hard caps inside the nominal quota; they are not borrowed.
-- The default queue exists without a Queue object; it then has no quota at all.
+- The default queue exists without a Queue object; it then has no quota at all. The operator
+  never leaves it so: where nobody wrote it, it takes `locked_default_queue`, which grants nothing.
 
 Order: higher priority first; among equal priorities the lowest band of attained
 service (see `scheduler.service`), then the queue with the lowest weighted share
@@ -22,10 +23,35 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol, TypeVar
 
-from aisched.api.queue import DEFAULT_MIN_RUN_SECONDS, DEFAULT_QUEUE, Queue
+from aisched.api.queue import DEFAULT_MIN_RUN_SECONDS, DEFAULT_QUEUE, Queue, QueueSpec
 
 QUOTA_EXCEEDED = "QuotaExceeded"
 QUEUE_NOT_FOUND = "QueueNotFound"
+
+
+def locked_default_queue(name: str = DEFAULT_QUEUE) -> Queue:
+    """The default queue as the operator makes it where nobody wrote one: it grants nothing.
+
+    Every job that names no queue lands in it, whoever submits it, so it gives none of them
+    rights a platform team did not write: no GPUs of its own and no cohort to borrow from
+    (nominalGPUs 0), no priority above the default (maxPriority 0: nobody preempts by asking
+    more) and no toleration in a job's template (allowedTolerations []: nobody reaches nodes
+    tainted for a team). It takes every namespace, being everyone's default. A platform team
+    writes the default queue it wants (the chart's `queues`), which the operator leaves alone.
+    """
+    spec = QueueSpec(nominal_gpus=0, max_priority=0, allowed_tolerations=[])
+    return Queue(metadata={"name": name}, spec=spec)
+
+
+def with_locked_default(quotas: Sequence[QueueQuota]) -> list[QueueQuota]:
+    """QUOTAS, with the locked default queue where they have none (it is missing, or unreadable).
+
+    The scheduler takes a default queue without a quota as one with no limit, which suits the
+    simulator; the operator passes this, so deleting the default queue opens it to no one.
+    """
+    if any(q.name == DEFAULT_QUEUE for q in quotas):
+        return list(quotas)
+    return [*quotas, QueueQuota.from_queue(locked_default_queue())]
 
 
 @dataclass(frozen=True, slots=True)

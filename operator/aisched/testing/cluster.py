@@ -205,6 +205,21 @@ def make_pod_exit(
     client.CoreV1Api(api).patch_namespaced_pod(name, namespace, {"metadata": {"annotations": annotations}})
 
 
+def open_default_queue(api: client.ApiClient, gpus: int = 1_000_000) -> None:
+    """Give the default queue GPUS and lift its caps, as a cluster of one tenant (a test, a
+    benchmark) wants: the operator creates it granting nothing (`locked_default_queue`)."""
+    custom = client.CustomObjectsApi(api)
+    queue = {"apiVersion": "aisched.io/v1alpha1", "kind": "Queue", "metadata": {"name": "default"}}
+    queue["spec"] = {"nominalGPUs": gpus}
+    try:
+        custom.create_cluster_custom_object("aisched.io", "v1alpha1", "queues", queue)
+    except client.ApiException as error:
+        if error.status != 409:
+            raise
+        opened = {"spec": {"nominalGPUs": gpus, "maxPriority": None, "allowedTolerations": None}}  # a merge patch
+        custom.patch_cluster_custom_object("aisched.io", "v1alpha1", "queues", "default", opened)
+
+
 def taint_for_interruption(api: client.ApiClient, node: str, provider: Provider = "aws") -> None:
     """Announce NODE's loss as PROVIDER's node manager does (taint; AWS NTH also cordons)."""
     key, value = INTERRUPTION_TAINTS[provider]

@@ -31,7 +31,12 @@ container's ``terminationMessagePath``)::
 
 The kubelet copies that file into ``status.containerStatuses[].state.terminated
 .message`` (at most 4096 bytes) when the container ends, whatever ended it, and
-the operator reads it back with ``parse_checkpoint_report``.
+the operator reads it back with ``parse_checkpoint_report``. It takes nothing on
+trust: a report whose step is past ``MAX_REPORTED_STEP``, whose path is longer
+than ``MAX_REPORTED_PATH_CHARS`` or unprintable, whose time is not a real time up
+to a few minutes ahead of the operator's clock, or whose duration is not a finite
+number of seconds up to a day is rejected (a Warning event on the job), and the
+gang resumes from the last checkpoint that was good.
 
 Use in a training loop::
 
@@ -53,11 +58,14 @@ from aisched.workload.contract import (
     DEFAULT_CHECKPOINT_INTERVAL_SECONDS,
     DEFAULT_TERMINATION_MESSAGE_PATH,
     GANG_GENERATION_ENV,
+    MAX_REPORTED_PATH_CHARS,
+    MAX_REPORTED_STEP,
     RESUME_PATH_ENV,
     RESUME_STEP_ENV,
     TERMINATION_MESSAGE_MAX_BYTES,
     TERMINATION_MESSAGE_PATH_ENV,
     CheckpointReport,
+    RejectedReportError,
     ResumePoint,
     WorkerEnvironment,
     parse_checkpoint_report,
@@ -70,12 +78,15 @@ __all__ = [
     "DEFAULT_CHECKPOINT_INTERVAL_SECONDS",
     "DEFAULT_TERMINATION_MESSAGE_PATH",
     "GANG_GENERATION_ENV",
+    "MAX_REPORTED_PATH_CHARS",
+    "MAX_REPORTED_STEP",
     "RESUME_PATH_ENV",
     "RESUME_STEP_ENV",
     "TERMINATION_MESSAGE_MAX_BYTES",
     "TERMINATION_MESSAGE_PATH_ENV",
     "CheckpointReport",
     "Checkpointer",
+    "RejectedReportError",
     "ResumePoint",
     "SaveFunction",
     "WorkerEnvironment",

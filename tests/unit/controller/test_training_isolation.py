@@ -220,10 +220,12 @@ async def test_emissions_of_the_other_gangs_are_written_when_one_write_is_refuse
 
 
 async def test_a_queue_the_model_cannot_read_stops_no_job(kube: KubeDouble) -> None:
+    """No job of another queue; its own wait, and an unreadable default queue grants nothing
+    (tests/unit/controller/test_default_queue.py)."""
     kube.allow("patch_status", "post_event", "create")
     controller = a_controller(kube)
     controller.inventory.upsert_node(a_node("n1", 8))
-    controller.queue_seen({"metadata": {"name": "default", "generation": 1}, "spec": {"nominalGPUs": -1}})
+    controller.queue_seen({"metadata": {"name": "team", "generation": 1}, "spec": {"nominalGPUs": -1}})
     controller.job_seen(a_placed_job("plain"))
     await one_pass(controller)
     assert status_of(controller, "plain")["phase"] == "Placing"

@@ -22,7 +22,7 @@ from aisched.metrics import Metrics
 from aisched.policy.carbon import Forecast, IntensityPoint
 from aisched.settings import Settings
 from aisched.sources.carbon import CachedCarbonSource
-from tests.builders import a_training_job
+from tests.builders import a_queue, a_training_job
 from tests.unit.controller.kube_double import KubeDouble
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
@@ -52,7 +52,7 @@ def a_controller(kube: KubeDouble, *, carbon: bool = False, resync_seconds: floa
         source = CachedCarbonSource(
             DirtyNowCleanInAnHour(), ttl=timedelta(minutes=5), max_stale=timedelta(hours=1), clock=lambda: T0
         )
-    return TrainingJobController(
+    controller = TrainingJobController(
         settings,
         kube.client,
         Inventory(settings),
@@ -60,6 +60,13 @@ def a_controller(kube: KubeDouble, *, carbon: bool = False, resync_seconds: floa
         carbon=source,
         clock=lambda: T0,
     )
+    controller.queue_seen(an_open_default_queue())
+    return controller
+
+
+def an_open_default_queue() -> dict[str, Any]:
+    """A default queue a platform team gave every GPU: where nobody wrote one it grants none."""
+    return a_queue("default", nominal_gpus=1_000_000).obj()
 
 
 def a_job(name: str, **spec: Any) -> dict[str, Any]:

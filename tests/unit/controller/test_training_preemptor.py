@@ -14,6 +14,7 @@ from aisched.policy.deadlines import checkpoint_grace_seconds
 from aisched.settings import Settings
 from tests.builders import a_training_job
 from tests.unit.controller.kube_double import KubeDouble
+from tests.unit.controller.test_training_loop import an_open_default_queue
 
 pytestmark = pytest.mark.asyncio
 
@@ -85,6 +86,7 @@ async def test_a_preempted_job_is_placed_again_only_once_its_last_gang_has_stopp
     now = [T0]
     settings = Settings()
     controller = TrainingJobController(settings, kube.client, Inventory(settings), clock=lambda: now[0])
+    controller.queue_seen(an_open_default_queue())
     for name in ("n1", "n2"):
         controller.inventory.upsert_node(
             {

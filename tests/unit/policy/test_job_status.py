@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime, timedelta
 
 from aisched.api import CapacityType, ConditionStatus, TopologyLevel
@@ -28,6 +27,7 @@ from aisched.policy.job_status import (
 from aisched.policy.lifecycle import Step, Verb
 from aisched.policy.placement import Placement
 from aisched.policy.spot import CapacityChoice, CapacityDecision
+from aisched.workload.contract import CheckpointReport
 from tests.builders import a_training_job
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -43,9 +43,9 @@ def a_job(status: TrainingJobStatus | None = None, generation: int = 3) -> Train
     return job
 
 
-def report(step: int) -> str:
-    """A worker's termination message after it saved STEP."""
-    return json.dumps({"step": step, "path": f"/ckpt/{step}", "time": (T0 + timedelta(seconds=step)).isoformat()})
+def report(step: int) -> CheckpointReport:
+    """What a worker that saved STEP reported."""
+    return CheckpointReport(step, f"/ckpt/{step}", T0 + timedelta(seconds=step), 0.0)
 
 
 def condition(status: TrainingJobStatus, kind: str) -> tuple[str, str | None, str | None]:
@@ -75,7 +75,7 @@ def test_a_report_never_moves_the_checkpoint_back_and_workers_without_one_do_not
     last = CheckpointRecord(step=2000, path="/ckpt/2000", time=T0)
     status = TrainingJobStatus(replicas=1, last_checkpoint=last)
     assert record_checkpoints(status, [("0", report(1500))]) == status
-    assert record_checkpoints(TrainingJobStatus(replicas=1), [("0", None), ("0", "not json")]).last_checkpoint is None
+    assert record_checkpoints(TrainingJobStatus(replicas=1), [("0", None)]).last_checkpoint is None
 
 
 def test_a_checkpoint_is_counted_as_periodic_deferral_or_interruption_by_the_phase_it_was_taken_in() -> None:

@@ -84,7 +84,7 @@ def test_each_save_is_reported_to_the_termination_message(tmp_path: Path) -> Non
     report = checkpointer.maybe_checkpoint(3)
     message = (tmp_path / "termination-log").read_text()
     assert report is not None
-    assert parse_checkpoint_report(message) == report
+    assert parse_checkpoint_report(message, now=NOON) == report
     assert (report.step, report.path, report.duration_seconds, report.time) == (3, "/ckpt/step-3", 4.0, NOON)
 
 
@@ -119,7 +119,7 @@ def test_sigterm_mid_step_saves_at_the_next_step_boundary_then_exits(tmp_path: P
         checkpointer.maybe_checkpoint(2)
     assert exited.value.code == CHECKPOINTED_EXIT_CODE
     assert saves.steps == [2]
-    report = parse_checkpoint_report((tmp_path / "termination-log").read_text())
+    report = parse_checkpoint_report((tmp_path / "termination-log").read_text(), now=NOON)
     assert report is not None
     assert report.step == 2
 
@@ -149,7 +149,8 @@ def test_sigterm_during_a_save_lets_it_finish_and_report(tmp_path: Path, sigterm
     clock.now = 1.0
     with pytest.raises(SystemExit):
         checkpointer.maybe_checkpoint(9)
-    report = parse_checkpoint_report((tmp_path / "termination-log").read_text())
+    # No wall clock given: the report carries the real time.
+    report = parse_checkpoint_report((tmp_path / "termination-log").read_text(), now=datetime.now(UTC))
     assert report is not None
     assert (report.step, report.path) == (9, "/ckpt/step-9")
 
@@ -209,7 +210,8 @@ def test_a_real_worker_saves_reports_and_exits_in_time_on_sigterm(tmp_path: Path
         child.send_signal(signal.SIGTERM)
         code = child.wait(timeout=EXIT_DEADLINE_S)
     assert code == CHECKPOINTED_EXIT_CODE
-    report = parse_checkpoint_report((tmp_path / "termination-log").read_text())
+    # A real worker stamps its report with the real time.
+    report = parse_checkpoint_report((tmp_path / "termination-log").read_text(), now=datetime.now(UTC))
     assert report is not None
     assert report.path == str(saved_to)
     assert report.step == int(saved_to.read_text()) >= 3
@@ -241,7 +243,7 @@ def test_the_example_stopped_and_resumed_ends_where_an_uninterrupted_run_does(tm
         _wait_for_line(first, "step 100:")
         first.send_signal(signal.SIGTERM)
         assert first.wait(timeout=EXIT_DEADLINE_S) == CHECKPOINTED_EXIT_CODE
-    report = parse_checkpoint_report((interrupted / "termination-log").read_text())
+    report = parse_checkpoint_report((interrupted / "termination-log").read_text(), now=datetime.now(UTC))
     assert report is not None
     assert report.path is not None
     assert 100 <= report.step < steps - 1

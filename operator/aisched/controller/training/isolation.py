@@ -20,11 +20,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from aisched.api import TrainingJob
+from aisched.api import DEFAULT_QUEUE, TrainingJob
 from aisched.api.training_job import TrainingJobStatus
 from aisched.controller.training.state import PLURAL, JobKey, TrainingJobState
 from aisched.policy.cluster import Toleration
 from aisched.policy.job_status import CANNOT_SCHEDULE, INVALID_SPEC, set_aside, taken_back
+from aisched.policy.queueing import locked_default_queue
 from aisched.policy.tenancy import AllowedToleration, Refusal, Tenancy
 
 log = logging.getLogger(__name__)
@@ -156,6 +157,8 @@ def queue_refusal(queue: dict[str, Any] | None, job: TrainingJob, namespace: str
     """Whether the job's Queue refuses it, reading the Queue's tenancy fields as far as they go:
     an unreadable namespace list or cap binds or caps nothing, so it stops no job; an unreadable
     list of allowed tolerations allows none, since it was written to fence nodes off."""
+    if queue is None and job.spec.queue == DEFAULT_QUEUE:
+        queue = locked_default_queue().to_wire()  # nobody wrote it: it lets in what it grants, nothing
     spec = (queue or {}).get("spec") or {}
     namespaces = spec.get("namespaces")
     if not (isinstance(namespaces, list) and all(isinstance(n, str) for n in namespaces)):

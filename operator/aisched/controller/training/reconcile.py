@@ -21,6 +21,7 @@ from aisched.kube import labels
 from aisched.kube.api_errors import namespace_closing, refused_create
 from aisched.kube.builders import GangLaunch, WorkerSlot, build_headless_service, build_worker_pod
 from aisched.kube.inventory import PodRecord
+from aisched.policy.checkpoint_reports import REPORT_REJECTED, ReportReading, read_report, rejection_message
 from aisched.policy.deadlines import checkpoint_grace_seconds
 from aisched.policy.job_status import apply_step, checkpoint_reason, interrupted_gang_stopped, record_checkpoints
 from aisched.policy.lifecycle import WAITING, Observation, Step, Verb, Worker, WorkerPhase, next_step
@@ -38,6 +39,8 @@ Phase = TrainingJobPhase
 class JobReconciler(WorkerReleases):
     async def reconcile(self, key: JobKey) -> None:
         obj = self.jobs.get(key)
+        if obj is None:
+            self._rejected_reports_told.pop(key, None)
         if obj is None or self._in_closing_namespace(key):
             return
         job = self._read(obj)
@@ -70,10 +73,26 @@ class JobReconciler(WorkerReleases):
         if (grace_ends := self.inventory.not_ready_grace_ends(placement_nodes)) is not None and grace_ends > now:
             self.queue.add_after(key, (grace_ends - now).total_seconds())  # lost then, unless Ready again
         # Workers keep their pods (the report finalizer) until the status written below holds their reports.
-        status = record_checkpoints(status, [(p.labels.get(labels.RANK), p.termination_message) for p in current])
+        readings = [(p, read_report(p.termination_message, now)) for p in current]
+        self._tell_rejected_reports(obj, key, readings, status)
+        status = record_checkpoints(status, [(p.labels.get(labels.RANK), r.report) for p, r in readings])
         step = next_step(job.spec, status, seen)
         await self._carry_out(obj, job, status, step, pods, now=now)
         await self._release_workers(key, pods, now)
+
+    def _tell_rejected_reports(
+        self, obj: dict[str, Any], key: JobKey, readings: list[tuple[PodRecord, ReportReading]], kept: TrainingJobStatus
+    ) -> None:
+        """A Warning on the job for each worker whose report is rejected, once per worker (its message
+        does not change once its containers stopped), not once per reconcile."""
+        rejected = [(pod, reading.rejection) for pod, reading in readings if reading.rejection is not None]
+        told = self._rejected_reports_told.get(key, frozenset())
+        for pod, rejection in rejected:
+            if pod.name not in told:
+                message = rejection_message(pod.name, pod.labels.get(labels.RANK), rejection, kept.last_checkpoint)
+                self.kube.post_event(obj, "Warning", REPORT_REJECTED, message)
+        if rejected or told:
+            self._rejected_reports_told[key] = frozenset(pod.name for pod, _ in rejected)  # the gone are forgotten
 
     def _others_leaving(self, key: JobKey, nodes: list[str]) -> bool:
         """Pods of others that still hold GPUs on NODES are being deleted."""

@@ -17,8 +17,8 @@ from aisched.controller.training.isolation import JobIsolation
 from aisched.controller.training.state import JobKey
 from aisched.kube import labels
 from aisched.kube.inventory import PodRecord
+from aisched.policy.checkpoint_reports import read_report
 from aisched.policy.report_tracking import TrackedWorker, releasable
-from aisched.workload.contract import parse_checkpoint_report
 
 log = logging.getLogger(__name__)
 # Finalizer patches in flight at once when many workers are let go together (a deleted namespace).
@@ -38,7 +38,7 @@ class WorkerReleases(JobIsolation):
             return  # gone: `workers_unowned` lets them go; unreadable: kept until it is fixed or deleted
         status = job.status
         release = releasable(
-            [self._tracked_worker(p) for p in tracked],
+            [self._tracked_worker(p, now) for p in tracked],
             generation=status.gang_generation,
             recorded_step=status.last_checkpoint.step if status.last_checkpoint else None,
             now=now,
@@ -73,8 +73,9 @@ class WorkerReleases(JobIsolation):
             # Its node is unreachable: no kubelet will confirm the deletion, and the gang's names wait on it.
             await self.kube.delete_pod(namespace, name, 0)
 
-    def _tracked_worker(self, pod: PodRecord) -> TrackedWorker:
-        report = parse_checkpoint_report(pod.termination_message)
+    def _tracked_worker(self, pod: PodRecord, now: datetime) -> TrackedWorker:
+        # A rejected report is no report: nothing of it will be recorded, so it holds the pod for nothing.
+        report = read_report(pod.termination_message, now).report
         return TrackedWorker(
             name=pod.name,
             generation=pod.labels.get(labels.GANG_GENERATION),

@@ -34,7 +34,7 @@ from aisched.policy.job_status import placed, preempted, queued, waiting_write_d
 from aisched.policy.lifecycle import HOLDS_GPUS
 from aisched.policy.placement import GangRequest, gang_fits
 from aisched.policy.placement import Placement as PlacementDecision
-from aisched.policy.queueing import QueueQuota
+from aisched.policy.queueing import QueueQuota, with_locked_default
 from aisched.policy.refusals import refusal_retry_at
 from aisched.policy.scheduler import JobRequest, ScheduleResult, schedule
 from aisched.policy.scheduler.results import Admission
@@ -295,7 +295,8 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         return decide([r for r in requests if r.key in parsed], admissions_per_cycle=most)
 
     def _queue_quotas(self) -> list[QueueQuota]:
-        """The quotas of the Queues this operator can read; the jobs of one it cannot wait, as for a missing queue."""
+        """The quotas of the Queues this operator can read; the jobs of one it cannot wait, as for a missing
+        queue, but for the default queue's, which get the locked one (`with_locked_default`)."""
         quotas = []
         for name, obj in self.queues.items():
             try:
@@ -304,7 +305,7 @@ class SchedulingCycle(CarbonDeferral, Reporting):
                 if self._refused_queues.get(name) is not obj:  # once per version of the object, not per cycle
                     log.error("cannot read Queue %s: %s; its jobs wait as for a queue that does not exist", name, error)
                     self._refused_queues[name] = obj
-        return quotas
+        return with_locked_default(quotas)
 
     async def _keep_waiting(
         self, obj: dict[str, Any], job: TrainingJob, reason: str, message: str, now: datetime

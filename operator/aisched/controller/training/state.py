@@ -92,6 +92,8 @@ class TrainingJobState:
     _placements_made: dict[JobKey, PlacementMade] = field(default_factory=dict)
     # Jobs by the nodes of their status placement: a node's event marks those jobs, not every job.
     _placed_on: dict[str, set[JobKey]] = field(default_factory=dict)
+    # Workers of each job whose checkpoint report was rejected and the job told so (a Warning event, once).
+    _rejected_reports_told: dict[JobKey, frozenset[str]] = field(default_factory=dict)
     # Namespaces the API server said are being deleted, with when (monotonic) that is next asked again.
     _closing_namespaces: dict[str, float] = field(default_factory=dict)
 
