@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from aisched.api import CapacityType, Queue, SpotPolicy, TrainingJob, TrainingJobPhase
 from aisched.controller.training.carbon import CarbonDeferral
-from aisched.controller.training.isolation import CycleWrites, QueueRefusalError, queue_refusal
+from aisched.controller.training.isolation import CycleWrites, QueueRefusalError
 from aisched.controller.training.reporting import Reporting
 from aisched.controller.training.state import CONCURRENT_RECONCILES, finished
 from aisched.kube import labels
@@ -88,7 +88,15 @@ class SchedulingCycle(CarbonDeferral, Reporting):
             if isinstance(job, ValidationError):  # a CRD older or looser than this operator let it in
                 await self._set_aside(obj, None, job, now)
                 continue
-            refused = queue_refusal(self.queues.get(job.spec.queue), job, key[0])
+            queue = job.spec.queue
+            refused = self.tenancy.refusal(
+                key,
+                job,
+                queue_name=queue,
+                queue=self.queues.get(queue),
+                priority=job.spec.priority,
+                template=job.spec.template,
+            )
             if refused is not None:  # tenancy: its namespace is not bound to the queue, or it asks too much
                 await self._set_aside(obj, job, QueueRefusalError(refused), now)
                 continue

@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from aisched.api import TrainingJob
 from aisched.api.training_job import TrainingJobStatus
+from aisched.controller.tenancy import TenancyBook
 from aisched.controller.training.requests import RequestBook
 from aisched.controller.workqueue import FailureBackoff, WorkQueue
 from aisched.kube import labels
@@ -85,6 +86,8 @@ class TrainingJobState:
     _waiting_written: dict[JobKey, datetime] = field(default_factory=dict)
     # Jobs by the nodes of their status placement: a node's event marks those jobs, not every job.
     _placed_on: dict[str, set[JobKey]] = field(default_factory=dict)
+    # What each queue refuses of each job, until either object changes.
+    tenancy: TenancyBook = field(default_factory=TenancyBook)
     # Namespaces the API server said are being deleted, with when (monotonic) that is next asked again.
     _closing_namespaces: dict[str, float] = field(default_factory=dict)
 
@@ -149,6 +152,7 @@ class TrainingJobState:
             self._placed_on.setdefault(node, set()).add(key)
 
     def _drop_job(self, key: JobKey) -> None:
+        self.tenancy.forget(key)
         for node in _placed_nodes(self.jobs.pop(key, None)):
             self._unplace(key, node)
 
