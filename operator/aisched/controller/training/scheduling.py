@@ -91,7 +91,6 @@ class SchedulingCycle(CarbonDeferral, Reporting):
             queue = job.spec.queue
             refused = self.tenancy.refusal(
                 key,
-                job,
                 queue_name=queue,
                 queue=self.queues.get(queue),
                 priority=job.spec.priority,
