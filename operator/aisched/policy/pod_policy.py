@@ -315,7 +315,7 @@ def _annotations(policy: PodPolicy, annotations: Mapping[str, Any]) -> Iterator[
         if (
             isinstance(key, str)
             and key.startswith(APPARMOR_ANNOTATION)
-            and value != "runtime/default"
+            and value not in ("", "runtime/default")
             and not str(value).startswith("localhost/")
             and not policy.allow_unconfined_app_armor
         ):

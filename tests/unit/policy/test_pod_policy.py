@@ -168,6 +168,15 @@ def test_what_the_baseline_level_refuses(asked: dict[str, Any], path: str) -> No
         template(volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "d"}}, {"name": "s", "nfs": {}}]),
         template(securityContext={"seccompProfile": {"type": "RuntimeDefault"}, "seLinuxOptions": {"level": "s0"}}),
         template(hostNetwork=False, hostPID=False),
+        {
+            "metadata": {
+                "annotations": {
+                    "container.apparmor.security.beta.kubernetes.io/trainer": "localhost/trainer",
+                    "container.apparmor.security.beta.kubernetes.io/side": "",
+                }
+            },
+            **template(),
+        },
     ],
 )
 def test_what_the_baseline_level_takes(allowed: dict[str, Any]) -> None:
