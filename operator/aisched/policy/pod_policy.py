@@ -163,7 +163,7 @@ def _violations(policy: PodPolicy, template: Mapping[str, Any]) -> Iterator[Viol
     yield from _context(policy, pod_context, f"{pod}.securityContext")
     for index, sysctl in enumerate(_list(pod_context.get("sysctls"))):
         name = _object(sysctl).get("name")
-        if name not in SAFE_SYSCTLS and name not in policy.allowed_sysctls:
+        if not _one_of(name, SAFE_SYSCTLS, policy.allowed_sysctls):
             where = f"{pod}.securityContext.sysctls[{index}]"
             yield Violation(where, f"sysctl {_quoted(name)} is not a safe sysctl", "podPolicy.allowedSysctls")
     yield from _annotations(policy, _object(_object(template.get("metadata")).get("annotations")))
@@ -177,7 +177,7 @@ def _identity(policy: PodPolicy, spec: Mapping[str, Any], pod: str) -> Iterator[
     # serviceAccount is the deprecated spelling the API server still reads when serviceAccountName is unset.
     for field in ("serviceAccountName", "serviceAccount"):
         name = spec.get(field)
-        if name not in (None, "") and name not in policy.allowed_service_account_names:
+        if name not in (None, "") and not _one_of(name, policy.allowed_service_account_names):
             yield Violation(
                 f"{pod}.{field}",
                 f"ServiceAccount {_quoted(name)} is not allowed",
@@ -192,7 +192,7 @@ def _identity(policy: PodPolicy, spec: Mapping[str, Any], pod: str) -> Iterator[
             "podPolicy.allowedServiceAccountNames",
         )
     runtime = spec.get("runtimeClassName")
-    if runtime not in (None, "") and runtime not in policy.allowed_runtime_class_names:
+    if runtime not in (None, "") and not _one_of(runtime, policy.allowed_runtime_class_names):
         yield Violation(
             f"{pod}.runtimeClassName",
             f"RuntimeClass {_quoted(runtime)} is not allowed",
@@ -216,7 +216,7 @@ def _context(policy: PodPolicy, context: Mapping[str, Any], where: str) -> Itera
             "podPolicy.allowUnconfinedAppArmor",
         )
     se_linux = _object(context.get("seLinuxOptions"))
-    if se_linux.get("type", "") not in SELINUX_TYPES or se_linux.get("user") or se_linux.get("role"):
+    if not _one_of(se_linux.get("type", ""), SELINUX_TYPES) or se_linux.get("user") or se_linux.get("role"):
         yield Violation(f"{where}.seLinuxOptions", "custom SELinux options", "podPolicy level privileged")
 
 
@@ -234,7 +234,7 @@ def _container(
         )
     level_set = RESTRICTED_CAPABILITIES if restricted else BASELINE_CAPABILITIES
     for index, added in enumerate(_list(_object(context.get("capabilities")).get("add"))):
-        if added not in level_set and added not in policy.allowed_capabilities:
+        if not _one_of(added, level_set, policy.allowed_capabilities):
             yield Violation(
                 f"{here}.capabilities.add[{index}]", f"capability {_quoted(added)}", "podPolicy.allowedCapabilities"
             )
@@ -286,7 +286,7 @@ def _volumes(policy: PodPolicy, spec: Mapping[str, Any], pod: str, *, restricted
             if kind == "hostPath":
                 path = _object(volume.get("hostPath")).get("path")
                 yield from _host_path(policy, spec, volume.get("name"), path, f"{where}.hostPath")
-            elif restricted and kind not in RESTRICTED_VOLUME_TYPES and kind not in policy.allowed_volume_types:
+            elif restricted and not _one_of(kind, RESTRICTED_VOLUME_TYPES, policy.allowed_volume_types):
                 yield Violation(f"{where}.{kind}", f"a volume of type {kind}", "podPolicy.allowedVolumeTypes")
 
 
@@ -323,6 +323,11 @@ def _annotations(policy: PodPolicy, annotations: Mapping[str, Any]) -> Iterator[
         unconfined = isinstance(key, str) and key.startswith(SECCOMP_ANNOTATIONS) and value == "unconfined"
         if unconfined and not policy.allow_unconfined_seccomp:
             yield Violation(where, "an unconfined seccomp profile", "podPolicy.allowUnconfinedSeccomp")
+
+
+def _one_of(value: Any, *allowed: frozenset[str]) -> bool:
+    """VALUE is a string in one of the ALLOWED sets (a tenant's list or map is in none, and raises nothing)."""
+    return isinstance(value, str) and any(value in names for names in allowed)
 
 
 def _asks(value: Any) -> bool:

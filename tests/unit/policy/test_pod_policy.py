@@ -151,6 +151,12 @@ def test_a_queue_that_allows_each_part_takes_the_attack() -> None:
         ),
         # A value of the wrong type still asks: the API server, not this check, would refuse it.
         (template(hostNetwork="yes"), f"{POD}.hostNetwork"),
+        (template(serviceAccountName={"name": "deployer"}), f"{POD}.serviceAccountName"),
+        (
+            with_container(securityContext={"capabilities": {"add": [["SYS_ADMIN"]]}}),
+            f"{POD}.containers[0].securityContext.capabilities.add[0]",
+        ),
+        (template(securityContext={"seLinuxOptions": {"type": ["spc_t"]}}), f"{POD}.securityContext.seLinuxOptions"),
     ],
 )
 def test_what_the_baseline_level_refuses(asked: dict[str, Any], path: str) -> None:

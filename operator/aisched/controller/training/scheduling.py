@@ -89,17 +89,16 @@ class SchedulingCycle(CarbonDeferral, Reporting):
                 await self._set_aside(obj, None, job, now)
                 continue
             queue = job.spec.queue
-            refused = self.tenancy.refusal(
-                key,
-                queue_name=queue,
-                queue=self.queues.get(queue),
-                priority=job.spec.priority,
-                template=job.spec.template,
-            )
-            if refused is not None:  # tenancy: its namespace is not bound to the queue, or it asks too much
-                await self._set_aside(obj, job, QueueRefusalError(refused), now)
-                continue
             try:
+                refused = self.tenancy.refusal(
+                    key,
+                    queue_name=queue,
+                    queue=self.queues.get(queue),
+                    priority=job.spec.priority,
+                    template=job.spec.template,
+                )
+                if refused is not None:  # tenancy: its namespace is not bound to the queue, or it asks too much
+                    raise QueueRefusalError(refused)
                 entry = await self._enter_cycle(obj, job, snapshot, doomed, now=now, writes=writes)
                 self._taken_back(key, obj, job, now, writes)
             except Exception as error:
