@@ -296,6 +296,14 @@ class Settings(BaseSettings):
     )
     default_queue: str = Field(default="default", description="Queue for jobs that name none.")
     gpu_resource: str = Field(default="nvidia.com/gpu", description="Extended resource of a GPU.")
+    worker_priority_class_name: str = Field(
+        default="",
+        max_length=253,
+        pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$",
+        description="PriorityClass of every worker and replica pod the operator creates (empty: none, so the "
+        "cluster's global default). A template's own priorityClassName is refused: which tenant goes first is "
+        "the queues' decision, and a class such as system-node-critical would let one preempt another's pods.",
+    )
     gpu_product_label: str = Field(default="nvidia.com/gpu.product", description="Node label naming the GPU product.")
     topology: TopologyLabels = Field(default_factory=TopologyLabels)
     carbon: CarbonSettings = Field(default_factory=CarbonSettings)

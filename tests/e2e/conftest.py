@@ -124,21 +124,30 @@ def checkpoint_root(cluster: LocalCluster) -> Path:
     return root
 
 
-def chart_values() -> dict[str, Any]:
-    """The chart as a platform team would install it here: the image built here, on the real nodes."""
+CHECKPOINTING_QUEUE = "real-nodes"
+
+
+def chart_values(checkpoint_root: Path) -> dict[str, Any]:
+    """The chart as a platform team would install it here: the image built here, on the real nodes,
+    and a queue whose jobs may mount the shared checkpoint directory (a hostPath, which no queue
+    allows unless told: docs/tenancy.md)."""
     repository, tag = OPERATOR_IMAGE.rsplit(":", 1)
+    checkpoints = {"allowedHostPaths": [{"pathPrefix": str(checkpoint_root), "readOnly": False}]}
     return {
         "image": {"repository": repository, "tag": tag, "pullPolicy": "Never"},
         "nodeSelector": {REAL_NODE_LABEL: "true"},
         "tolerations": [REAL_NODE_TOLERATION],
         "extraEnv": [{"name": "AISCHED_RESYNC_SECONDS", "value": str(OPERATOR_RESYNC_SECONDS)}],
-        # One tenant, whose jobs name no queue: the operator would create the default one granting nothing.
-        "queues": [{"name": "default", "nominalGPUs": 1_000_000}],
+        # Jobs that name no queue: the operator would create the default one granting nothing.
+        "queues": [
+            {"name": "default", "nominalGPUs": 1_000_000},
+            {"name": CHECKPOINTING_QUEUE, "nominalGPUs": 1_000_000, "podPolicy": checkpoints},
+        ],
     }
 
 
 @pytest.fixture(scope="session")
-def operator_release(cluster: LocalCluster) -> str:
+def operator_release(cluster: LocalCluster, checkpoint_root: Path) -> str:
     """The chart installed into a namespace that enforces the restricted Pod Security Standard."""
     namespace = {
         "apiVersion": "v1",
@@ -147,7 +156,7 @@ def operator_release(cluster: LocalCluster) -> str:
     }
     ok(cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(namespace)))
     values = cluster.state_dir / "values.yaml"
-    values.write_text(yaml.safe_dump(chart_values()))
+    values.write_text(yaml.safe_dump(chart_values(checkpoint_root)))
     chart = str(REPO_ROOT / "helm" / "aisched")
     args = ["install", RELEASE, chart, "-n", OPERATOR_NAMESPACE, "-f", str(values), "--wait", "--timeout", "240s"]
     ok(cluster.run("helm", *args, timeout=300))
@@ -158,7 +167,9 @@ def operator_release(cluster: LocalCluster) -> str:
 def namespace(api_client: client.ApiClient, operator_release: str) -> Iterator[str]:
     core = client.CoreV1Api(api_client)
     name = f"e2e-{uuid.uuid4().hex[:8]}"
-    core.create_namespace({"metadata": {"name": name}})
+    # Its jobs mount a hostPath: the chart's admission policy lets them only in a namespace the
+    # administrator (here, the test) marked so.
+    core.create_namespace({"metadata": {"name": name, "labels": {"aisched.io/privileged-workloads": "true"}}})
     wait_for(
         lambda: core.list_namespaced_service_account(name, field_selector="metadata.name=default").items,
         30,

@@ -12,7 +12,7 @@ import yaml
 from kubernetes import client, watch
 
 from aisched.testing.cluster import LocalCluster, list_objects, wait_for
-from tests.e2e.conftest import REAL_NODE_TOLERATION, TRAINING_IMAGE
+from tests.e2e.conftest import CHECKPOINTING_QUEUE, REAL_NODE_TOLERATION, TRAINING_IMAGE
 
 GPU_PRODUCT = "Fake-GPU"  # what hack/real-nodes.sh labels its nodes' GPUs
 CHECKPOINTED_EXIT_CODE = 75  # aisched.workload.contract: saved on SIGTERM, to be resumed
@@ -54,6 +54,7 @@ def training_job(name: str, namespace: str, checkpoint_root: Path, *, replicas: 
         "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "replicas": replicas,
+            "queue": CHECKPOINTING_QUEUE,  # its podPolicy allows the checkpoint directory's hostPath
             "gpusPerReplica": 1,
             "gpuType": GPU_PRODUCT,
             "spot": {"policy": "Only"},

@@ -24,7 +24,14 @@ from tests.tools.binaries import by_kind, helm, kubernetes_version, render, temp
 NAMESPACE = "aisched-system"
 VALUES = CHART / "values.yaml"
 SCHEMA = json.loads((CHART / "values.schema.json").read_text())
-CLUSTER_SCOPED = {"ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition", "Queue"}
+CLUSTER_SCOPED = {
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "CustomResourceDefinition",
+    "Queue",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+}
 
 
 def the(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:

@@ -88,6 +88,10 @@ POD_TEMPLATE_SCHEMA: dict[str, Any] = {
                 # (TrainingJobSpec's rules), the operator places and gates its pods itself.
                 "nodeName": {"type": "string"},
                 "schedulingGates": {"type": "array", "items": _OPEN_OBJECT},
+                # Typed for the rules of api/pod_priority.py: the operator sets its pods' priority.
+                "priorityClassName": {"type": "string"},
+                "priority": {"type": "integer"},
+                "preemptionPolicy": {"type": "string"},
             },
         },
     },

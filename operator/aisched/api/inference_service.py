@@ -13,6 +13,7 @@ from aisched.api.common import (
     TEMPLATE_RULES,
     ApiModel,
     Condition,
+    Name,
     PodTemplate,
     SpotPolicy,
     cel,
@@ -22,6 +23,7 @@ from aisched.api.common import (
     name_rule,
     validated_by,
 )
+from aisched.api.pod_priority import PRIORITY_RULES, check_priority_rules
 
 # Its Service takes its name, its replica pods are `<name>-<hash>-<n>`.
 _NAME_RULE, _NAME_MESSAGE = name_rule("InferenceService", "its Service and replica pods are named after it")
@@ -116,7 +118,7 @@ class RolloutSpec(ApiModel):
 
 
 class InferenceServiceSpec(ApiModel):
-    model_config = validated_by(*TEMPLATE_RULES)
+    model_config = validated_by(*TEMPLATE_RULES, *PRIORITY_RULES)
 
     replicas: int = Field(default=1, ge=0, le=1000, description="Model server pods (scale).")
     gpus_per_replica: int = Field(ge=1, le=64)
@@ -126,10 +128,16 @@ class InferenceServiceSpec(ApiModel):
     autoscaling: AutoscalingSpec | None = None
     spot: ServingSpotSpec = defaulted_to(ServingSpotSpec)
     rollout: RolloutSpec = defaulted_to(RolloutSpec)
+    queue: Name = Field(
+        default="default",
+        description="The Queue whose tenancy its replicas go through: bound namespaces, allowed tolerations "
+        "and podPolicy (what a pod may ask beyond compute). A service the queue refuses creates no pod.",
+    )
 
     @model_validator(mode="after")
     def _template_rules(self) -> InferenceServiceSpec:
         check_template_rules(self.template, self.gpus_per_replica)
+        check_priority_rules(self.template)
         return self
 
 

@@ -38,6 +38,92 @@ class AllowedToleration(ApiModel):
     )
 
 
+# What a queue's worker pods may ask for beyond compute (aisched.policy.pod_policy): the Pod Security
+# Standards' levels, with allowances an administrator turns on one by one.
+Capability = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Z0-9_]+$")]
+Sysctl = Annotated[
+    str,
+    Field(
+        min_length=1, max_length=253, pattern=r"^[a-z0-9]([-_a-z0-9]*[a-z0-9])?([./][a-z0-9]([-_a-z0-9]*[a-z0-9])?)*$"
+    ),
+]
+VolumeType = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-zA-Z]+$")]
+ObjectName = Annotated[
+    str,
+    Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"),
+]
+
+
+class AllowedHostPath(ApiModel):
+    path_prefix: str = Field(
+        min_length=1,
+        max_length=4096,
+        pattern=r"^/",
+        description="A host directory a pod may mount, with everything below it (by path components, after "
+        "normalisation; a path with '..' is never allowed).",
+    )
+    read_only: bool = Field(default=True, description="Only read-only mounts of it (every volumeMount readOnly).")
+
+
+class PodPolicySpec(ApiModel):
+    level: Literal["privileged", "baseline", "restricted"] = Field(
+        default="baseline",
+        description="The Pod Security Standard a job's template is held to, as Pod Security Admission holds a "
+        "pod: baseline (no privilege, host namespaces, host paths or ports, added capabilities beyond the "
+        "standard's, unconfined profiles, unsafe sysctls), restricted (baseline, plus non-root, no privilege "
+        "escalation, capabilities dropped, a seccomp profile, the usual volume types) or privileged (none).",
+    )
+    allow_privileged: bool = Field(default=False, description="Privileged containers (and Windows host processes).")
+    allow_host_network: bool = Field(default=False, description="hostNetwork: the node's network namespace.")
+    allow_host_pid: bool = Field(default=False, alias="allowHostPID", description="hostPID: the node's processes.")
+    allow_host_ipc: bool = Field(default=False, alias="allowHostIPC", description="hostIPC: the node's IPC namespace.")
+    allow_host_ports: bool = Field(default=False, description="Container ports with a hostPort.")
+    allowed_host_paths: list[AllowedHostPath] = Field(
+        default_factory=list, max_length=64, description="hostPath volumes, under these prefixes only."
+    )
+    allowed_capabilities: list[Capability] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Capabilities a container may add beyond the level's (e.g. IPC_LOCK, SYS_PTRACE).",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    allowed_sysctls: list[Sysctl] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Sysctls a pod may set beyond the standard's safe ones.",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    allow_unconfined_seccomp: bool = Field(default=False, description="An Unconfined seccomp profile.")
+    allow_unconfined_app_armor: bool = Field(default=False, description="An unconfined AppArmor profile.")
+    allow_unmasked_proc_mount: bool = Field(default=False, description="procMount Unmasked.")
+    allow_privilege_escalation: bool = Field(
+        default=False, description="Restricted level: containers need not set allowPrivilegeEscalation: false."
+    )
+    allow_run_as_root: bool = Field(
+        default=False, description="Restricted level: containers need not run as non-root (runAsNonRoot, runAsUser)."
+    )
+    allowed_volume_types: list[VolumeType] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Restricted level: volume types beyond configMap, csi, downwardAPI, emptyDir, ephemeral, "
+        "persistentVolumeClaim, projected and secret (hostPath is allowedHostPaths' alone).",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    allowed_service_account_names: list[ObjectName] = Field(
+        default_factory=lambda: ["default"],
+        max_length=64,
+        description="ServiceAccounts of the job's namespace its pods may run as, at every level; the default "
+        "is the namespace's default ServiceAccount only.",
+        json_schema_extra={"x-kubernetes-list-type": "set", "default": ["default"]},
+    )
+    allowed_runtime_class_names: list[ObjectName] = Field(
+        default_factory=list,
+        max_length=64,
+        description="RuntimeClasses its pods may name (e.g. nvidia), at every level; none by default.",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+
+
 DEFAULT_MIN_RUN_SECONDS = 600
 
 
@@ -96,6 +182,13 @@ class QueueSpec(ApiModel):
         description="Tolerations a job of this queue may carry in its template, each covered by an entry; a "
         "job with any other is refused (TolerationNotAllowed). Unset allows any. Set it on every queue once "
         "nodes are tainted for a team, so that only that team's queue reaches them.",
+    )
+    pod_policy: PodPolicySpec = Field(
+        default_factory=PodPolicySpec,
+        json_schema_extra={"default": PodPolicySpec().to_wire()},
+        description="What a job's pods may ask for beyond compute: a job whose template asks more is refused "
+        "(PodPolicyViolation). The default is the baseline Pod Security Standard with the namespace's default "
+        "ServiceAccount: creating a job must give no more than creating its pods would.",
     )
 
     @model_validator(mode="after")

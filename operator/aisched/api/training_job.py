@@ -28,6 +28,7 @@ from aisched.api.common import (
     name_rule,
     validated_by,
 )
+from aisched.api.pod_priority import PRIORITY_RULES, check_priority_rules
 
 # The headless Service takes the job's name and each worker's host name is `<name>-worker-<rank>`.
 _NAME_RULE, _NAME_MESSAGE = name_rule(
@@ -181,6 +182,7 @@ class RunPolicy(ApiModel):
 
 _SPEC_RULES = [
     *TEMPLATE_RULES,
+    *PRIORITY_RULES,
     cel(
         "has(self.minReplicas) == has(self.maxReplicas)",
         "elastic jobs set both minReplicas and maxReplicas",
@@ -274,6 +276,7 @@ class TrainingJobSpec(ApiModel):
     @model_validator(mode="after")
     def _template_rules(self) -> TrainingJobSpec:
         check_template_rules(self.template, self.gpus_per_replica)
+        check_priority_rules(self.template)
         return self
 
     @property

@@ -55,6 +55,7 @@ def register(
             jobs.queue_gone(name)
         else:
             jobs.queue_seen(slim_object(dict(event["object"])))
+        serving.queue_changed(name)  # its tenancy may take (or refuse) services now
 
     @kopf.on.event(GROUP, VERSION, "inferenceservices", registry=registry)
     async def inference_service_event(event: kopf.RawEvent, name: str, namespace: str | None, **_: Any) -> None:

@@ -168,6 +168,7 @@ async def _operate(settings: Settings, standalone: bool) -> int:
         in_flight=jobs.in_flight,
         prometheus=_prometheus(settings.autoscaler),
         metrics=metrics,
+        queues=jobs.queues,  # one watch of Queues; the tenancy of replicas is read from it too
     )
     registry = _kopf_registry(
         settings, kube, inventory, jobs=jobs, serving=serving, carbon_client=carbon_client, heartbeat=heartbeat

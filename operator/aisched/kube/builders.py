@@ -41,6 +41,8 @@ class GangLaunch:
     resume_path: str | None = None
     termination_grace_seconds: int | None = None
     tolerations: tuple[dict[str, Any], ...] = ()
+    priority_class_name: str = ""
+    """The operator's class for every worker (settings.worker_priority_class_name); empty: none."""
 
 
 def worker_hostname(job_name: str, rank: int) -> str:
@@ -154,6 +156,20 @@ def request_gpus(containers: list[dict[str, Any]], resource: str, count: int) ->
     resources.setdefault("requests", {})[resource] = count
 
 
+def set_priority(spec: dict[str, Any], priority_class_name: str) -> None:
+    """The pod's priority is the operator's, whatever the template says.
+
+    Who goes first among tenants is the queues' decision (spec.priority within a queue's cap).
+    A class in the template would let kube-scheduler preempt another team's pods for it
+    (system-node-critical is usable in any namespace), so the CRD refuses these fields at apply
+    and the builders drop them here too, for objects stored before that rule.
+    """
+    for field in ("priorityClassName", "priority", "preemptionPolicy"):
+        spec.pop(field, None)  # the Priority admission plugin refuses a priority that disagrees with the class
+    if priority_class_name:
+        spec["priorityClassName"] = priority_class_name
+
+
 def build_worker_pod(job: TrainingJob, launch: GangLaunch, slot: WorkerSlot) -> dict[str, Any]:
     name = str(job.metadata["name"])
     template = copy.deepcopy(job.spec.template)
@@ -170,6 +186,7 @@ def build_worker_pod(job: TrainingJob, launch: GangLaunch, slot: WorkerSlot) -> 
         _with_env(container, env)
     request_gpus(spec["containers"], launch.gpu_resource, job.spec.gpus_per_replica)
     spec["restartPolicy"] = "Never"  # the operator restarts the whole gang, never one worker
+    set_priority(spec, launch.priority_class_name)
     spec["hostname"] = worker_hostname(name, slot.rank)
     if launch.world_size > 1:
         spec["subdomain"] = name  # the headless Service: workers reach each other by host name

@@ -19,7 +19,7 @@ from typing import Any, Final
 from aisched.api.common import CapacityType
 from aisched.api.inference_service import InferenceService
 from aisched.kube import labels
-from aisched.kube.builders import owner_reference, request_gpus
+from aisched.kube.builders import owner_reference, request_gpus, set_priority
 
 KIND: Final = "InferenceService"
 # A label of its own, not the TrainingJob's job-name: a TrainingJob and an
@@ -135,13 +135,16 @@ def build_replica_pod(
     *,
     gpu_resource: str = "nvidia.com/gpu",
     spot_grace_seconds: int | None = None,
+    priority_class_name: str = "",
 ) -> dict[str, Any]:
-    """One replica's pod, pinned to `slot.node`; on spot, its grace period fits within the notice."""
+    """One replica's pod, pinned to `slot.node`; on spot, its grace period fits within the notice; its
+    priority the operator's (PRIORITY_CLASS_NAME, empty for none), never the template's."""
     name = str(service.metadata["name"])
     template = copy.deepcopy(service.spec.template)
     spec: dict[str, Any] = template.get("spec", {})
     metadata: dict[str, Any] = template.get("metadata", {})
     request_gpus(spec["containers"], gpu_resource, service.spec.gpus_per_replica)
+    set_priority(spec, priority_class_name)
     spec["nodeSelector"] = {**spec.get("nodeSelector", {}), HOSTNAME_LABEL: slot.node}
     if slot.capacity_type == CapacityType.SPOT and spot_grace_seconds is not None:
         spec["terminationGracePeriodSeconds"] = min(spec.get("terminationGracePeriodSeconds", 30), spot_grace_seconds)

@@ -12,9 +12,16 @@ from typing import Any
 import pytest
 
 from aisched.api import TrainingJob
-from aisched.controller.training.isolation import queue_refusal
 from aisched.policy.placement_record import PLACEMENT_NOT_VERIFIED
-from aisched.policy.tenancy import NAMESPACE_NOT_ALLOWED, PRIORITY_ABOVE_CAP, TOLERATION_NOT_ALLOWED
+from aisched.policy.pod_policy import POD_POLICY_VIOLATION
+from aisched.policy.tenancy import (
+    NAMESPACE_NOT_ALLOWED,
+    PRIORITY_ABOVE_CAP,
+    TOLERATION_NOT_ALLOWED,
+    Refusal,
+    template_tolerations,
+    tenancy_from_wire,
+)
 from tests.builders import a_queue
 from tests.unit.controller.kube_double import KubeDouble
 from tests.unit.controller.test_training_isolation import condition, events, one_pass, status_of
@@ -27,6 +34,12 @@ def research(**spec: Any) -> dict[str, Any]:
     queue = a_queue("research", nominal_gpus=64).obj()
     queue["spec"].update(spec)
     return queue
+
+
+def queue_refusal(queue: dict[str, Any], job: TrainingJob, namespace: str) -> Refusal | None:
+    template = job.spec.template
+    tenancy = tenancy_from_wire(queue["spec"])
+    return tenancy.refusal("research", namespace, job.spec.priority, template_tolerations(template), template)
 
 
 def created(kube: KubeDouble) -> list[str]:
@@ -43,8 +56,20 @@ def created(kube: KubeDouble) -> list[str]:
             {"template__spec__tolerations": [{"key": "dedicated", "operator": "Exists"}]},
             TOLERATION_NOT_ALLOWED,
         ),
+        ({}, {"template__spec__hostNetwork": True}, POD_POLICY_VIOLATION),
+        (
+            {"podPolicy": {"allowedHostPaths": [{"pathPrefix": "/data"}]}},
+            {"template__spec__volumes": [{"name": "root", "hostPath": {"path": "/"}}]},
+            POD_POLICY_VIOLATION,
+        ),
     ],
-    ids=["namespace not bound", "priority above the cap", "toleration beyond the allowed"],
+    ids=[
+        "namespace not bound",
+        "priority above the cap",
+        "toleration beyond the allowed",
+        "host network by default",
+        "host path outside the allowed",
+    ],
 )
 async def test_a_job_its_queue_refuses_is_not_admitted_and_says_why(
     kube: KubeDouble, queue_spec: dict[str, Any], job_spec: dict[str, Any], reason: str
@@ -71,10 +96,19 @@ async def test_a_job_within_its_queues_namespaces_cap_and_tolerations_is_admitte
     controller = a_controller(kube)
     controller.inventory.upsert_node(a_node("n1", 8))
     allowed = [{"key": "dedicated", "value": "research", "effect": "NoSchedule"}]
-    controller.queue_seen(research(namespaces=["ns"], maxPriority=10, allowedTolerations=allowed))
+    pod_policy = {"allowHostNetwork": True, "allowedServiceAccountNames": ["trainer"]}
+    controller.queue_seen(research(namespaces=["ns"], maxPriority=10, allowedTolerations=allowed, podPolicy=pod_policy))
     tolerations = [{"key": "dedicated", "value": "research", "effect": "NoSchedule"}]
     controller.job_seen(
-        a_job("fits", queue="research", gpusPerReplica=4, priority=10, template__spec__tolerations=tolerations)
+        a_job(
+            "fits",
+            queue="research",
+            gpusPerReplica=4,
+            priority=10,
+            template__spec__tolerations=tolerations,
+            template__spec__hostNetwork=True,
+            template__spec__serviceAccountName="trainer",
+        )
     )
     await one_pass(controller)
     assert status_of(controller, "fits")["phase"] == "Placing"

@@ -9,6 +9,8 @@
   value: {{ $s.defaultQueue | quote }}
 - name: AISCHED_GPU_RESOURCE
   value: {{ $s.gpuResource | quote }}
+- name: AISCHED_WORKER_PRIORITY_CLASS_NAME
+  value: {{ $s.workerPriorityClassName | quote }}
 - name: AISCHED_GPU_PRODUCT_LABEL
   value: {{ $s.gpuProductLabel | quote }}
 - name: AISCHED_TOPOLOGY__NODE

@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -40,6 +40,7 @@ from aisched.controller.in_flight import InFlightPlacements
 from aisched.controller.serving.autoscaling import PLURAL, MetricReading, ServiceAutoscaler
 from aisched.controller.serving.placement import ReplicaPlacement
 from aisched.controller.serving.replica_pods import ReplicaPods, ServiceKey
+from aisched.controller.tenancy import TenancyBook
 from aisched.controller.workqueue import WorkQueue
 from aisched.kube.client import KubeClient
 from aisched.kube.inventory import Inventory
@@ -54,6 +55,7 @@ from aisched.metrics import Metrics
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.serving import PlanReason
 from aisched.policy.serving_status import find_condition, observed_status, set_service_condition
+from aisched.policy.tenancy import Refusal
 from aisched.settings import Settings
 from aisched.sources.prometheus import PrometheusSource
 
@@ -81,6 +83,8 @@ def utc_now() -> datetime:
 
 # The InferenceService's condition about the Service in front of its replicas.
 SERVICE_EXPOSED = "ServiceExposed"
+# Whether its queue takes it (`policy.tenancy`); set only once a queue has refused it.
+ADMITTED = "Admitted"
 
 
 @dataclass
@@ -95,12 +99,15 @@ class InferenceServiceController:
     prometheus: PrometheusSource | None = None
     metrics: Metrics | None = None
     clock: Callable[[], datetime] = utc_now
+    queues: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+    """The Queue objects by name, as the TrainingJob controller's watch keeps them."""
     services: dict[ServiceKey, dict[str, Any]] = field(default_factory=dict)
     queue: WorkQueue[ServiceKey] = field(init=False)
     replicas: ReplicaPods = field(init=False)
     placement: ReplicaPlacement = field(init=False)
     autoscaler: ServiceAutoscaler = field(init=False)
     _service_applied: dict[ServiceKey, tuple[int | None, float]] = field(default_factory=dict)
+    tenancy: TenancyBook = field(default_factory=TenancyBook)
 
     def __post_init__(self) -> None:
         self.queue = WorkQueue(
@@ -125,6 +132,7 @@ class InferenceServiceController:
         self.services.pop(key, None)
         self.autoscaler.forget(key)
         self._service_applied.pop(key, None)
+        self.tenancy.forget(key)
         self.placement.waiting_for_capacity.discard(key)
         self.queue.forget(key)
         if self.metrics is not None:
@@ -162,6 +170,12 @@ class InferenceServiceController:
         for key in self.replicas.services_on(name):
             self.queue.add(key)
         self.capacity_changed()
+
+    def queue_changed(self, name: str) -> None:
+        """Queue NAME came, changed or went: the services it takes or refuses are checked again."""
+        for key, obj in self.services.items():
+            if ((obj.get("spec") or {}).get("queue") or "default") == name:
+                self.queue.add(key)
 
     def mark(self, key: ServiceKey) -> None:
         self.queue.add(key)
@@ -208,9 +222,20 @@ class InferenceServiceController:
         service = _parse(obj) if obj is not None else None
         if obj is None or service is None:
             return
+        queue = service.spec.queue
+        refused = self.tenancy.refusal(
+            key, queue_name=queue, queue=self.queues.get(queue), priority=None, template=service.spec.template
+        )
+        if refused is not None:
+            await self._refused(obj, service, refused, now)
+            return
         exposed = await self._apply_service(key, service)
         await self.placement.clear_out(obj, self.replicas.of(key), now)
         status = service.status.model_copy(deep=True)
+        if (admitted := find_condition(status, ADMITTED)) is not None and admitted.status != "True":
+            status.conditions = set_service_condition(
+                status, ADMITTED, True, "Admitted", f"queue {queue} takes it", service=service, now=now
+            )
         status.conditions = set_service_condition(
             status,
             SERVICE_EXPOSED,
@@ -245,6 +270,24 @@ class InferenceServiceController:
             selector=service_selector(str(service.metadata["name"])),
         )
         await self._write_status(obj, service, observed)
+
+    async def _refused(self, obj: dict[str, Any], service: InferenceService, refused: Refusal, now: datetime) -> None:
+        """Its queue does not take it: no Service and no new replica, and its status says why.
+
+        Replicas it already has (its queue changed since) are left as they are: taking a model
+        server away is the administrator's call, not a side effect of tightening a policy.
+        """
+        status = service.status.model_copy(deep=True)
+        before = find_condition(status, ADMITTED)
+        status.conditions = set_service_condition(
+            status, ADMITTED, False, refused.reason, refused.message, service=service, now=now
+        )
+        status.observed_generation = service.metadata.get("generation")
+        if not self.replicas.of((service.metadata["namespace"], service.metadata["name"])):
+            status.phase = "Pending"
+        if before is None or (before.reason, before.message) != (refused.reason, refused.message):
+            self.kube.post_event(obj, "Warning", refused.reason, refused.message)
+        await self._write_status(obj, service, status)
 
     # -- 1: the Service in front ----------------------------------------------
 

@@ -124,6 +124,7 @@ class ReplicaPlacement:
                 ReplicaSlot(pod_name, start.node, CapacityType(start.capacity_type), current_hash),
                 gpu_resource=self.settings.gpu_resource,
                 spot_grace_seconds=grace,
+                priority_class_name=self.settings.worker_priority_class_name,
             )
             for pod_name, start in zip(names, starts, strict=True)
         ]

@@ -20,13 +20,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from aisched.api import DEFAULT_QUEUE, TrainingJob
+from aisched.api import TrainingJob
 from aisched.api.training_job import TrainingJobStatus
 from aisched.controller.training.state import PLURAL, JobKey, TrainingJobState
-from aisched.policy.cluster import Toleration
 from aisched.policy.job_status import CANNOT_SCHEDULE, INVALID_SPEC, set_aside, taken_back
-from aisched.policy.queueing import locked_default_queue
-from aisched.policy.tenancy import AllowedToleration, Refusal, Tenancy
+from aisched.policy.tenancy import Refusal
 
 log = logging.getLogger(__name__)
 # Status writes the scheduling cycle collects while it reads the jobs, to make them together.
@@ -151,38 +149,6 @@ class QueueRefusalError(Exception):
     def __init__(self, refusal: Refusal) -> None:
         super().__init__(refusal.message)
         self.refusal = refusal
-
-
-def queue_refusal(queue: dict[str, Any] | None, job: TrainingJob, namespace: str) -> Refusal | None:
-    """Whether the job's Queue refuses it, reading the Queue's tenancy fields as far as they go:
-    an unreadable namespace list or cap binds or caps nothing, so it stops no job; an unreadable
-    list of allowed tolerations allows none, since it was written to fence nodes off."""
-    if queue is None and job.spec.queue == DEFAULT_QUEUE:
-        queue = locked_default_queue().to_wire()  # nobody wrote it: it lets in what it grants, nothing
-    spec = (queue or {}).get("spec") or {}
-    namespaces = spec.get("namespaces")
-    if not (isinstance(namespaces, list) and all(isinstance(n, str) for n in namespaces)):
-        namespaces = None
-    cap = spec.get("maxPriority")
-    if isinstance(cap, bool) or not isinstance(cap, int):
-        cap = None
-    tenancy = Tenancy(namespaces, cap, _allowed_tolerations(spec.get("allowedTolerations")))
-    template_spec = job.spec.template.get("spec") or {}
-    tolerations = [Toleration.from_dict(t) for t in template_spec.get("tolerations") or ()]
-    return tenancy.refusal(job.spec.queue, namespace, job.spec.priority, tolerations)
-
-
-def _allowed_tolerations(entries: Any) -> list[AllowedToleration] | None:
-    if entries is None:
-        return None
-    if not isinstance(entries, list):
-        return []
-    allowed = []
-    for entry in entries:
-        key, value, effect = (entry.get(f) if isinstance(entry, dict) else None for f in ("key", "value", "effect"))
-        if isinstance(key, str) and key and all(f is None or isinstance(f, str) for f in (value, effect)):
-            allowed.append(AllowedToleration(key, value, effect))
-    return allowed
 
 
 def why_set_aside(error: Exception) -> tuple[str, str]:

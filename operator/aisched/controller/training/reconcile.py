@@ -185,6 +185,7 @@ class JobReconciler(WorkerReleases):
             resume_step=last.step if last else None,
             resume_path=last.path if last else None,
             termination_grace_seconds=(self._checkpoint_grace() if placement.capacity_type == "Spot" else None),
+            priority_class_name=self.settings.worker_priority_class_name,
         )
         to_create = [build_worker_pod(job, launch, slot) for slot in launch.slots]
         # Only a gang needs the Service to rendezvous; a lone worker is its own master.

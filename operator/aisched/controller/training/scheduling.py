@@ -22,7 +22,7 @@ from pydantic import ValidationError
 from aisched.api import CapacityType, Queue, SpotPolicy, TrainingJob, TrainingJobPhase
 from aisched.controller.in_flight import fits, gpus_by_node
 from aisched.controller.training.carbon import CarbonDeferral
-from aisched.controller.training.isolation import CycleWrites, QueueRefusalError, queue_refusal
+from aisched.controller.training.isolation import CycleWrites, QueueRefusalError
 from aisched.controller.training.reporting import Reporting
 from aisched.controller.training.state import CONCURRENT_RECONCILES, finished
 from aisched.kube import labels
@@ -91,20 +91,23 @@ class SchedulingCycle(CarbonDeferral, Reporting):
             if isinstance(job, ValidationError):  # a CRD older or looser than this operator let it in
                 await self._set_aside(obj, None, job, now)
                 continue
-            refused = queue_refusal(self.queues.get(job.spec.queue), job, key[0])
-            if refused is not None:  # tenancy: its namespace is not bound to the queue, or it asks too much
-                if job.status.phase in HOLDS_GPUS:
-                    # Its spec changed under a running gang (a priority raised past the cap, another
-                    # queue, a toleration): it stops to a checkpoint, so it never runs uncharged, and
-                    # the next cycle finds it waiting and refused, with the reason in its status.
-                    stop = functools.partial(
-                        self._stop_gang, obj, job, now, refused.reason, f"stopped: {refused.message}"
-                    )
-                    await self._carried_out(obj, job, now, stop)
-                    continue
-                await self._set_aside(obj, job, QueueRefusalError(refused), now)
-                continue
+            queue = job.spec.queue
             try:
+                refused = self.tenancy.refusal(
+                    key,
+                    queue_name=queue,
+                    queue=self.queue_object(queue),
+                    priority=job.spec.priority,
+                    template=job.spec.template,
+                )
+                if refused is not None and job.status.phase in HOLDS_GPUS:
+                    # Its spec changed under a running gang (a priority raised past the cap, another
+                    # queue, a toleration, a template the pod policy refuses): it stops to a checkpoint,
+                    # so it never runs uncharged, and the next cycle finds it waiting and refused.
+                    await self._stop_gang(obj, job, now, refused.reason, f"stopped: {refused.message}")
+                    continue
+                if refused is not None:  # tenancy: its namespace is not bound to the queue, or it asks too much
+                    raise QueueRefusalError(refused)
                 entry = await self._enter_cycle(obj, job, snapshot, doomed, now=now, writes=writes)
                 self._taken_back(key, obj, job, now, writes)
             except Exception as error:

@@ -16,9 +16,10 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 from pydantic import ValidationError
 
-from aisched.api import TrainingJob
+from aisched.api import DEFAULT_QUEUE, TrainingJob
 from aisched.api.training_job import TrainingJobStatus
 from aisched.controller.in_flight import InFlightPlacements
+from aisched.controller.tenancy import TenancyBook
 from aisched.controller.training.requests import RequestBook
 from aisched.controller.workqueue import FailureBackoff, WorkQueue
 from aisched.kube import labels
@@ -31,6 +32,7 @@ from aisched.policy.interruptions import InterruptionPrior
 from aisched.policy.lifecycle import FINISHED, HOLDS_GPUS
 from aisched.policy.placement import GangRequest
 from aisched.policy.placement_record import PlacementMade
+from aisched.policy.queueing import locked_default_queue
 from aisched.settings import Settings
 from aisched.sources.carbon import CachedCarbonSource
 from aisched.sources.energy import GpuEnergySource
@@ -94,6 +96,8 @@ class TrainingJobState:
     _placed_on: dict[str, set[JobKey]] = field(default_factory=dict)
     # Workers of each job whose checkpoint report was rejected and the job told so (a Warning event, once).
     _rejected_reports_told: dict[JobKey, frozenset[str]] = field(default_factory=dict)
+    # What each queue refuses of each job, until either object changes.
+    tenancy: TenancyBook = field(default_factory=TenancyBook)
     # Namespaces the API server said are being deleted, with when (monotonic) that is next asked again.
     _closing_namespaces: dict[str, float] = field(default_factory=dict)
 
@@ -150,6 +154,14 @@ class TrainingJobState:
         # Keep our copy current so the next pass does not act on stale status.
         self._store_job((namespace, name), {**obj, "status": wire})
 
+    def queue_object(self, name: str) -> dict[str, Any] | None:
+        """Queue NAME as stored; the default queue, where nobody wrote one, as the locked one the
+        operator creates (it grants nothing), never an open one."""
+        queue = self.queues.get(name)
+        if queue is None and name == DEFAULT_QUEUE:
+            return locked_default_queue().to_wire()
+        return queue
+
     def _store_job(self, key: JobKey, obj: dict[str, Any]) -> None:
         """Our copy of a job, from its watch event or our own status write."""
         old = self.jobs.get(key)
@@ -164,6 +176,7 @@ class TrainingJobState:
 
     def _drop_job(self, key: JobKey) -> None:
         self._placements_made.pop(key, None)
+        self.tenancy.forget(key)
         for node in _placed_nodes(self.jobs.pop(key, None)):
             self._unplace(key, node)
 
