@@ -8,6 +8,12 @@ BIN := $(VENV)/bin
 PRESET ?= small
 # Real nodes (kubelet + containerd, root only) beside the fake ones: make cluster-up REAL_NODES=2
 REAL_NODES ?= 0
+# Seconds one test of each tier may take before it fails (pytest-timeout), so a hang names its
+# test instead of eating CI's time; generous, since a loaded machine is slow, not stuck.
+UNIT_TEST_TIMEOUT ?= 120
+TOOLS_TEST_TIMEOUT ?= 300
+INTEGRATION_TEST_TIMEOUT ?= 900
+E2E_TEST_TIMEOUT ?= 1200
 CRD_DIRS := crds helm/aisched/templates/crds
 GENERATED := $(CRD_DIRS) helm/aisched/dashboards manifests/install.yaml manifests/prometheus-rules.yaml
 
@@ -86,19 +92,19 @@ verify: generate lint typecheck ## regenerate everything and fail on drift; lint
 
 .PHONY: test-unit
 test-unit: venv ## unit tests: no cluster, no network, no clock, no tools beyond the virtualenv
-	$(BIN)/pytest tests/unit -q; rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
+	$(BIN)/pytest tests/unit -q --timeout=$(UNIT_TEST_TIMEOUT) --durations=5; rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 .PHONY: test-tools
 test-tools: venv tools k8s-binaries ## tests that drive real helm and promtool (chart, rules, exposition), no cluster
-	$(BIN)/pytest tests/tools -q; rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
+	$(BIN)/pytest tests/tools -q --timeout=$(TOOLS_TEST_TIMEOUT) --durations=5; rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 .PHONY: test-integration
 test-integration: venv tools k8s-binaries ## integration tests against the local GPU cluster (small preset)
-	$(BIN)/pytest tests/integration -q; rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
+	$(BIN)/pytest tests/integration -q --timeout=$(INTEGRATION_TEST_TIMEOUT) --durations=15; rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 .PHONY: test-e2e
 test-e2e: venv tools node-packages images ## e2e tests: two real nodes, the chart in-cluster, real training jobs (root)
-	$(BIN)/pytest tests/e2e -q; rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
+	$(BIN)/pytest tests/e2e -q --timeout=$(E2E_TEST_TIMEOUT) --durations=10; rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 .PHONY: test
 test: verify test-unit test-tools test-integration ## everything CI runs: verify, unit, tools, integration, and e2e when root
