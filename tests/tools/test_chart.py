@@ -251,8 +251,28 @@ def test_the_carbon_api_key_is_a_mounted_file_not_an_api_permission(clean_enviro
     assert mount["readOnly"] is True
 
 
-def _rules(objects: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
-    return [(obj["kind"], rule) for obj in objects if obj["kind"] in {"Role", "ClusterRole"} for rule in obj["rules"]]
+AGGREGATE = "rbac.authorization.k8s.io/aggregate-to-"
+
+
+def _for_users(role: dict[str, Any]) -> bool:
+    return any(label.startswith(AGGREGATE) for label in role["metadata"].get("labels", {}))
+
+
+def _rules(objects: list[dict[str, Any]], *, users: bool = False) -> list[tuple[str, dict[str, Any]]]:
+    """The rules of the operator's roles, or (users) of the roles aggregated into view, edit and admin."""
+    roles = [obj for obj in objects if obj["kind"] in {"Role", "ClusterRole"} and _for_users(obj) == users]
+    return [(role["kind"], rule) for role in roles for rule in role["rules"]]
+
+
+def _user_grants(objects: list[dict[str, Any]], aggregated_into: str) -> set[tuple[str, str]]:
+    return {
+        (resource, verb)
+        for role in by_kind(objects, "ClusterRole")
+        if role["metadata"].get("labels", {}).get(AGGREGATE + aggregated_into) == "true"
+        for rule in role["rules"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
 
 
 def test_rbac_grants_exactly_the_listed_permissions(default_render: list[dict[str, Any]]) -> None:
@@ -273,14 +293,34 @@ def test_rbac_grants_exactly_the_listed_permissions(default_render: list[dict[st
 
 
 def test_rbac_has_no_wildcards_and_no_secrets(default_render: list[dict[str, Any]]) -> None:
-    for _, rule in _rules(default_render):
+    for _, rule in _rules(default_render) + _rules(default_render, users=True):
         for field in ("apiGroups", "resources", "verbs"):
             assert "*" not in rule[field]
         assert "secrets" not in rule["resources"]
 
 
+def test_users_get_our_kinds_through_view_edit_and_admin(default_render: list[dict[str, Any]]) -> None:
+    kinds = {"trainingjobs", "inferenceservices"}
+    reads = {"get", "list", "watch"}
+    writes = {"create", "update", "patch", "delete", "deletecollection"}
+    view = _user_grants(default_render, "view")
+    assert {(kind, verb) for kind in kinds for verb in reads} <= view
+    assert not {verb for resource, verb in view} & writes, "view grants only reads"
+    for role in ("edit", "admin"):
+        grants = _user_grants(default_render, role)
+        assert {(kind, verb) for kind in kinds for verb in reads | writes} <= grants
+        assert ("inferenceservices/scale", "patch") in grants  # kubectl scale, as for a Deployment
+    for role in ("view", "edit", "admin"):
+        grants = _user_grants(default_render, role)
+        # Status is the operator's decision; a Queue is the cluster administrator's quota.
+        assert not {resource for resource, _ in grants if resource.endswith("/status")}, role
+        assert not {verb for resource, verb in grants if resource == "queues"} - reads, role
+    assert all(rule["apiGroups"] == ["aisched.io"] for _, rule in _rules(default_render, users=True))
+    assert not _rules(render("rbac.userRoles=false"), users=True)
+
+
 def test_every_rbac_rule_says_why() -> None:
-    for path in (CHART / "templates" / "rbac").glob("*role.yaml"):
+    for path in (CHART / "templates" / "rbac").glob("*.yaml"):
         lines = path.read_text().splitlines()
         for index, line in enumerate(lines):
             if line.strip().startswith("- apiGroups:"):
@@ -324,6 +364,7 @@ def test_queues_from_values_are_valid_queue_objects() -> None:
     assert set(queues) == {"research", "prod"}
     research = QueueSpec.model_validate(queues["research"]["spec"])
     assert (research.weight, research.namespaces, research.max_priority) == (2, ["team-a", "team-b"], 100)
+
     assert queues["prod"]["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
 
 
