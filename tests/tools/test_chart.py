@@ -349,8 +349,20 @@ def test_dashboards_are_configmaps_for_the_grafana_sidecar(default_render: list[
     assert not by_kind(render("dashboards.enabled=false"), "ConfigMap")
 
 
+QUEUE_KIND = "aisched.io/v1alpha1/Queue"
+
+
+def _render_queues(*set_values: str, kind_exists: bool = True) -> subprocess.CompletedProcess[str]:
+    """The chart's Queues, as `helm install` renders them once the Queue kind exists (or before)."""
+    args = ["template", "aisched", str(CHART), "--namespace", NAMESPACE, "--kube-version", kubernetes_version()]
+    args += ["--api-versions", QUEUE_KIND] if kind_exists else []
+    for item in set_values:
+        args += ["--set", item]
+    return helm(*args, "--show-only", "templates/queues/queues.yaml", check=False)
+
+
 def test_queues_from_values_are_valid_queue_objects() -> None:
-    objects = render(
+    rendered = _render_queues(
         "queues[0].name=research",
         "queues[0].nominalGPUs=64",
         "queues[0].weight=2",
@@ -360,12 +372,28 @@ def test_queues_from_values_are_valid_queue_objects() -> None:
         "queues[1].name=prod",
         "queues[1].nominalGPUs=128",
     )
-    queues = {q["metadata"]["name"]: q for q in by_kind(objects, "Queue")}
+    queues = {q["metadata"]["name"]: q for q in yaml.safe_load_all(rendered.stdout) if q}
     assert set(queues) == {"research", "prod"}
     research = QueueSpec.model_validate(queues["research"]["spec"])
     assert (research.weight, research.namespaces, research.max_priority) == (2, ["team-a", "team-b"], 100)
 
-    assert queues["prod"]["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+
+def test_a_queue_is_never_deleted_to_be_created_again() -> None:
+    # Deleted and created again, a Queue would lose its uid and status under the jobs queued in it.
+    # A hook is (Helm's default delete policy, before-hook-creation) on every upgrade: Queues are none.
+    (queue,) = [
+        doc for doc in yaml.safe_load_all(_render_queues("queues[0].name=a", "queues[0].nominalGPUs=8").stdout) if doc
+    ]
+    annotations = queue["metadata"].get("annotations", {})
+    assert not [key for key in annotations if key.startswith("helm.sh/hook")]
+    assert annotations["helm.sh/resource-policy"] == "keep"  # nor deleted by uninstall or by leaving the values
+
+
+def test_queues_before_their_kind_exists_are_refused_with_the_way_out() -> None:
+    refused = _render_queues("queues[0].name=a", "queues[0].nominalGPUs=8", kind_exists=False)
+    assert refused.returncode != 0
+    assert "install without queues, then helm upgrade with them" in refused.stderr
+    assert not by_kind(render(), "Queue")  # no queues (the default): the first install goes through
 
 
 # -- values and their schema ------------------------------------------------
