@@ -65,10 +65,11 @@ def bound(cluster: LocalCluster, namespace: str, user_roles: None) -> Iterator[s
         }
         for user, role in (("alice", "edit"), ("bob", "view"), ("dana", "admin"))
     ]
+    carol_binding = f"carol-view-{namespace}"
     carol = {
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRoleBinding",
-        "metadata": {"name": f"carol-view-{namespace}"},
+        "metadata": {"name": carol_binding},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
         "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "carol"}],
     }
@@ -82,7 +83,7 @@ def bound(cluster: LocalCluster, namespace: str, user_roles: None) -> Iterator[s
         "the user roles to be aggregated into view, edit and admin",
     )
     yield namespace
-    cluster.kubectl("delete", "clusterrolebinding", carol["metadata"]["name"], "--wait=false")
+    cluster.kubectl("delete", "clusterrolebinding", carol_binding, "--wait=false")
 
 
 def test_an_edit_user_submits_and_cancels_a_training_job(cluster: LocalCluster, bound: str) -> None:
