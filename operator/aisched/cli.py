@@ -174,11 +174,17 @@ def _parsers(parser: argparse.ArgumentParser) -> Iterable[argparse.ArgumentParse
 
 def _refuse_bad_numbers(parser: argparse.ArgumentParser) -> None:
     """Every numeric option of every command is checked while the command line is parsed, before any work:
-    a negative node count or a NaN load once ran a whole simulation and failed at its end, or not at all."""
+    a negative node count or a NaN load is refused at once instead of reaching a simulation that runs
+    for minutes with it. And every option shows its default in --help."""
     for each in _parsers(parser):
         each.formatter_class = _HelpFormatter
         for action in each._actions:
-            if action.help is None and action.option_strings and action.default not in (None, False):
+            if (
+                action.help is None
+                and action.option_strings
+                and action.default is not None
+                and action.default is not False
+            ):
                 action.help = "(default: %(default)s)"  # argparse shows a default only beside some help
             if action.type in (int, float):
                 action.type = _finite_non_negative(action.type)
