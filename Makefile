@@ -46,6 +46,10 @@ node-packages: ## install containerd, runc, CNI plugins, buildah, mmdebstrap, um
 images: node-packages k8s-binaries ## build (or reuse) the pause, base, operator and training images, no Docker needed
 	hack/build-images.sh all
 
+.PHONY: release
+release: node-packages k8s-binaries ## dist/: the chart package and the operator image (OCI archive), one version (root)
+	hack/release.sh
+
 .PHONY: cluster-up
 cluster-up: k8s-binaries ## start the local GPU cluster (PRESET=small|large, REAL_NODES=N real kubelets)
 	AISCHED_REAL_NODES=$(REAL_NODES) hack/cluster.sh up $(PRESET)

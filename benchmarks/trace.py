@@ -244,8 +244,8 @@ def run(args: argparse.Namespace) -> int:
             (directory / f"trace_{name}.json").write_text(json.dumps(figures, indent=2) + "\n")
             print(f"{name}: wrote {directory / f'trace_{name}.json'}", flush=True)
     if args.update_results:
-        trace_report.refresh(RESULTS_DIR, REPO_ROOT / "README.md", REPO_ROOT / trace_report.PLOT)
-        print(f"rewrote the README's table and {trace_report.PLOT}", flush=True)
+        trace_report.refresh(RESULTS_DIR, REPO_ROOT / trace_report.PAGE, REPO_ROOT / trace_report.PLOT)
+        print(f"rewrote the table of {trace_report.PAGE} and {trace_report.PLOT}", flush=True)
     return 0
 
 

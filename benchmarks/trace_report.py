@@ -1,6 +1,6 @@
-"""The README's simulator table and the JCT plot, made from the committed `trace_<name>.json` figures.
+"""The benchmark page's simulator table and the JCT plot, made from the committed `trace_<name>.json` figures.
 
-`python -m benchmarks.trace_report` rewrites the part of README.md between the markers
+`python -m benchmarks.trace_report` rewrites the part of docs/benchmarks.md between the markers
 `<!-- trace-table:begin -->` and `<!-- trace-table:end -->` and draws docs/trace_jct.png (the JCT
 distribution of every policy on every trace); `python -m benchmarks.trace --update-results` runs it
 after writing the figures. Nothing in the table is typed by hand. Where some jobs were elastic,
@@ -35,6 +35,7 @@ POLICY_TITLES = {
 }
 NO_ELASTIC_TITLE = "aisched, no elastic jobs"
 PLOT = Path("docs/trace_jct.png")
+PAGE = Path("docs/benchmarks.md")  # where the figures are told; the README links to it
 
 
 def load_results(directory: Path) -> dict[str, dict[str, Any]]:
@@ -96,7 +97,7 @@ def _row(f: Mapping[str, Any]) -> str:
 def replace_between_markers(text: str, table: str) -> str:
     begin, end = text.find(BEGIN), text.find(END)
     if begin < 0 or end < begin:
-        raise ValueError(f"README has no {BEGIN} ... {END} section to rewrite")
+        raise ValueError(f"the page has no {BEGIN} ... {END} section to rewrite")
     return text[: begin + len(BEGIN)] + "\n" + table + "\n" + text[end:]
 
 
@@ -134,7 +135,7 @@ def refresh(results_dir: Path, readme: Path, plot: Path) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
-    parser.add_argument("--readme", type=Path, default=REPO_ROOT / "README.md")
+    parser.add_argument("--page", "--readme", dest="readme", type=Path, default=REPO_ROOT / PAGE)
     parser.add_argument("--plot", type=Path, default=REPO_ROOT / PLOT)
     args = parser.parse_args(argv)
     try:

@@ -3,18 +3,27 @@
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import urllib3
 import yaml
+from kubernetes import client as kubernetes_client
+from kubernetes import config as kubernetes_config
+from pydantic import ValidationError
+from pydantic_settings import SettingsError
 
+from aisched import __version__
 from aisched.api.crd import all_crds
 from aisched.dashboards.catalog import write_dashboards
+from aisched.kube.client import load_api_client
 from aisched.policy.carbon import Forecast
-from aisched.settings import Settings
+from aisched.settings import Settings, describe_settings_error
 from aisched.sim.autoscale.command import configure_parser as configure_simulate_autoscale
 from aisched.sim.carbon.command import configure_parser as configure_simulate_carbon
 from aisched.sim.command import configure_parser as configure_simulate_trace
@@ -54,17 +63,144 @@ def _read_intensity(path: Path, region: str, *, step: timedelta | None = None) -
         raise ValueError(str(error)) from error
 
 
+class UsageError(Exception):
+    """A problem the person starting aisched fixes: its message is the one line they are shown."""
+
+
+# The probe's deadline: (connect, read) seconds. A cluster that does not answer /version within it
+# would not serve the operator either, and a person waits for this answer at a prompt.
+PROBE_TIMEOUT = (5.0, 10.0)
+
+
+def read_settings(environ: Mapping[str, str]) -> Settings:
+    """The operator's settings, or a UsageError naming each AISCHED_* variable to fix."""
+    try:
+        return Settings()
+    except (ValidationError, SettingsError) as error:
+        raise UsageError("\n".join(describe_settings_error(error, environ))) from None
+
+
+def _kubeconfig_path(environ: Mapping[str, str]) -> str:
+    return environ.get("KUBECONFIG") or "~/.kube/config"
+
+
+def connect(environ: Mapping[str, str]) -> kubernetes_client.ApiClient:
+    """Credentials loaded and the API server answering, or a UsageError telling what to fix.
+
+    Checked before the operator starts anything (ports, leader election), so a missing kubeconfig or
+    a cluster that is down is one line at the prompt, not a traceback from deep inside a watch.
+    """
+    path = _kubeconfig_path(environ)
+    try:
+        api_client = load_api_client()
+    except kubernetes_config.ConfigException as error:
+        if "No configuration found" in str(error):
+            raise UsageError("no kubeconfig found: set KUBECONFIG or run inside a cluster") from None
+        raise UsageError(f"kubeconfig {path}: {_first_line(error)}") from None
+    except yaml.YAMLError as error:
+        raise UsageError(f"kubeconfig {path}: not valid YAML ({_one_line(error)})") from None
+    except OSError as error:
+        raise UsageError(f"kubeconfig {path}: {error.strerror or error} ({error.filename})") from None
+    server = api_client.configuration.host
+    try:
+        kubernetes_client.VersionApi(api_client).get_code(_request_timeout=PROBE_TIMEOUT)
+    except kubernetes_client.ApiException as error:
+        api_client.close()
+        if error.status in (401, 403):
+            raise UsageError(
+                f"the Kubernetes API server at {server} refused the credentials of {path} "
+                f"({error.status} {error.reason}): log in again or pick another context"
+            ) from None
+        raise UsageError(f"the Kubernetes API server at {server} answered {error.status} {error.reason}") from None
+    except urllib3.exceptions.HTTPError as error:
+        api_client.close()
+        # urllib3 wraps the socket's answer ("[Errno 111] Connection refused") in the pool's description.
+        reason = _one_line(getattr(error, "reason", None) or error).rpartition("new connection: ")[2]
+        raise UsageError(
+            f"cannot reach the Kubernetes API server at {server} ({reason}): "
+            f"check that the cluster is up and that {path} names it"
+        ) from None
+    return api_client
+
+
+def _first_line(error: object) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _one_line(error: object) -> str:
+    return " ".join(line.strip() for line in str(error).splitlines() if line.strip()) or type(error).__name__
+
+
 def _run(args: argparse.Namespace) -> int:
     from aisched.controller.main import run_operator
 
-    return run_operator(Settings(), standalone=args.standalone)
+    settings = read_settings(os.environ)
+    connect(os.environ).close()  # the operator builds its own client; this one only proved the way there
+    return run_operator(settings, standalone=args.standalone)
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each option's default, except where there is none to show (unset, or a flag left off)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.default is False or isinstance(action, argparse._VersionAction):
+            return action.help
+        return super()._get_help_string(action)
+
+
+def _finite_non_negative(convert: Callable[[str], Any]) -> Callable[[str], Any]:
+    """`convert` (int or float) refusing what no count, duration, rate or seed here means: <0, NaN, infinity."""
+
+    def checked(text: str) -> Any:
+        value = convert(text)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"must be a finite number (got {text!r})")
+        if value < 0:
+            raise argparse.ArgumentTypeError(f"must not be negative (got {text!r})")
+        return value
+
+    checked.__name__ = convert.__name__  # argparse names the type in "invalid int value"
+    return checked
+
+
+def _parsers(parser: argparse.ArgumentParser) -> Iterable[argparse.ArgumentParser]:
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):  # aliases share one parser
+                yield from _parsers(child)
+
+
+def _refuse_bad_numbers(parser: argparse.ArgumentParser) -> None:
+    """Every numeric option of every command is checked while the command line is parsed, before any work:
+    a negative node count or a NaN load is refused at once instead of reaching a simulation that runs
+    for minutes with it. And every option shows its default in --help."""
+    for each in _parsers(parser):
+        each.formatter_class = _HelpFormatter
+        for action in each._actions:
+            if (
+                action.help is None
+                and action.option_strings
+                and action.default is not None
+                and action.default is not False
+            ):
+                action.help = "(default: %(default)s)"  # argparse shows a default only beside some help
+            if action.type in (int, float):
+                action.type = _finite_non_negative(action.type)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="aisched", description=__doc__)
+    parser = argparse.ArgumentParser(prog="aisched", description=__doc__, formatter_class=_HelpFormatter)
+    parser.add_argument("--version", action="version", version=f"aisched {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    run = commands.add_parser("run", help="run the operator (settings from AISCHED_* variables)")
+    run = commands.add_parser(
+        "run",
+        help="run the operator (settings from AISCHED_* variables)",
+        description="Run the operator. Its settings come from AISCHED_* environment variables (see the chart's "
+        "values.yaml); its credentials from the pod's service account, else KUBECONFIG or ~/.kube/config.",
+    )
     run.add_argument(
         "--standalone",
         action="store_true",
@@ -103,13 +239,19 @@ def build_parser() -> argparse.ArgumentParser:
     configure_simulate_autoscale(
         simulations.add_parser("autoscale", help="autoscalers on a generated bursty diurnal request trace")
     )
+    _refuse_bad_numbers(parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     handler: Callable[[argparse.Namespace], int] = args.handler
-    return handler(args)
+    try:
+        return handler(args)
+    except UsageError as error:
+        for line in str(error).splitlines():
+            print(f"aisched {args.command}: {line}", file=sys.stderr)
+        return 2  # argparse's status for a usage error
 
 
 if __name__ == "__main__":

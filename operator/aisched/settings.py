@@ -6,11 +6,14 @@ reads the environment anywhere else.
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import AliasChoices, Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from aisched.policy.scheduler import ADMISSIONS_PER_CYCLE
 from aisched.policy.scheduler.service import FIRST_BAND_GPU_SECONDS
@@ -390,8 +393,9 @@ class Settings(BaseSettings):
         # Otherwise a leader could lose the Lease before it notices, and two replicas would act.
         if not self.leader_retry_seconds < self.leader_renew_deadline_seconds < self.leader_lease_seconds:
             raise ValueError(
-                "leader election needs retry < renew deadline < lease seconds, got "
-                f"{self.leader_retry_seconds} / {self.leader_renew_deadline_seconds} / {self.leader_lease_seconds}"
+                "leader election needs AISCHED_LEADER_RETRY_SECONDS < AISCHED_LEADER_RENEW_DEADLINE_SECONDS < "
+                f"AISCHED_LEADER_LEASE_SECONDS, got {self.leader_retry_seconds} / "
+                f"{self.leader_renew_deadline_seconds} / {self.leader_lease_seconds}"
             )
         return self
 
@@ -400,8 +404,8 @@ class Settings(BaseSettings):
         # An idle loop passes once a resync period; a bound below it would restart a healthy operator.
         if self.liveness_pass_seconds <= self.resync_seconds:
             raise ValueError(
-                f"liveness_pass_seconds ({self.liveness_pass_seconds}) must exceed "
-                f"resync_seconds ({self.resync_seconds})"
+                f"AISCHED_LIVENESS_PASS_SECONDS ({self.liveness_pass_seconds}) must exceed "
+                f"AISCHED_RESYNC_SECONDS ({self.resync_seconds})"
             )
         return self
 
@@ -409,5 +413,70 @@ class Settings(BaseSettings):
     @classmethod
     def _no_blank_namespaces(cls, value: list[str]) -> list[str]:
         if any(not ns.strip() for ns in value):
-            raise ValueError("namespaces must not contain blank names")
+            raise ValueError("must not contain blank names")
         return value
+
+
+_MODELS: dict[str, type[BaseSettings]] = {
+    model.__name__: model for model in (Settings, TopologyLabels, CarbonSettings, AutoscalerSettings)
+}
+
+
+def _variable(model: type[BaseSettings], loc: tuple[int | str, ...]) -> tuple[str, tuple[int | str, ...]]:
+    """The environment variable an error's location came from, and what is left of the location (a key, an index).
+
+    A nested group is read two ways: by its own class (AISCHED_CARBON_REGION) and through the top-level
+    object's nested delimiter (AISCHED_CARBON__REGION); the model that raised tells which.
+    """
+    prefix = str(model.model_config.get("env_prefix", ""))
+    field = str(loc[0])
+    annotation = model.model_fields[field].annotation if field in model.model_fields else None
+    if isinstance(annotation, type) and issubclass(annotation, BaseSettings) and len(loc) > 1:
+        return f"{prefix}{field}__{loc[1]}".upper(), loc[2:]
+    return f"{prefix}{field}".upper(), loc[1:]
+
+
+def _reason(message: str) -> str:
+    for said, meant in (("Value error, ", ""), ("Input should be ", "must be ")):
+        if message.startswith(said):
+            return meant + message[len(said) :]
+    return message[:1].lower() + message[1:]
+
+
+def _shown(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, str) else json.dumps(value, default=str)
+
+
+def describe_settings_error(error: ValidationError | SettingsError, environ: Mapping[str, str]) -> list[str]:
+    """One line per problem, each naming the AISCHED_* variable to fix and the value it had.
+
+    Settings are read from the environment, so pydantic's field names (resync_seconds) would send a
+    person looking for a field they never wrote; the variable is what they set.
+    """
+    if isinstance(error, SettingsError):
+        # pydantic-settings could not parse a JSON-valued variable (a list or a mapping) and names the field.
+        match = re.search(r'field "([^"]+)"', str(error))
+        field = match.group(1) if match else "*"
+        nested = field in ("topology", "carbon", "autoscaler")  # AISCHED_CARBON__...: which one, it does not say
+        variable = f"AISCHED_{field.upper()}" + ("__*" if nested else "")
+        cause = error.__cause__
+        detail = f" ({cause})" if isinstance(cause, json.JSONDecodeError) else ""
+        got = _lookup(environ, variable)
+        return [f"{variable}: must be JSON{detail}" + (f" (got {_shown(got)})" if got is not None else "")]
+    model = _MODELS.get(error.title, Settings)
+    lines = []
+    for problem in error.errors(include_url=False):
+        if not problem["loc"]:
+            # A rule across several variables (leader timings); its message names each of them.
+            lines.append(_reason(problem["msg"]))
+            continue
+        variable, rest = _variable(model, tuple(problem["loc"]))
+        where = "".join(f"[{_shown(part)}]" for part in rest)
+        lines.append(f"{variable}{where}: {_reason(problem['msg'])} (got {_shown(problem['input'])})")
+    return lines
+
+
+def _lookup(environ: Mapping[str, str], variable: str) -> str | None:
+    # pydantic-settings matches variable names without regard to case, as we do here.
+    wanted = variable.upper()
+    return next((value for name, value in environ.items() if name.upper() == wanted), None)

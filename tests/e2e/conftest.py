@@ -155,11 +155,15 @@ def operator_release(cluster: LocalCluster, checkpoint_root: Path) -> str:
         "metadata": {"name": OPERATOR_NAMESPACE, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}},
     }
     ok(cluster.kubectl("apply", "-f", "-", input=yaml.safe_dump(namespace)))
-    values = cluster.state_dir / "values.yaml"
-    values.write_text(yaml.safe_dump(chart_values(checkpoint_root)))
     chart = str(REPO_ROOT / "helm" / "aisched")
-    args = ["install", RELEASE, chart, "-n", OPERATOR_NAMESPACE, "-f", str(values), "--wait", "--timeout", "240s"]
-    ok(cluster.run("helm", *args, timeout=300))
+    # As a platform team installs it: the chart first, then its Queues by an upgrade (the Queue kind
+    # exists only once the chart's CRDs are in).
+    full = chart_values(checkpoint_root)
+    for step, values in (("install", {k: v for k, v in full.items() if k != "queues"}), ("upgrade", full)):
+        path = cluster.state_dir / f"values-{step}.yaml"
+        path.write_text(yaml.safe_dump(values))
+        args = [step, RELEASE, chart, "-n", OPERATOR_NAMESPACE, "-f", str(path), "--wait", "--timeout", "240s"]
+        ok(cluster.run("helm", *args, timeout=300))
     return OPERATOR_NAMESPACE
 
 

@@ -116,9 +116,10 @@ def test_install_upgrade_and_uninstall(cluster: LocalCluster, release_namespace:
     ns = release_namespace
     queue = "helm-test-queue"
     # --take-ownership: other tests may have applied the CRDs with kubectl already.
+    # No queues yet: on a cluster new to the chart the Queue kind does not exist before its CRD.
     helm(
         cluster, "install", RELEASE, str(CHART), "-n", ns, "--wait", "--timeout", f"{HELM_TIMEOUT}s",
-        "--take-ownership", "--set", f"queues[0].name={queue}", "--set", "queues[0].nominalGPUs=16",
+        "--take-ownership",
     )  # fmt: skip
 
     deployment = get_json(cluster, "deployment", RELEASE, "-n", ns)
@@ -127,18 +128,27 @@ def test_install_upgrade_and_uninstall(cluster: LocalCluster, release_namespace:
     for crd_name in ("trainingjobs.aisched.io", "inferenceservices.aisched.io", "queues.aisched.io"):
         annotations = get_json(cluster, "crd", crd_name)["metadata"]["annotations"]
         assert annotations["meta.helm.sh/release-name"] == RELEASE, f"{crd_name} is not upgraded with the chart"
-    assert get_json(cluster, "queue", queue)["spec"]["nominalGPUs"] == 16
 
     helm(
         cluster, "upgrade", RELEASE, str(CHART), "-n", ns, "--wait", "--timeout", f"{HELM_TIMEOUT}s",
         "--reuse-values", "--set", "settings.logLevel=DEBUG",
-        "--set", f"queues[0].name={queue}", "--set", "queues[0].nominalGPUs=32",
+        "--set", f"queues[0].name={queue}", "--set", "queues[0].nominalGPUs=16",
     )  # fmt: skip
     status = json.loads(helm(cluster, "status", RELEASE, "-n", ns, "-o", "json"))
     assert (status["version"], status["info"]["status"]) == (2, "deployed")
     (container,) = get_json(cluster, "deployment", RELEASE, "-n", ns)["spec"]["template"]["spec"]["containers"]
     assert {"name": "AISCHED_LOG_LEVEL", "value": "DEBUG"} in container["env"]
-    assert get_json(cluster, "queue", queue)["spec"]["nominalGPUs"] == 32
+    created = get_json(cluster, "queue", queue)
+    assert created["spec"]["nominalGPUs"] == 16
+
+    helm(
+        cluster, "upgrade", RELEASE, str(CHART), "-n", ns, "--wait", "--timeout", f"{HELM_TIMEOUT}s",
+        "--reuse-values", "--set", f"queues[0].name={queue}", "--set", "queues[0].nominalGPUs=32",
+    )  # fmt: skip
+    upgraded = get_json(cluster, "queue", queue)
+    assert upgraded["spec"]["nominalGPUs"] == 32
+    # Patched in place, never deleted and created again: the jobs queued in it keep their Queue.
+    assert upgraded["metadata"]["uid"] == created["metadata"]["uid"]
 
     kept_crds = [
         get_json(cluster, "crd", f"{plural}.aisched.io") for plural in ("trainingjobs", "inferenceservices", "queues")
@@ -152,6 +162,7 @@ def test_install_upgrade_and_uninstall(cluster: LocalCluster, release_namespace:
     )
     for crd in kept_crds:  # kept, with every custom object in the cluster
         assert get_json(cluster, "crd", crd["metadata"]["name"])
+    assert get_json(cluster, "queue", queue)["metadata"]["uid"] == created["metadata"]["uid"]  # kept too
     cluster.kubectl("delete", "queue", queue)
 
 

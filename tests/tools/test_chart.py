@@ -243,7 +243,7 @@ def test_values_reach_the_operator_as_settings(clean_environment: pytest.MonkeyP
 def test_leader_timings_out_of_order_are_refused(clean_environment: pytest.MonkeyPatch) -> None:
     # A renew deadline past the lease would let a leader act after a standby took over.
     clean_environment.setenv("AISCHED_LEADER_RENEW_DEADLINE_SECONDS", "20")
-    with pytest.raises(ValueError, match="retry < renew deadline < lease"):
+    with pytest.raises(ValueError, match="AISCHED_LEADER_RETRY_SECONDS < AISCHED_LEADER_RENEW_DEADLINE_SECONDS"):
         Settings()
 
 
@@ -258,8 +258,28 @@ def test_the_carbon_api_key_is_a_mounted_file_not_an_api_permission(clean_enviro
     assert mount["readOnly"] is True
 
 
-def _rules(objects: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
-    return [(obj["kind"], rule) for obj in objects if obj["kind"] in {"Role", "ClusterRole"} for rule in obj["rules"]]
+AGGREGATE = "rbac.authorization.k8s.io/aggregate-to-"
+
+
+def _for_users(role: dict[str, Any]) -> bool:
+    return any(label.startswith(AGGREGATE) for label in role["metadata"].get("labels", {}))
+
+
+def _rules(objects: list[dict[str, Any]], *, users: bool = False) -> list[tuple[str, dict[str, Any]]]:
+    """The rules of the operator's roles, or (users) of the roles aggregated into view, edit and admin."""
+    roles = [obj for obj in objects if obj["kind"] in {"Role", "ClusterRole"} and _for_users(obj) == users]
+    return [(role["kind"], rule) for role in roles for rule in role["rules"]]
+
+
+def _user_grants(objects: list[dict[str, Any]], aggregated_into: str) -> set[tuple[str, str]]:
+    return {
+        (resource, verb)
+        for role in by_kind(objects, "ClusterRole")
+        if role["metadata"].get("labels", {}).get(AGGREGATE + aggregated_into) == "true"
+        for rule in role["rules"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
 
 
 def test_rbac_grants_exactly_the_listed_permissions(default_render: list[dict[str, Any]]) -> None:
@@ -280,14 +300,34 @@ def test_rbac_grants_exactly_the_listed_permissions(default_render: list[dict[st
 
 
 def test_rbac_has_no_wildcards_and_no_secrets(default_render: list[dict[str, Any]]) -> None:
-    for _, rule in _rules(default_render):
+    for _, rule in _rules(default_render) + _rules(default_render, users=True):
         for field in ("apiGroups", "resources", "verbs"):
             assert "*" not in rule[field]
         assert "secrets" not in rule["resources"]
 
 
+def test_users_get_our_kinds_through_view_edit_and_admin(default_render: list[dict[str, Any]]) -> None:
+    kinds = {"trainingjobs", "inferenceservices"}
+    reads = {"get", "list", "watch"}
+    writes = {"create", "update", "patch", "delete", "deletecollection"}
+    view = _user_grants(default_render, "view")
+    assert {(kind, verb) for kind in kinds for verb in reads} <= view
+    assert not {verb for resource, verb in view} & writes, "view grants only reads"
+    for role in ("edit", "admin"):
+        grants = _user_grants(default_render, role)
+        assert {(kind, verb) for kind in kinds for verb in reads | writes} <= grants
+        assert ("inferenceservices/scale", "patch") in grants  # kubectl scale, as for a Deployment
+    for role in ("view", "edit", "admin"):
+        grants = _user_grants(default_render, role)
+        # Status is the operator's decision; a Queue is the cluster administrator's quota.
+        assert not {resource for resource, _ in grants if resource.endswith("/status")}, role
+        assert not {verb for resource, verb in grants if resource == "queues"} - reads, role
+    assert all(rule["apiGroups"] == ["aisched.io"] for _, rule in _rules(default_render, users=True))
+    assert not _rules(render("rbac.userRoles=false"), users=True)
+
+
 def test_every_rbac_rule_says_why() -> None:
-    for path in (CHART / "templates" / "rbac").glob("*role.yaml"):
+    for path in (CHART / "templates" / "rbac").glob("*.yaml"):
         lines = path.read_text().splitlines()
         for index, line in enumerate(lines):
             if line.strip().startswith("- apiGroups:"):
@@ -316,8 +356,20 @@ def test_dashboards_are_configmaps_for_the_grafana_sidecar(default_render: list[
     assert not by_kind(render("dashboards.enabled=false"), "ConfigMap")
 
 
+QUEUE_KIND = "aisched.io/v1alpha1/Queue"
+
+
+def _render_queues(*set_values: str, kind_exists: bool = True) -> subprocess.CompletedProcess[str]:
+    """The chart's Queues, as `helm install` renders them once the Queue kind exists (or before)."""
+    args = ["template", "aisched", str(CHART), "--namespace", NAMESPACE, "--kube-version", kubernetes_version()]
+    args += ["--api-versions", QUEUE_KIND] if kind_exists else []
+    for item in set_values:
+        args += ["--set", item]
+    return helm(*args, "--show-only", "templates/queues/queues.yaml", check=False)
+
+
 def test_queues_from_values_are_valid_queue_objects() -> None:
-    objects = render(
+    rendered = _render_queues(
         "queues[0].name=research",
         "queues[0].nominalGPUs=64",
         "queues[0].weight=2",
@@ -327,11 +379,28 @@ def test_queues_from_values_are_valid_queue_objects() -> None:
         "queues[1].name=prod",
         "queues[1].nominalGPUs=128",
     )
-    queues = {q["metadata"]["name"]: q for q in by_kind(objects, "Queue")}
+    queues = {q["metadata"]["name"]: q for q in yaml.safe_load_all(rendered.stdout) if q}
     assert set(queues) == {"research", "prod"}
     research = QueueSpec.model_validate(queues["research"]["spec"])
     assert (research.weight, research.namespaces, research.max_priority) == (2, ["team-a", "team-b"], 100)
-    assert queues["prod"]["metadata"]["annotations"]["helm.sh/hook"] == "post-install,post-upgrade"
+
+
+def test_a_queue_is_never_deleted_to_be_created_again() -> None:
+    # Deleted and created again, a Queue would lose its uid and status under the jobs queued in it.
+    # A hook is (Helm's default delete policy, before-hook-creation) on every upgrade: Queues are none.
+    (queue,) = [
+        doc for doc in yaml.safe_load_all(_render_queues("queues[0].name=a", "queues[0].nominalGPUs=8").stdout) if doc
+    ]
+    annotations = queue["metadata"].get("annotations", {})
+    assert not [key for key in annotations if key.startswith("helm.sh/hook")]
+    assert annotations["helm.sh/resource-policy"] == "keep"  # nor deleted by uninstall or by leaving the values
+
+
+def test_queues_before_their_kind_exists_are_refused_with_the_way_out() -> None:
+    refused = _render_queues("queues[0].name=a", "queues[0].nominalGPUs=8", kind_exists=False)
+    assert refused.returncode != 0
+    assert "install without queues, then helm upgrade with them" in refused.stderr
+    assert not by_kind(render(), "Queue")  # no queues (the default): the first install goes through
 
 
 # -- values and their schema ------------------------------------------------

@@ -1,4 +1,4 @@
-"""benchmarks/trace_report.py: the README table comes from the figures, between its markers; the plot is drawn."""
+"""benchmarks/trace_report.py: the benchmark page's table comes from the figures; the plot is drawn."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks import trace_report
+from benchmarks.common import REPO_ROOT, RESULTS_DIR
 
 
 def figures(avg: float) -> dict[str, object]:
@@ -54,3 +55,11 @@ def test_the_table_is_rewritten_between_the_markers_and_the_plot_drawn(tmp_path:
 def test_a_readme_without_markers_is_an_error() -> None:
     with pytest.raises(ValueError, match="trace-table"):
         trace_report.replace_between_markers("no markers", "table")
+
+
+def test_the_committed_benchmark_page_shows_the_committed_figures() -> None:
+    # The README links to docs/benchmarks.md for the figures; its table is the results', untouched by hand.
+    page = (REPO_ROOT / trace_report.PAGE).read_text()
+    table = trace_report.readme_table(trace_report.load_results(RESULTS_DIR))
+    assert trace_report.replace_between_markers(page, table) == page
+    assert f"]({trace_report.PAGE})" in (REPO_ROOT / "README.md").read_text()
