@@ -166,6 +166,7 @@ class JobReconciler(WorkerReleases):
             resume_step=last.step if last else None,
             resume_path=last.path if last else None,
             termination_grace_seconds=(self._checkpoint_grace() if placement.capacity_type == "Spot" else None),
+            stop_grace_seconds=self._checkpoint_grace(),  # any stop to save deletes the workers with it
         )
         to_create = [build_worker_pod(job, launch, slot) for slot in launch.slots]
         # Only a gang needs the Service to rendezvous; a lone worker is its own master.
