@@ -33,6 +33,10 @@ The kubelet copies that file into ``status.containerStatuses[].state.terminated
 .message`` (at most 4096 bytes) when the container ends, whatever ended it, and
 the operator reads it back with ``parse_checkpoint_report``.
 
+Distributed training (ranks that stop at the same step, torch.distributed.checkpoint,
+the whole training state) is `aisched.workload.distributed`; docs/torchrun.md says what
+torchrun and torch.distributed get from the operator.
+
 Use in a training loop::
 
     from aisched.workload import Checkpointer
@@ -45,7 +49,7 @@ Use in a training loop::
         checkpointer.maybe_checkpoint(step)
 """
 
-from aisched.workload.checkpointer import Checkpointer, SaveFunction, report_checkpoint
+from aisched.workload.checkpointer import Agreement, Checkpointer, PendingSave, SaveFunction, report_checkpoint
 from aisched.workload.contract import (
     CHECKPOINT_DIR_ENV,
     CHECKPOINT_INTERVAL_ENV,
@@ -74,8 +78,10 @@ __all__ = [
     "RESUME_STEP_ENV",
     "TERMINATION_MESSAGE_MAX_BYTES",
     "TERMINATION_MESSAGE_PATH_ENV",
+    "Agreement",
     "CheckpointReport",
     "Checkpointer",
+    "PendingSave",
     "ResumePoint",
     "SaveFunction",
     "WorkerEnvironment",
