@@ -21,6 +21,7 @@ from aisched.kube import labels
 from aisched.kube.api_errors import namespace_closing, refused_create
 from aisched.kube.builders import GangLaunch, WorkerSlot, build_headless_service, build_worker_pod
 from aisched.kube.inventory import PodRecord
+from aisched.policy.checkpoint_grace import checkpoint_grace_condition
 from aisched.policy.deadlines import checkpoint_grace_seconds
 from aisched.policy.job_status import apply_step, checkpoint_reason, interrupted_gang_stopped, record_checkpoints
 from aisched.policy.lifecycle import WAITING, Observation, Step, Verb, Worker, WorkerPhase, next_step
@@ -194,7 +195,7 @@ class JobReconciler(WorkerReleases):
                 if pod["spec"].get("schedulingGates")
             )
         )
-        return workers_created(job, status, now)
+        return checkpoint_grace_condition(job, workers_created(job, status, now), self._checkpoint_grace(), now)
 
     async def _refused(
         self,
