@@ -162,6 +162,10 @@ class Checkpointer:
         """Wait for a save still being written, and report it: call once training is over."""
         self._wait_for_pending_save()
 
+    def request_stop(self) -> None:
+        """Stop at the next step boundary, as a SIGTERM would: for frameworks that catch SIGTERM themselves."""
+        self._stop_requested = True
+
     def install_sigterm_handler(self) -> None:
         """Turn SIGTERM into "checkpoint at the next step boundary, then exit". Main thread only."""
         signal.signal(signal.SIGTERM, self._on_sigterm)
