@@ -171,6 +171,8 @@ class Checkpointer:
         signal.signal(signal.SIGTERM, self._on_sigterm)
 
     def _save_and_report(self, step: int) -> CheckpointReport | None:
+        # One background save at a time: the next waits for (and reports) the one before.
+        self._wait_for_pending_save()
         # A SIGTERM while this runs only marks the stop, so the save is always reported.
         self._saving = True
         try:

@@ -127,3 +127,14 @@ def test_a_failed_async_save_is_never_reported(tmp_path: Path) -> None:
     checkpointer.close()
     assert not (tmp_path / "termination-log").exists()
     assert checkpointer.last_report is None
+
+
+def test_a_second_async_save_waits_for_the_first_so_both_are_reported(tmp_path: Path) -> None:
+    waited: list[int] = []
+    checkpointer = _checkpointer(tmp_path, lambda step: SlowSave(step, waited), None)
+    checkpointer.checkpoint(5)
+    checkpointer.checkpoint(9)
+    assert waited == [5]
+    assert checkpointer.last_report is not None and checkpointer.last_report.step == 5
+    checkpointer.close()
+    assert waited == [5, 9]
