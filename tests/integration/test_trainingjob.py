@@ -40,7 +40,8 @@ def test_a_gang_runs_on_the_nodes_it_was_placed_on(cluster: LocalCluster, namesp
     # 2 x 4 GPUs fit one 8-GPU node: the tightest domain there is.
     assert status["placement"]["level"] == "Node"
     env = {e["name"]: e["value"] for e in by_rank[1]["spec"]["containers"][0]["env"]}
-    assert (env["WORLD_SIZE"], env["RANK"], env["MASTER_ADDR"]) == ("2", "1", "ddp-worker-0.ddp")
+    assert (env["PET_NNODES"], env["PET_NODE_RANK"], env["MASTER_ADDR"]) == ("2", "1", "ddp-worker-0.ddp")
+    assert env["WORLD_SIZE"] == "8"  # processes: 2 pods x 4 GPUs
     service = get_object(cluster, "service", "ddp", namespace)
     assert service["spec"]["clusterIP"] == "None"
 

@@ -69,7 +69,7 @@ def current_gang(cluster: LocalCluster, namespace: str, name: str, replicas: int
 
 def ranks_and_world(pods: list[dict[str, Any]]) -> tuple[list[str], set[str]]:
     envs = [environment(p) for p in pods]
-    return sorted(e["RANK"] for e in envs), {e["WORLD_SIZE"] for e in envs}
+    return sorted(e["PET_NODE_RANK"] for e in envs), {e["PET_NNODES"] for e in envs}
 
 
 # -- two gangs, one rack ----------------------------------------------------------------------

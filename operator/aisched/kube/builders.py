@@ -9,6 +9,13 @@ from typing import Any, Protocol
 
 from aisched.api import TrainingJob
 from aisched.kube import labels
+from aisched.kube.torch_env import (
+    TORCH_PORT,
+    TORCHRUN_DEFAULT_SHUTDOWN_SECONDS,
+    TorchTopology,
+    rendezvous_id,
+    torch_environment,
+)
 from aisched.workload.contract import (
     CHECKPOINT_DIR_ENV,
     CHECKPOINT_INTERVAL_ENV,
@@ -17,7 +24,7 @@ from aisched.workload.contract import (
     RESUME_STEP_ENV,
 )
 
-MASTER_PORT = 29500  # torchrun's default rendezvous port
+MASTER_PORT = TORCH_PORT  # torchrun's default rendezvous port
 
 
 @dataclass(frozen=True)
@@ -40,6 +47,8 @@ class GangLaunch:
     resume_step: int | None = None
     resume_path: str | None = None
     termination_grace_seconds: int | None = None
+    # The grace the operator deletes the workers with when it stops them to save (torchrun must wait as long).
+    stop_grace_seconds: int | None = None
     tolerations: tuple[dict[str, Any], ...] = ()
     priority_class_name: str = ""
     """The operator's class for every worker (settings.worker_priority_class_name); empty: none."""
@@ -108,16 +117,16 @@ def build_headless_service(job: TrainingJob) -> dict[str, Any]:
 
 def _env(job: TrainingJob, launch: GangLaunch, rank: int) -> list[dict[str, str]]:
     name = str(job.metadata["name"])
-    env = {
+    topology = TorchTopology(
         # A lone worker rendezvous with itself; a gang through its headless Service.
-        "MASTER_ADDR": f"{worker_hostname(name, 0)}.{name}" if launch.world_size > 1 else "localhost",
-        "MASTER_PORT": str(MASTER_PORT),
-        "WORLD_SIZE": str(launch.world_size),
-        "RANK": str(rank),
-        "NODE_RANK": str(rank),
-        "LOCAL_WORLD_SIZE": str(job.spec.gpus_per_replica),
-        GANG_GENERATION_ENV: str(launch.generation),
-    }
+        master_addr=f"{worker_hostname(name, 0)}.{name}" if launch.world_size > 1 else "localhost",
+        nnodes=launch.world_size,
+        nproc_per_node=max(1, job.spec.gpus_per_replica),
+        node_rank=rank,
+        rendezvous_id=rendezvous_id(str(job.metadata["uid"]), launch.generation) if job.spec.elastic else None,
+        shutdown_grace_seconds=_longest_grace(job, launch),
+    )
+    env = {**torch_environment(topology), GANG_GENERATION_ENV: str(launch.generation)}
     if job.spec.checkpoint and job.spec.checkpoint.path:
         env[CHECKPOINT_DIR_ENV] = job.spec.checkpoint.path
     if launch.checkpoint_interval_seconds:
@@ -127,6 +136,15 @@ def _env(job: TrainingJob, launch: GangLaunch, rank: int) -> list[dict[str, str]
         if launch.resume_path:
             env[RESUME_PATH_ENV] = launch.resume_path
     return [{"name": key, "value": value} for key, value in env.items()]
+
+
+def _longest_grace(job: TrainingJob, launch: GangLaunch) -> int:
+    """The longest the kubelet may let a worker run after SIGTERM: the pod's own grace or the operator's."""
+    own = launch.termination_grace_seconds
+    if own is None:
+        declared = job.spec.template.get("spec", {}).get("terminationGracePeriodSeconds")
+        own = declared if type(declared) is int else TORCHRUN_DEFAULT_SHUTDOWN_SECONDS
+    return max(own, launch.stop_grace_seconds or 0)
 
 
 def _with_env(container: dict[str, Any], env: list[dict[str, str]]) -> None:

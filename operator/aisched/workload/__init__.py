@@ -38,6 +38,10 @@ to a few minutes ahead of the operator's clock, or whose duration is not a finit
 number of seconds up to a day is rejected (a Warning event on the job), and the
 gang resumes from the last checkpoint that was good.
 
+Distributed training (ranks that stop at the same step, torch.distributed.checkpoint,
+the whole training state) is `aisched.workload.distributed`; docs/torchrun.md says what
+torchrun and torch.distributed get from the operator.
+
 Use in a training loop::
 
     from aisched.workload import Checkpointer
@@ -50,7 +54,7 @@ Use in a training loop::
         checkpointer.maybe_checkpoint(step)
 """
 
-from aisched.workload.checkpointer import Checkpointer, SaveFunction, report_checkpoint
+from aisched.workload.checkpointer import Agreement, Checkpointer, PendingSave, SaveFunction, report_checkpoint
 from aisched.workload.contract import (
     CHECKPOINT_DIR_ENV,
     CHECKPOINT_INTERVAL_ENV,
@@ -84,8 +88,10 @@ __all__ = [
     "RESUME_STEP_ENV",
     "TERMINATION_MESSAGE_MAX_BYTES",
     "TERMINATION_MESSAGE_PATH_ENV",
+    "Agreement",
     "CheckpointReport",
     "Checkpointer",
+    "PendingSave",
     "RejectedReportError",
     "ResumePoint",
     "SaveFunction",

@@ -6,10 +6,10 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from types import FrameType
-from typing import NoReturn
+from typing import NoReturn, Protocol, runtime_checkable
 
 from aisched.workload.contract import (
     CHECKPOINTED_EXIT_CODE,
@@ -20,8 +20,20 @@ from aisched.workload.contract import (
 
 log = logging.getLogger("aisched.workload")
 
-SaveFunction = Callable[[int], str | None]
-"""Saves the training state of a step; returns where it went (or None)."""
+
+@runtime_checkable
+class PendingSave(Protocol):
+    """A save still being written in the background (concurrent.futures.Future is one)."""
+
+    def done(self) -> bool: ...
+    def result(self, timeout: float | None = None) -> str | None: ...
+
+
+SaveFunction = Callable[[int], "str | PendingSave | None"]
+"""Saves the training state of a step; returns where it went (or None), or a save still under way."""
+
+Agreement = Callable[[Sequence[bool]], Sequence[bool]]
+"""Each flag true on any rank, on every rank: a collective every rank calls at the same step."""
 
 
 def report_checkpoint(
@@ -61,6 +73,15 @@ class Checkpointer:
     once. A step must therefore be shorter than the notice minus one save;
     when it is not, the kubelet's SIGKILL ends the pod and the operator resumes
     from the last periodic checkpoint, whose report is already in place.
+
+    In distributed training pass `agree` (`aisched.workload.distributed.any_rank`):
+    every `agree_every_steps` steps the ranks then decide together whether to save
+    (the interval is up on one of them) and whether to stop (one was asked to), so
+    all of them save the same step and stop after it, and a collective save never
+    waits for a rank that went on training. A SIGTERM then never exits at once.
+
+    A save function may return a `PendingSave` (an async save): it is reported once
+    written, at a later step boundary, and a stop waits for it before its own save.
     """
 
     def __init__(
@@ -71,8 +92,15 @@ class Checkpointer:
         environment: WorkerEnvironment | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], datetime] | None = None,
+        agree: Agreement | None = None,
+        agree_every_steps: int = 1,
     ) -> None:
+        if agree_every_steps < 1:
+            raise ValueError(f"agree_every_steps must be at least 1, got {agree_every_steps}")
         self._save = save
+        self._agree = agree
+        self._agree_every_steps = agree_every_steps
+        self._pending: tuple[int, float, PendingSave] | None = None
         self._environment = environment if environment is not None else WorkerEnvironment.from_env()
         self.interval_seconds = (
             self._environment.checkpoint_interval_seconds if interval_seconds is None else interval_seconds
@@ -101,47 +129,99 @@ class Checkpointer:
     def maybe_checkpoint(self, step: int) -> CheckpointReport | None:
         """Call after each completed step: saves when the interval is up, or when a stop was requested."""
         self._last_step = step
-        if self._stop_requested or self._clock() - self._last_checkpoint_at >= self.interval_seconds:
+        self._report_finished_save()
+        due = self._clock() - self._last_checkpoint_at >= self.interval_seconds
+        stop = self._stop_requested
+        if self._agree is not None:
+            if step % self._agree_every_steps:
+                return None
+            due, stop = (bool(flag) for flag in self._agree((due, stop)))
+            self._stop_requested = self._stop_requested or stop
+        if stop or due:
             return self.checkpoint(step)
         return None
 
-    def checkpoint(self, step: int) -> CheckpointReport:
-        """Save `step` now and report it; exits afterwards if a stop was requested meanwhile."""
+    def checkpoint(self, step: int) -> CheckpointReport | None:
+        """Save `step` now and report it; exits afterwards if a stop was requested meanwhile.
+
+        Returns None while an async save of it is still being written.
+        """
         self._last_step = step
+        if self._stop_requested:
+            self._wait_for_pending_save()
         report = self.last_report
-        if report is None or step != self._saved_step:
+        already = self._pending is not None and self._pending[0] == step
+        if not already and (report is None or step != self._saved_step):
             report = self._save_and_report(step)
         if self._stop_requested:
+            self._wait_for_pending_save()  # a stop never leaves with its own save unwritten
             self._exit()
         return report
+
+    def close(self) -> None:
+        """Wait for a save still being written, and report it: call once training is over."""
+        self._wait_for_pending_save()
+
+    def request_stop(self) -> None:
+        """Stop at the next step boundary, as a SIGTERM would: for frameworks that catch SIGTERM themselves."""
+        self._stop_requested = True
 
     def install_sigterm_handler(self) -> None:
         """Turn SIGTERM into "checkpoint at the next step boundary, then exit". Main thread only."""
         signal.signal(signal.SIGTERM, self._on_sigterm)
 
-    def _save_and_report(self, step: int) -> CheckpointReport:
+    def _save_and_report(self, step: int) -> CheckpointReport | None:
+        # One background save at a time: the next waits for (and reports) the one before.
+        self._wait_for_pending_save()
         # A SIGTERM while this runs only marks the stop, so the save is always reported.
         self._saving = True
         try:
             started = self._clock()
-            path = self._save(step)
-            finished = self._clock()
-            self.last_report = report_checkpoint(
-                step,
-                path,
-                duration_seconds=finished - started,
-                time=self._wall_clock(),
-                termination_message_path=self._environment.termination_message_path,
-            )
-            self._saved_step = step
-            self._last_checkpoint_at = finished
+            saved = self._save(step)
+            self._last_checkpoint_at = self._clock()
+            if isinstance(saved, PendingSave):
+                self._pending = (step, started, saved)
+                return None
+            return self._report(step, saved, started)
         finally:
             self._saving = False
+
+    def _report(self, step: int, path: str | None, started: float) -> CheckpointReport:
+        self.last_report = report_checkpoint(
+            step,
+            path,
+            duration_seconds=self._clock() - started,
+            time=self._wall_clock(),
+            termination_message_path=self._environment.termination_message_path,
+        )
+        self._saved_step = step
         return self.last_report
+
+    def _report_finished_save(self) -> None:
+        if self._pending is not None and self._pending[2].done():
+            self._wait_for_pending_save()
+
+    def _wait_for_pending_save(self) -> None:
+        """Report the async save under way once written; one that failed is logged, never reported."""
+        if self._pending is None:
+            return
+        step, started, pending = self._pending
+        self._saving = True
+        try:
+            path = pending.result()
+        except Exception:
+            log.exception("the background save of step %s failed; it is not reported", step)
+        else:
+            self._report(step, path, started)
+        finally:
+            self._pending = None
+            self._saving = False
 
     def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
         self._stop_requested = True
-        if not self._saving and self._last_step == self._saved_step:
+        # Alone, a worker with nothing new to save may go at once; in a gang it must first tell
+        # the others at the next step boundary, or they would wait for it in a collective.
+        if self._agree is None and not self._saving and self._pending is None and self._last_step == self._saved_step:
             self._exit()
 
     def _exit(self) -> NoReturn:

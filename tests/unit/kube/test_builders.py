@@ -41,14 +41,15 @@ def test_a_lone_worker_is_neither_gated_nor_behind_a_service() -> None:
     assert "subdomain" not in pod["spec"]
     assert pod["spec"]["nodeSelector"]["kubernetes.io/hostname"] == "n1"
     assert _env(pod)["MASTER_ADDR"] == "localhost"
-    assert _env(pod)["WORLD_SIZE"] == "1"
+    assert _env(pod)["PET_NNODES"] == "1"
+    assert _env(pod)["WORLD_SIZE"] == "8"  # processes: one per GPU
 
 
 def test_workers_get_the_torchrun_environment() -> None:
     env = _env(build_worker_pod(_job(), LAUNCH, LAUNCH.slots[1]))
     assert env["MASTER_ADDR"] == "llm-worker-0.llm"
-    assert env["WORLD_SIZE"] == "2"
-    assert env["RANK"] == env["NODE_RANK"] == "1"
+    assert env["WORLD_SIZE"] == "16"
+    assert env["PET_NODE_RANK"] == env["NODE_RANK"] == "1"
     assert env["LOCAL_WORLD_SIZE"] == "8"
     assert "AISCHED_RESUME_STEP" not in env
 

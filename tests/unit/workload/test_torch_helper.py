@@ -13,7 +13,8 @@ from aisched.workload.torch import checkpoint_path, latest_checkpoint, load_late
 
 
 def test_importing_the_sdk_and_its_torch_helper_never_imports_torch() -> None:
-    probe = "import sys, aisched.workload, aisched.workload.torch; print('torch' in sys.modules)"
+    modules = "aisched.workload, aisched.workload.torch, aisched.workload.distributed"
+    probe = f"import sys, {modules}; print('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True)
     assert result.stdout.strip() == "False"
 

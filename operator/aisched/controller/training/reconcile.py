@@ -21,6 +21,7 @@ from aisched.kube import labels
 from aisched.kube.api_errors import namespace_closing, refused_create
 from aisched.kube.builders import GangLaunch, WorkerSlot, build_headless_service, build_worker_pod
 from aisched.kube.inventory import PodRecord
+from aisched.policy.checkpoint_grace import checkpoint_grace_condition
 from aisched.policy.checkpoint_reports import REPORT_REJECTED, ReportReading, read_report, rejection_message
 from aisched.policy.deadlines import checkpoint_grace_seconds
 from aisched.policy.job_status import apply_step, checkpoint_reason, interrupted_gang_stopped, record_checkpoints
@@ -186,6 +187,7 @@ class JobReconciler(WorkerReleases):
             resume_path=last.path if last else None,
             termination_grace_seconds=(self._checkpoint_grace() if placement.capacity_type == "Spot" else None),
             priority_class_name=self.settings.worker_priority_class_name,
+            stop_grace_seconds=self._checkpoint_grace(),  # any stop to save deletes the workers with it
         )
         to_create = [build_worker_pod(job, launch, slot) for slot in launch.slots]
         # Only a gang needs the Service to rendezvous; a lone worker is its own master.
@@ -213,7 +215,7 @@ class JobReconciler(WorkerReleases):
                 if pod["spec"].get("schedulingGates")
             )
         )
-        return workers_created(job, status, now)
+        return checkpoint_grace_condition(job, workers_created(job, status, now), self._checkpoint_grace(), now)
 
     async def _refused(
         self,
