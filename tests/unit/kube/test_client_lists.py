@@ -104,3 +104,21 @@ async def test_our_kinds_are_listed_across_namespaces(kube: KubeClient, monkeypa
     monkeypatch.setattr(kube.custom, "list_cluster_custom_object", list_cluster_custom_object)
     listing = await kube.list_custom("trainingjobs", name_of, page_size=10)
     assert (listing.items, calls) == (["job"], [("aisched.io", "v1alpha1", "trainingjobs")])
+
+
+async def test_a_relist_of_our_kinds_asks_for_their_metadata_only(
+    kube: KubeClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api = PagedApi(["a", "b", "c"])
+    paths: list[str] = []
+
+    def call_api(path: str, method: str, **kwargs: Any) -> Response:
+        paths.append(path)
+        assert kwargs["header_params"]["Accept"].startswith("application/json;as=PartialObjectMetadataList")
+        query = dict(kwargs["query_params"])
+        return api.list(limit=query["limit"], _continue=query.get("continue"), _preload_content=False)
+
+    monkeypatch.setattr(kube.api_client, "call_api", call_api)
+    listing = await kube.list_custom_metadata("trainingjobs", name_of, page_size=2)
+    assert listing.items == ["a", "b", "c"]
+    assert paths == ["/apis/aisched.io/v1alpha1/trainingjobs"] * 2

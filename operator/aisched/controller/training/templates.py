@@ -1,0 +1,57 @@
+"""What the controller keeps of a TrainingJob's pod template between the watch event and the launch.
+
+The operator holds every TrainingJob of the cluster; a tenant's template may be a MiB
+and more of JSON (etcd stores objects up to 1.5 MiB), ten times that once parsed, and
+kept for each job it was most of the operator's memory (issue #27: a hundred such jobs,
+1 GiB). Only the launch reads a container's environment, arguments and probes: a large
+template is kept without them, and the launch reads the job again from the API server.
+A template of a usual size is kept whole, and launches with no extra read.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+# A template up to this much JSON is kept whole: templates people write are a few KiB.
+KEPT_TEMPLATE_BYTES: Final = 16 * 1024
+# What a container says about the process it runs, which only the worker pods need. What
+# policy reads (image, resources, ports, mounts, security context) stays in the record.
+ELIDED_CONTAINER_FIELDS: Final = frozenset(
+    {"env", "envFrom", "args", "command", "workingDir", "livenessProbe", "readinessProbe", "startupProbe", "lifecycle"}
+)
+ELIDED_METADATA_FIELDS: Final = frozenset({"annotations"})
+
+
+def elided(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """OBJ with its template's process settings left out, when the template is large; None to keep it whole."""
+    spec = obj.get("spec")
+    template = spec.get("template") if isinstance(spec, dict) else None
+    if not isinstance(template, dict) or template_bytes(template) <= KEPT_TEMPLATE_BYTES:
+        return None
+    kept = {key: value for key, value in template.items() if key != "metadata"}
+    metadata = template.get("metadata")
+    if isinstance(metadata, dict):
+        kept["metadata"] = {k: v for k, v in metadata.items() if k not in ELIDED_METADATA_FIELDS}
+    pod_spec = template.get("spec")
+    if isinstance(pod_spec, dict):
+        kept["spec"] = {
+            **pod_spec,
+            **{kind: _kept_containers(pod_spec[kind]) for kind in ("containers", "initContainers") if kind in pod_spec},
+        }
+    assert isinstance(spec, dict)  # a template was found in it
+    return {**obj, "spec": {**spec, "template": kept}}
+
+
+def template_bytes(template: dict[str, Any]) -> int:
+    """The template's size as compact JSON, as etcd stores it (near enough)."""
+    return len(json.dumps(template, separators=(",", ":"), ensure_ascii=False, default=str))
+
+
+def _kept_containers(containers: Any) -> Any:
+    if not isinstance(containers, list):
+        return containers
+    return [
+        {k: v for k, v in c.items() if k not in ELIDED_CONTAINER_FIELDS} if isinstance(c, dict) else c
+        for c in containers
+    ]
