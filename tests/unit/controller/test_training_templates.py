@@ -23,6 +23,8 @@ def a_large_job(name: str = "big", generation: int = 1) -> dict[str, Any]:
         "args": ["--flag"] * 100,
         "securityContext": {"privileged": False},
         "resources": {"limits": {"nvidia.com/gpu": 4}},
+        "readinessProbe": {"exec": {"command": ["true"]}},
+        "junk": [{}] * 100,  # kept by the CRD (the template is open), dropped by every pod
     }
     job = (
         a_training_job(name)
@@ -31,6 +33,8 @@ def a_large_job(name: str = "big", generation: int = 1) -> dict[str, Any]:
         .set("template.metadata", {"labels": {"team": "a"}, "annotations": {"note": "x" * 100}})
         .set("template.spec.containers", [container])
         .set("template.spec.tolerations", [{"key": "gpu", "operator": "Exists"}])
+        .set("template.spec.hostNetwork", False)
+        .set("template.spec.junk", {"more": "x" * 100})
         .obj()
     )
     job["metadata"].update(uid=f"uid-{name}", generation=generation)
@@ -56,6 +60,7 @@ def test_a_large_template_is_kept_without_what_only_the_pods_need() -> None:
         }
     ]
     assert template["spec"]["tolerations"] == job["spec"]["template"]["spec"]["tolerations"]
+    assert "hostNetwork" in template["spec"] and "junk" not in template["spec"]
     assert template["metadata"] == {"labels": {"team": "a"}}
     assert template_bytes(template) < 1024
     assert job == a_large_job(), "the watch's object is left as it was"

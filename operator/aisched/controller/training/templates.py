@@ -4,7 +4,8 @@ The operator holds every TrainingJob of the cluster; a tenant's template may be 
 and more of JSON (etcd stores objects up to 1.5 MiB), ten times that once parsed, and
 kept for each job it was most of the operator's memory (issue #27: a hundred such jobs,
 1 GiB). Only the launch reads a container's environment, arguments and probes: a large
-template is kept without them, and the launch reads the job again from the API server.
+template is kept without them (and without fields Kubernetes does not know, where a tenant
+could put anything), and the launch reads the job again from the API server.
 A template of a usual size is kept whole, and launches with no extra read.
 """
 
@@ -15,12 +16,37 @@ from typing import Any, Final
 
 # A template up to this much JSON is kept whole: templates people write are a few KiB.
 KEPT_TEMPLATE_BYTES: Final = 16 * 1024
-# What a container says about the process it runs, which only the worker pods need. What
-# policy reads (image, resources, ports, mounts, security context) stays in the record.
-ELIDED_CONTAINER_FIELDS: Final = frozenset(
-    {"env", "envFrom", "args", "command", "workingDir", "livenessProbe", "readinessProbe", "startupProbe", "lifecycle"}
+# What the record keeps of a large template's containers: what policy reads (image, resources,
+# ports, mounts, security context), not what configures the process (env, args, probes...), which
+# only the worker pods need; nor a field Kubernetes does not know, which no pod would carry.
+KEPT_CONTAINER_FIELDS: Final = frozenset(
+    {
+        "name",
+        "image",
+        "imagePullPolicy",
+        "resources",
+        "resizePolicy",
+        "ports",
+        "volumeMounts",
+        "volumeDevices",
+        "securityContext",
+        "restartPolicy",
+    }
 )
-ELIDED_METADATA_FIELDS: Final = frozenset({"annotations"})
+# The fields of a PodSpec (Kubernetes 1.33): any other is dropped at pod creation.
+POD_SPEC_FIELDS: Final = frozenset(
+    {
+        "activeDeadlineSeconds", "affinity", "automountServiceAccountToken", "containers", "dnsConfig",
+        "dnsPolicy", "enableServiceLinks", "ephemeralContainers", "hostAliases", "hostIPC", "hostNetwork",
+        "hostPID", "hostUsers", "hostname", "imagePullSecrets", "initContainers", "nodeName", "nodeSelector",
+        "os", "overhead", "preemptionPolicy", "priority", "priorityClassName", "readinessGates",
+        "resourceClaims", "resources", "restartPolicy", "runtimeClassName", "schedulerName",
+        "schedulingGates", "securityContext", "serviceAccount", "serviceAccountName", "setHostnameAsFQDN",
+        "shareProcessNamespace", "subdomain", "terminationGracePeriodSeconds", "tolerations",
+        "topologySpreadConstraints", "volumes",
+    }
+)  # fmt: skip
+KEPT_METADATA_FIELDS: Final = frozenset({"labels"})
 
 
 def elided(obj: dict[str, Any]) -> dict[str, Any] | None:
@@ -29,16 +55,16 @@ def elided(obj: dict[str, Any]) -> dict[str, Any] | None:
     template = spec.get("template") if isinstance(spec, dict) else None
     if not isinstance(template, dict) or template_bytes(template) <= KEPT_TEMPLATE_BYTES:
         return None
-    kept = {key: value for key, value in template.items() if key != "metadata"}
+    kept: dict[str, Any] = {}
     metadata = template.get("metadata")
     if isinstance(metadata, dict):
-        kept["metadata"] = {k: v for k, v in metadata.items() if k not in ELIDED_METADATA_FIELDS}
+        kept["metadata"] = {k: v for k, v in metadata.items() if k in KEPT_METADATA_FIELDS}
     pod_spec = template.get("spec")
     if isinstance(pod_spec, dict):
-        kept["spec"] = {
-            **pod_spec,
-            **{kind: _kept_containers(pod_spec[kind]) for kind in ("containers", "initContainers") if kind in pod_spec},
-        }
+        kept["spec"] = {k: v for k, v in pod_spec.items() if k in POD_SPEC_FIELDS}
+        for kind in ("containers", "initContainers"):
+            if kind in pod_spec:
+                kept["spec"][kind] = _kept_containers(pod_spec[kind])
     assert isinstance(spec, dict)  # a template was found in it
     return {**obj, "spec": {**spec, "template": kept}}
 
@@ -52,6 +78,5 @@ def _kept_containers(containers: Any) -> Any:
     if not isinstance(containers, list):
         return containers
     return [
-        {k: v for k, v in c.items() if k not in ELIDED_CONTAINER_FIELDS} if isinstance(c, dict) else c
-        for c in containers
+        {k: v for k, v in c.items() if k in KEPT_CONTAINER_FIELDS} if isinstance(c, dict) else c for c in containers
     ]
