@@ -122,3 +122,20 @@ async def test_a_relist_of_our_kinds_asks_for_their_metadata_only(
     listing = await kube.list_custom_metadata("trainingjobs", name_of, page_size=2)
     assert listing.items == ["a", "b", "c"]
     assert paths == ["/apis/aisched.io/v1alpha1/trainingjobs"] * 2
+
+
+async def test_one_object_is_read_by_a_list_of_one_and_none_when_gone(
+    kube: KubeClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stored = {"big": {"metadata": {"name": "big", "generation": 2}}}
+    asked: list[tuple[Any, ...]] = []
+
+    def list_namespaced_custom_object(*args: Any, **kwargs: Any) -> Response:
+        asked.append((*args, kwargs["field_selector"]))
+        name = kwargs["field_selector"].removeprefix("metadata.name=")
+        return Response({"metadata": {}, "items": [stored[name]] if name in stored else []})
+
+    monkeypatch.setattr(kube.custom, "list_namespaced_custom_object", list_namespaced_custom_object)
+    assert await kube.get_custom("trainingjobs", "ns", "big") == stored["big"]
+    assert await kube.get_custom("trainingjobs", "ns", "gone") is None
+    assert asked[0] == ("aisched.io", "v1alpha1", "ns", "trainingjobs", "metadata.name=big")
