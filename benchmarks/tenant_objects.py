@@ -22,7 +22,7 @@ ResourceQuota holds as many as etcd takes, and 1,000 such objects are most of et
 2 GiB quota (1,365 of 1.5 MiB fill it).
 
 Usage: .venv/bin/python -m benchmarks.tenant_objects [--jobs 1000] [--object-bytes 1400000]
-       [--settle-seconds 20] [--timeout 1200] [--output PATH] [--update-results]
+       [--settle-seconds 20] [--threads 2] [--timeout 1200] [--output PATH] [--update-results]
 """
 
 from __future__ import annotations
@@ -124,8 +124,8 @@ def summarize(readings: dict[str, float], jobs: int, object_bytes: int, limit_mi
     }
 
 
-def create_largest(custom: client.CustomObjectsApi, names: list[str], object_bytes: int) -> int:
-    """Create a job of each of NAMES, as large as the API server takes; the size taken."""
+def create_largest(custom: client.CustomObjectsApi, names: list[str], object_bytes: int, threads: int) -> int:
+    """Create a job of each of NAMES, as large as the API server takes, THREADS at a time; the size taken."""
     size = object_bytes
     while True:
         try:
@@ -138,7 +138,7 @@ def create_largest(custom: client.CustomObjectsApi, names: list[str], object_byt
                 raise
             size = int(size * 0.9)
             print(f"  refused as too large; trying {size} bytes", flush=True)
-    with ThreadPoolExecutor(8) as pool:
+    with ThreadPoolExecutor(threads) as pool:
         list(
             pool.map(
                 lambda n: custom.create_namespaced_custom_object(
@@ -186,7 +186,9 @@ def measure(cluster: LocalCluster, state: Path, args: argparse.Namespace) -> tup
         pid = start(operator)
         readings["idle_rss_mib"] = settle(pid, args.settle_seconds)
         print(f"idle: {readings['idle_rss_mib']:.0f} MiB; creating {args.jobs} jobs...", flush=True)
-        size = create_largest(custom, [f"big-{i:05d}" for i in range(args.jobs)], args.object_bytes)
+        started = time.monotonic()
+        size = create_largest(custom, [f"big-{i:05d}" for i in range(args.jobs)], args.object_bytes, args.threads)
+        readings["create_seconds_per_job"] = (time.monotonic() - started) / args.jobs
         wait_for(lambda: jobs_seen(operator) >= args.jobs, args.timeout, f"the operator to see {args.jobs} jobs")
         readings["peak_rss_mib"] = memory_mib(pid)[1]
         readings["settled_rss_mib"] = settle(pid, args.settle_seconds)
@@ -216,6 +218,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--object-bytes", type=int, default=DEFAULT_OBJECT_BYTES, help="JSON bytes of each job")
     parser.add_argument("--settle-seconds", type=float, default=20)
+    parser.add_argument(
+        "--threads", type=int, default=2, help="jobs created at once (the API server takes seconds over each)"
+    )
     parser.add_argument("--timeout", type=float, default=1200, help="seconds the operator may take to see the jobs")
     add_output_arguments(parser, "tenant_objects.json")
     return run_reporting_input_errors(measure_and_report, parser.parse_args(argv))
