@@ -28,14 +28,14 @@ class TrainingJobController(SchedulingCycle):
     # -- fed by the watch handlers ------------------------------------------
 
     def job_seen(self, obj: dict[str, Any]) -> None:
-        key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
         kept = elided(obj)
         # A template the model refuses is kept whole, for the condition that tells its user why.
         if kept is not None and not isinstance(parse_job(obj), ValidationError):
-            self._elided_templates.add(key)
-            obj = kept
+            obj = kept  # its key too: nothing kept points into the watch's parse of the object
+            self._elided_templates.add((obj["metadata"]["namespace"], obj["metadata"]["name"]))
         else:
-            self._elided_templates.discard(key)
+            self._elided_templates.discard((obj["metadata"]["namespace"], obj["metadata"]["name"]))
+        key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
         self._store_job(key, obj)
         self.mark(key)
 

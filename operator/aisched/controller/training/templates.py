@@ -66,7 +66,11 @@ def elided(obj: dict[str, Any]) -> dict[str, Any] | None:
             if kind in pod_spec:
                 kept["spec"][kind] = _kept_containers(pod_spec[kind])
     assert isinstance(spec, dict)  # a template was found in it
-    return {**obj, "spec": {**spec, "template": kept}}
+    # Made anew, sharing no string or dict with the watch's parse: the allocator gives a parse's
+    # memory back (20 MiB for the largest) only once nothing in it is left alive. Ten such jobs
+    # parsed as a page left 83 MiB behind when the record kept pieces of them, 12 MiB when not.
+    fresh: dict[str, Any] = json.loads(json.dumps({**obj, "spec": {**spec, "template": kept}}, default=str))
+    return fresh
 
 
 def template_bytes(template: dict[str, Any]) -> int:
