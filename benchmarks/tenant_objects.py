@@ -151,7 +151,14 @@ def create_largest(custom: client.CustomObjectsApi, names: list[str], object_byt
 
 
 def jobs_seen(operator: OperatorProcess) -> int:
-    return int(sum(read_operator(operator.metrics_port).jobs_by_phase.values()))
+    """The jobs the operator counts; it must still be running (a busy one may not answer at once)."""
+    assert operator.process is not None
+    if operator.process.poll() is not None:
+        raise RuntimeError(f"the operator exited ({operator.process.returncode}):\n{operator.log_tail()}")
+    try:
+        return int(sum(read_operator(operator.metrics_port).jobs_by_phase.values()))
+    except OSError:
+        return 0
 
 
 def settle(pid: int, seconds: float) -> float:
