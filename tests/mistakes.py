@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tests.builders import a_queue, a_training_job, an_inference_service
+from tests.template_mistakes import TEMPLATE_BOUNDS
 
 
 @dataclass(frozen=True)
@@ -189,7 +190,7 @@ MISTAKES: list[Mistake] = [
         "env entry without a name",
         a_training_job().set("template.spec.containers", [{"name": "t", "image": "i", "env": [{"value": "1"}]}]).obj(),
         "Required value",
-        "template.spec.containers[0].env[0] needs a name",
+        "template.spec.containers[0].env[0] needs name",
     ),
     Mistake(
         "template pins a node",
@@ -296,4 +297,5 @@ MISTAKES: list[Mistake] = [
     ),
     Mistake("zero queue weight", a_queue().weight(0).obj(), "greater than or equal to 1"),
     Mistake("negative minimum run", a_queue().time_slicing(-1).obj(), "greater than or equal to 0"),
+    *(Mistake(*mistake) for mistake in TEMPLATE_BOUNDS),
 ]

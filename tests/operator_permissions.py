@@ -68,6 +68,8 @@ CLIENT_CALLS: dict[str, tuple[Need, ...]] = {
     "list_pod_for_all_namespaces": (("", "pods", "list"),),
     # The relist: TrainingJobs and InferenceServices deleted while a watch was away.
     "list_cluster_custom_object": (("aisched.io", "trainingjobs", "list"), ("aisched.io", "inferenceservices", "list")),
+    # A TrainingJob kept without its large template's process settings is read again at its launch.
+    "list_namespaced_custom_object": (("aisched.io", "trainingjobs", "list"),),
     "create_namespaced_pod": (("", "pods", "create"),),
     "delete_namespaced_pod": (("", "pods", "delete"),),
     "patch_namespaced_pod": (("", "pods", "patch"),),

@@ -10,20 +10,22 @@ from pydantic import Field, model_validator
 
 from aisched.api.common import (
     API_VERSION,
-    TEMPLATE_RULES,
+    LABEL_VALUE_PATTERN,
     ApiModel,
     Condition,
     Name,
-    PodTemplate,
+    Reason,
     SpotPolicy,
+    StatusText,
     cel,
     check_name,
-    check_template_rules,
+    conditions_field,
     defaulted_to,
     name_rule,
     validated_by,
 )
 from aisched.api.pod_priority import PRIORITY_RULES, check_priority_rules
+from aisched.api.pod_template import TEMPLATE_RULES, PodTemplate, check_template_rules
 
 # Its Service takes its name, its replica pods are `<name>-<hash>-<n>`.
 _NAME_RULE, _NAME_MESSAGE = name_rule("InferenceService", "its Service and replica pods are named after it")
@@ -122,7 +124,12 @@ class InferenceServiceSpec(ApiModel):
 
     replicas: int = Field(default=1, ge=0, le=1000, description="Model server pods (scale).")
     gpus_per_replica: int = Field(ge=1, le=64)
-    gpu_type: str | None = Field(default=None, max_length=128)
+    gpu_type: str | None = Field(
+        default=None,
+        max_length=63,
+        pattern=LABEL_VALUE_PATTERN,
+        description="GPU product (node label nvidia.com/gpu.product), e.g. NVIDIA-L4.",
+    )
     template: PodTemplate
     port: int = Field(default=8080, ge=1, le=65535, description="Port the Service forwards to.")
     autoscaling: AutoscalingSpec | None = None
@@ -145,22 +152,19 @@ class ScalingDecision(ApiModel):
     time: datetime
     from_replicas: int
     to_replicas: int
-    reason: str
+    reason: Reason
 
 
 class InferenceServiceStatus(ApiModel):
-    phase: str | None = None
+    phase: StatusText | None = None
     observed_generation: int | None = None
-    conditions: list[Condition] = Field(
-        default_factory=list,
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
-    )
+    conditions: list[Condition] = conditions_field()
     replicas: int | None = None
     ready_replicas: int | None = None
     desired_replicas: int | None = None
     on_demand_replicas: int | None = None
     spot_replicas: int | None = None
-    selector: str | None = None
+    selector: StatusText | None = None
     current_metric_value: float | None = None
     last_scaling: ScalingDecision | None = None
 

@@ -12,23 +12,30 @@ from aisched.api.common import (
     API_VERSION,
     LABEL_VALUE_PATTERN,
     MAX_DURATION_SECONDS,
-    TEMPLATE_RULES,
     TOPOLOGY_ORDER,
     ApiModel,
     CapacityType,
     Condition,
+    Message,
     Name,
-    PodTemplate,
+    Reason,
     SpotPolicy,
+    StatusText,
     TopologyLevel,
     cel,
     check_name,
-    check_template_rules,
+    conditions_field,
     defaulted_to,
     name_rule,
     validated_by,
 )
 from aisched.api.pod_priority import PRIORITY_RULES, check_priority_rules
+from aisched.api.pod_template import MAX_PATH_LENGTH, TEMPLATE_RULES, PodTemplate, check_template_rules
+
+# The most workers a gang may have; a placement names a node for each.
+MAX_REPLICAS = 4096
+# A node's name: a DNS subdomain.
+MAX_NODE_NAME_LENGTH = 253
 
 # The headless Service takes the job's name and each worker's host name is `<name>-worker-<rank>`.
 _NAME_RULE, _NAME_MESSAGE = name_rule(
@@ -217,12 +224,12 @@ _SPEC_RULES = [
 class TrainingJobSpec(ApiModel):
     model_config = validated_by(*_SPEC_RULES)
 
-    replicas: int = Field(default=1, ge=1, le=4096, description="Worker pods in the gang.")
+    replicas: int = Field(default=1, ge=1, le=MAX_REPLICAS, description="Worker pods in the gang.")
     min_replicas: int | None = Field(
-        default=None, ge=1, le=4096, description="Elastic jobs: the fewest workers it may run with."
+        default=None, ge=1, le=MAX_REPLICAS, description="Elastic jobs: the fewest workers it may run with."
     )
     max_replicas: int | None = Field(
-        default=None, ge=1, le=4096, description="Elastic jobs: the most workers it may grow to."
+        default=None, ge=1, le=MAX_REPLICAS, description="Elastic jobs: the most workers it may grow to."
     )
     gpus_per_replica: int = Field(
         ge=1, le=64, description="nvidia.com/gpu per worker; a worker's GPUs are on one node."
@@ -288,23 +295,29 @@ class TrainingJobSpec(ApiModel):
         return self.replicas * self.gpus_per_replica
 
 
+NodeName = Annotated[str, Field(max_length=MAX_NODE_NAME_LENGTH)]
+
+
 class Placement(ApiModel):
     level: TopologyLevel | None = Field(default=None, description="The tightest level the gang fits in.")
-    domain: str | None = Field(default=None, description="That domain's label value.")
-    nodes: list[str] = Field(default_factory=list, description="Node of each worker, by rank.")
+    domain: StatusText | None = Field(default=None, description="That domain's label value.")
+    nodes: list[NodeName] = Field(
+        default_factory=list, max_length=MAX_REPLICAS, description="Node of each worker, by rank."
+    )
     capacity_type: CapacityType | None = None
-    gpu_type: str | None = None
+    gpu_type: StatusText | None = None
 
 
 class CheckpointRecord(ApiModel):
     step: int = Field(ge=0)
-    path: str | None = None
+    # As a worker reported it, in a termination message of at most 4 KiB (aisched.workload.contract).
+    path: str | None = Field(default=None, max_length=MAX_PATH_LENGTH)
     time: datetime
 
 
 class Deferral(ApiModel):
     until: datetime
-    reason: str
+    reason: Message
     forecast_grams_per_kwh: float | None = None
     expected_saving_percent: float | None = None
     expected_saving_grams: float | None = None
@@ -312,16 +325,13 @@ class Deferral(ApiModel):
 
 class TrainingJobStatus(ApiModel):
     phase: TrainingJobPhase | None = None
-    reason: str | None = Field(default=None, description="Reason of the latest phase change.")
-    message: str | None = None
+    reason: Reason | None = Field(default=None, description="Reason of the latest phase change.")
+    message: Message | None = None
     observed_generation: int | None = None
-    conditions: list[Condition] = Field(
-        default_factory=list,
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
-    )
+    conditions: list[Condition] = conditions_field()
     replicas: int | None = Field(default=None, ge=0, description="Workers in the current gang.")
     ready_replicas: int | None = Field(default=None, ge=0)
-    selector: str | None = Field(default=None, description="Label selector of the workers (scale).")
+    selector: StatusText | None = Field(default=None, description="Label selector of the workers (scale).")
     gpus: int | None = Field(default=None, ge=0, description="GPUs the current gang holds.")
     placement: Placement | None = None
     gang_generation: int | None = Field(

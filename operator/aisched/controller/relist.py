@@ -84,8 +84,8 @@ async def relist(
 
     nodes = await kube.list_nodes(inventory.node_from_object, page_size=page_size)
     pods = await kube.list_pods(listed_pod, page_size=page_size)
-    training_jobs = await kube.list_custom(TRAINING_JOBS, listed_object, page_size=page_size)
-    services = await kube.list_custom(SERVICES, listed_object, page_size=page_size)
+    training_jobs = await kube.list_custom_metadata(TRAINING_JOBS, listed_object, page_size=page_size)
+    services = await kube.list_custom_metadata(SERVICES, listed_object, page_size=page_size)
     # From here on nothing awaits: no watch event lands between a list and what it changed.
     # An object that cannot be read is logged by the inventory and left out of its list.
     changed_nodes = inventory.relist_nodes((n for n in nodes.items if n is not None), nodes.resource_version)

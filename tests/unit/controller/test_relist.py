@@ -109,7 +109,7 @@ def lists(
             convert, page_size=page_size
         )
 
-    kube.answer("list_nodes", serve(nodes)).answer("list_pods", serve(pods)).answer("list_custom", custom)
+    kube.answer("list_nodes", serve(nodes)).answer("list_pods", serve(pods)).answer("list_custom_metadata", custom)
 
 
 async def marked(controller: TrainingJobController | InferenceServiceController) -> set[Any]:

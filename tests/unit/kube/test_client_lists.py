@@ -104,3 +104,38 @@ async def test_our_kinds_are_listed_across_namespaces(kube: KubeClient, monkeypa
     monkeypatch.setattr(kube.custom, "list_cluster_custom_object", list_cluster_custom_object)
     listing = await kube.list_custom("trainingjobs", name_of, page_size=10)
     assert (listing.items, calls) == (["job"], [("aisched.io", "v1alpha1", "trainingjobs")])
+
+
+async def test_a_relist_of_our_kinds_asks_for_their_metadata_only(
+    kube: KubeClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    api = PagedApi(["a", "b", "c"])
+    paths: list[str] = []
+
+    def call_api(path: str, method: str, **kwargs: Any) -> Response:
+        paths.append(path)
+        assert kwargs["header_params"]["Accept"].startswith("application/json;as=PartialObjectMetadataList")
+        query = dict(kwargs["query_params"])
+        return api.list(limit=query["limit"], _continue=query.get("continue"), _preload_content=False)
+
+    monkeypatch.setattr(kube.api_client, "call_api", call_api)
+    listing = await kube.list_custom_metadata("trainingjobs", name_of, page_size=2)
+    assert listing.items == ["a", "b", "c"]
+    assert paths == ["/apis/aisched.io/v1alpha1/trainingjobs"] * 2
+
+
+async def test_one_object_is_read_by_a_list_of_one_and_none_when_gone(
+    kube: KubeClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stored = {"big": {"metadata": {"name": "big", "generation": 2}}}
+    asked: list[tuple[Any, ...]] = []
+
+    def list_namespaced_custom_object(*args: Any, **kwargs: Any) -> Response:
+        asked.append((*args, kwargs["field_selector"]))
+        name = kwargs["field_selector"].removeprefix("metadata.name=")
+        return Response({"metadata": {}, "items": [stored[name]] if name in stored else []})
+
+    monkeypatch.setattr(kube.custom, "list_namespaced_custom_object", list_namespaced_custom_object)
+    assert await kube.get_custom("trainingjobs", "ns", "big") == stored["big"]
+    assert await kube.get_custom("trainingjobs", "ns", "gone") is None
+    assert asked[0] == ("aisched.io", "v1alpha1", "ns", "trainingjobs", "metadata.name=big")

@@ -13,8 +13,11 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
+from pydantic import ValidationError
+
 from aisched.controller.training.scheduling import SchedulingCycle
-from aisched.controller.training.state import CONCURRENT_RECONCILES, JobKey
+from aisched.controller.training.state import CONCURRENT_RECONCILES, JobKey, parse_job
+from aisched.controller.training.templates import elided
 from aisched.kube import labels
 from aisched.kube.inventory import PodRecord
 
@@ -25,11 +28,19 @@ class TrainingJobController(SchedulingCycle):
     # -- fed by the watch handlers ------------------------------------------
 
     def job_seen(self, obj: dict[str, Any]) -> None:
+        kept = elided(obj)
+        # A template the model refuses is kept whole, for the condition that tells its user why.
+        if kept is not None and not isinstance(parse_job(obj), ValidationError):
+            obj = kept  # its key too: nothing kept points into the watch's parse of the object
+            self._elided_templates.add((obj["metadata"]["namespace"], obj["metadata"]["name"]))
+        else:
+            self._elided_templates.discard((obj["metadata"]["namespace"], obj["metadata"]["name"]))
         key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
         self._store_job(key, obj)
         self.mark(key)
 
     def job_gone(self, namespace: str, name: str) -> None:
+        self._elided_templates.discard((namespace, name))
         self._drop_job((namespace, name))
         self._parsed.pop((namespace, name), None)
         self.workers_unowned(self.inventory.pods_of_job(namespace, name))

@@ -174,6 +174,10 @@ class JobReconciler(WorkerReleases):
         placement = status.placement
         if placement is None or not placement.nodes:
             return status
+        with_template = await self._with_full_template(job)
+        if with_template is None:
+            return status  # deleted meanwhile: the watch tells the rest
+        job = with_template
         generation = status.gang_generation or 0
         existing = {p.name for p in pods}
         last = status.last_checkpoint

@@ -70,6 +70,8 @@ class TrainingJobState:
     # Each cycle reads every job several times; an object is parsed once, until the next watch event replaces it.
     # An object the model refuses is kept with what the model said, for the condition that tells its user.
     _parsed: dict[JobKey, tuple[dict[str, Any], TrainingJob | ValidationError]] = field(default_factory=dict)
+    # Jobs kept without their template's process settings (templates.py): their launch reads them again.
+    _elided_templates: set[JobKey] = field(default_factory=set)
     # Jobs a cluster-wide stage failed on, per (stage, job): each waits out its backoff before that
     # stage tries it again; the generation of each job the scheduling cycle set aside, so a new
     # spec is tried at once.
@@ -131,7 +133,7 @@ class TrainingJobState:
         cached = self._parsed.get(key)
         if cached is not None and cached[0] is obj:
             return cached[1]
-        parsed = _parse(obj)
+        parsed = parse_job(obj)
         if finished(obj):
             # Most of a long backlog is jobs that finished, which the stages read off their
             # objects (`finished`): their models (~9 KiB each) are made when asked for, not kept.
@@ -161,6 +163,26 @@ class TrainingJobState:
         if queue is None and name == DEFAULT_QUEUE:
             return locked_default_queue().to_wire()
         return queue
+
+    async def _with_full_template(self, job: TrainingJob) -> TrainingJob | None:
+        """JOB with the whole of its template, to build its pods from; None when it is gone.
+
+        A job kept without its template's process settings is read again from the API server:
+        one read a launch. A spec that changed since our copy fails the launch, to be tried again
+        (with backoff) on the new spec the watch is bringing.
+        """
+        key = (job.metadata["namespace"], job.metadata["name"])
+        if key not in self._elided_templates:
+            return job
+        current = await self.kube.get_custom(PLURAL, *key)
+        if current is None:
+            return None
+        full = parse_job(current)
+        if isinstance(full, ValidationError):
+            raise TemplateChangedError(f"TrainingJob {key[0]}/{key[1]} as stored now cannot be read: {full}")
+        if full.metadata.get("generation") != job.metadata.get("generation"):
+            raise TemplateChangedError(f"TrainingJob {key[0]}/{key[1]} changed since it was placed")
+        return job.model_copy(update={"spec": full.spec})
 
     def _store_job(self, key: JobKey, obj: dict[str, Any]) -> None:
         """Our copy of a job, from its watch event or our own status write."""
@@ -263,7 +285,7 @@ def _placed_nodes(obj: dict[str, Any] | None) -> set[str]:
     return {n for n in nodes if isinstance(n, str)} if isinstance(nodes, list) else set()
 
 
-def _parse(obj: dict[str, Any]) -> TrainingJob | ValidationError:
+def parse_job(obj: dict[str, Any]) -> TrainingJob | ValidationError:
     try:
         return TrainingJob.model_validate(obj)
     except ValidationError as error:
@@ -271,3 +293,7 @@ def _parse(obj: dict[str, Any]) -> TrainingJob | ValidationError:
         # operator's model (an object stored before an upgrade tightened a bound).
         log.error("cannot read TrainingJob %s: %s", obj.get("metadata", {}).get("name"), error)
         return error
+
+
+class TemplateChangedError(Exception):
+    """The job read again for its launch is not the one placed: the launch waits for the watch to catch up."""

@@ -1,0 +1,254 @@
+"""Tenant objects: the operator's memory with a namespace full of the largest TrainingJobs the CRD admits.
+
+Issue #27: a tenant's objects cost the operator memory, and a tenant may create as many
+as its namespace holds. Every list of the template is bounded (aisched.api.pod_template),
+but an object's bytes are bounded by etcd only (1.5 MiB a request by default), and the
+template is open beyond its typed parts; so the largest admissible TrainingJob is one of
+about `--object-bytes` of JSON whose typed lists are all at their bounds (16 containers and
+16 init containers, each with 256 env entries, 256 envFrom sources, 1,024 args and 256
+command items: the most items, so the most memory once parsed) and whose remaining bytes
+are small objects in a field the template keeps open. The API server refuses a larger one
+(the benchmark shrinks it until it is taken).
+
+Setup: a local cluster (`aisched.testing.cluster`, the small preset) with the generated
+CRDs, and the operator as users run it (`aisched run --standalone`, default settings). The
+jobs name a Queue that does not exist, so every one waits: the operator holds them all.
+
+Figures: the operator's resident memory idle, once it has seen all `--jobs` jobs, and its
+peak (VmHWM) while they arrived; then after a restart, as the operator meets them all at
+once in its first list: its peak and its settled memory. Each against the chart's memory
+limit (helm/aisched/values.yaml). `--jobs` defaults to 1,000: a namespace without a
+ResourceQuota holds as many as etcd takes, and 1,000 such objects are most of etcd's default
+2 GiB quota (1,365 of 1.5 MiB fill it).
+
+Usage: .venv/bin/python -m benchmarks.tenant_objects [--jobs 1000] [--object-bytes 1400000]
+       [--settle-seconds 20] [--threads 2] [--timeout 1200] [--output PATH] [--update-results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from aisched.api import GROUP, VERSION
+from aisched.api.pod_template import MAX_ARGS, MAX_COMMAND, MAX_CONTAINERS, MAX_ENV
+from aisched.testing.cluster import LocalCluster, start_cluster, stop_cluster, wait_for
+from aisched.testing.operator import OperatorProcess
+from benchmarks.common import REPO_ROOT, add_output_arguments, run_reporting_input_errors, write_figures
+from benchmarks.scale_probe import memory_mib, read_operator
+
+NAMESPACE = "tenant"
+VALUES = REPO_ROOT / "helm" / "aisched" / "values.yaml"
+# etcd's default --max-request-bytes is 1.5 MiB; the object's metadata and managedFields take some of it.
+DEFAULT_OBJECT_BYTES = 1_400_000
+_UNITS = {"Ki": 1 / 1024, "Mi": 1, "Gi": 1024, "Ti": 1024 * 1024, "K": 1e3 / 2**20, "M": 1e6 / 2**20, "G": 1e9 / 2**20}
+
+
+def _container(name: str, index: int) -> dict[str, Any]:
+    """A container with every typed list at its bound, of short distinct items (the most per byte)."""
+    return {
+        "name": name,
+        "image": "busybox",
+        "env": [{"name": f"E{index}_{i}", "value": str(i)} for i in range(MAX_ENV)],
+        "envFrom": [{"prefix": f"P{index}_{i}"} for i in range(MAX_ENV)],
+        "args": [f"a{index}_{i}" for i in range(MAX_ARGS)],
+        "command": [f"c{index}_{i}" for i in range(MAX_COMMAND)],
+    }
+
+
+def largest_job(name: str, object_bytes: int) -> dict[str, Any]:
+    """A TrainingJob the CRD admits of about OBJECT_BYTES of JSON, the most items it can hold.
+
+    The bytes its bounded lists leave go to small objects in a field the template keeps open.
+    """
+    containers = [_container(f"c{i}", i) for i in range(MAX_CONTAINERS)]
+    containers[0]["resources"] = {"limits": {"nvidia.com/gpu": 1}}
+    init_containers = [_container(f"i{i}", MAX_CONTAINERS + i) for i in range(MAX_CONTAINERS)]
+    job: dict[str, Any] = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "TrainingJob",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "gpusPerReplica": 1,
+            "queue": "nowhere",  # no such Queue: the job waits, and the operator holds it
+            "template": {"spec": {"containers": containers, "initContainers": init_containers}},
+        },
+    }
+    room = object_bytes - json_bytes(job)
+    if room > 0:
+        containers[0]["padding"] = [{}] * max(0, (room - 14) // 3)  # `{},` each
+    return job
+
+
+def json_bytes(obj: Any) -> int:
+    return len(json.dumps(obj, separators=(",", ":")))
+
+
+def memory_limit_mib(values_text: str) -> float:
+    """The operator's memory limit in the chart's values, in MiB."""
+    values = yaml.safe_load(values_text)
+    return quantity_mib(str(values["resources"]["limits"]["memory"]))
+
+
+def quantity_mib(quantity: str) -> float:
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGT]i?)?", quantity)
+    if match is None:
+        raise ValueError(f"not a memory quantity: {quantity}")
+    number, unit = float(match.group(1)), match.group(2)
+    return number / 2**20 if unit is None else number * _UNITS[unit]
+
+
+def summarize(readings: dict[str, float], jobs: int, object_bytes: int, limit_mib: float) -> dict[str, Any]:
+    """The figures: READINGS (MiB) with what each job costs and the margin under the chart's limit."""
+    worst = max(readings["peak_rss_mib"], readings["restart_peak_rss_mib"])
+    return {
+        "jobs": jobs,
+        "object_bytes": object_bytes,
+        **{k: round(v, 1) for k, v in readings.items()},
+        "settled_kib_per_job": round((readings["settled_rss_mib"] - readings["idle_rss_mib"]) * 1024 / jobs, 1),
+        "restart_kib_per_job": round((readings["restart_settled_rss_mib"] - readings["idle_rss_mib"]) * 1024 / jobs, 1),
+        "chart_limit_mib": round(limit_mib, 1),
+        "peak_fraction_of_limit": round(worst / limit_mib, 3),
+    }
+
+
+def create_largest(custom: client.CustomObjectsApi, names: list[str], object_bytes: int, threads: int) -> int:
+    """Create a job of each of NAMES, as large as the API server takes, THREADS at a time; the size taken."""
+    size = object_bytes
+    while True:
+        try:
+            custom.create_namespaced_custom_object(
+                GROUP, VERSION, NAMESPACE, "trainingjobs", largest_job(names[0], size)
+            )
+            break
+        except ApiException as error:
+            if error.status not in (413, 422, 500) or size < 100_000 or "too large" not in str(error.body).lower():
+                raise
+            size = int(size * 0.9)
+            print(f"  refused as too large; trying {size} bytes", flush=True)
+    with ThreadPoolExecutor(threads) as pool:
+        list(
+            pool.map(
+                lambda n: custom.create_namespaced_custom_object(
+                    GROUP, VERSION, NAMESPACE, "trainingjobs", largest_job(n, size)
+                ),
+                names[1:],
+            )
+        )
+    return json_bytes(largest_job(names[0], size))
+
+
+def jobs_seen(operator: OperatorProcess) -> int:
+    """The jobs the operator counts; it must still be running (a busy one may not answer at once)."""
+    assert operator.process is not None
+    if operator.process.poll() is not None:
+        raise RuntimeError(f"the operator exited ({operator.process.returncode}):\n{operator.log_tail()}")
+    try:
+        return int(sum(read_operator(operator.metrics_port).jobs_by_phase.values()))
+    except OSError:
+        return 0
+
+
+def settle(pid: int, seconds: float) -> float:
+    """The RSS once it has stopped falling for SECONDS (garbage freed, caches warm)."""
+    time.sleep(seconds)
+    return memory_mib(pid)[0]
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    limit = memory_limit_mib(VALUES.read_text())
+    with tempfile.TemporaryDirectory(prefix="aisched-tenant-") as state:
+        print("starting a cluster...", flush=True)
+        cluster = start_cluster(Path(state) / "cluster")
+        try:
+            readings, size = measure(cluster, Path(state), args)
+        finally:
+            stop_cluster(Path(state) / "cluster")
+    return summarize(readings, args.jobs, size, limit)
+
+
+def measure(cluster: LocalCluster, state: Path, args: argparse.Namespace) -> tuple[dict[str, float], int]:
+    api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+    api.configuration.connection_pool_maxsize = 16
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    crds = REPO_ROOT / "crds"
+    cluster.kubectl("apply", "--server-side", "-f", str(crds))
+    cluster.kubectl("wait", "--for=condition=established", "--timeout=60s", "-f", str(crds))
+    core.create_namespace({"metadata": {"name": NAMESPACE}})
+    operator = OperatorProcess(cluster, state / "operator.log", extra_env={"AISCHED_LOG_LEVEL": "WARNING"})
+    readings: dict[str, float] = {}
+    try:
+        pid = start(operator)
+        readings["idle_rss_mib"] = settle(pid, args.settle_seconds)
+        print(f"idle: {readings['idle_rss_mib']:.0f} MiB; creating {args.jobs} jobs...", flush=True)
+        started = time.monotonic()
+        size = create_largest(custom, [f"big-{i:05d}" for i in range(args.jobs)], args.object_bytes, args.threads)
+        readings["create_seconds_per_job"] = (time.monotonic() - started) / args.jobs
+        wait_for(lambda: jobs_seen(operator) >= args.jobs, args.timeout, f"the operator to see {args.jobs} jobs")
+        readings["peak_rss_mib"] = memory_mib(pid)[1]
+        readings["settled_rss_mib"] = settle(pid, args.settle_seconds)
+        print(f"{args.jobs} jobs of {size} bytes: peak {readings['peak_rss_mib']:.0f} MiB, settled "
+              f"{readings['settled_rss_mib']:.0f} MiB; restarting...", flush=True)  # fmt: skip
+        operator.stop()
+        pid = start(operator)
+        wait_for(lambda: jobs_seen(operator) >= args.jobs, args.timeout, "the restarted operator to see every job")
+        readings["restart_peak_rss_mib"] = memory_mib(pid)[1]
+        readings["restart_settled_rss_mib"] = settle(pid, args.settle_seconds)
+        return readings, size
+    except BaseException:
+        print(f"operator log (tail):\n{operator.log_tail()}", file=sys.stderr)
+        raise
+    finally:
+        operator.stop()
+
+
+def start(operator: OperatorProcess) -> int:
+    operator.start()
+    assert operator.process is not None
+    return operator.process.pid
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--jobs", type=int, default=1000)
+    parser.add_argument("--object-bytes", type=int, default=DEFAULT_OBJECT_BYTES, help="JSON bytes of each job")
+    parser.add_argument("--settle-seconds", type=float, default=20)
+    parser.add_argument(
+        "--threads", type=int, default=2, help="jobs created at once (the API server takes seconds over each)"
+    )
+    parser.add_argument("--timeout", type=float, default=1200, help="seconds the operator may take to see the jobs")
+    add_output_arguments(parser, "tenant_objects.json")
+    return run_reporting_input_errors(measure_and_report, parser.parse_args(argv))
+
+
+def measure_and_report(args: argparse.Namespace) -> int:
+    result = run(args)
+    print(report(result))
+    write_figures(result, args.output, args.update_results, "tenant_objects.json")
+    return 0 if result["peak_fraction_of_limit"] < 1 else 1
+
+
+def report(result: dict[str, Any]) -> str:
+    return (
+        f"{result['jobs']} TrainingJobs of {result['object_bytes']} bytes: operator idle {result['idle_rss_mib']} MiB, "
+        f"peak {result['peak_rss_mib']} MiB, settled {result['settled_rss_mib']} MiB "
+        f"({result['settled_kib_per_job']} KiB a job); after a restart peak {result['restart_peak_rss_mib']} MiB, "
+        f"settled {result['restart_settled_rss_mib']} MiB; chart limit {result['chart_limit_mib']} MiB "
+        f"(worst peak {result['peak_fraction_of_limit']:.0%} of it)"
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

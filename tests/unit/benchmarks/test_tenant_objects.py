@@ -1,0 +1,71 @@
+"""benchmarks/tenant_objects.py's pure parts: the largest admissible job, the chart's limit, the figures."""
+
+from __future__ import annotations
+
+import pytest
+
+from aisched.api import TrainingJob
+from aisched.api.crd import all_crds
+from aisched.api.pod_template import MAX_ARGS, MAX_CONTAINERS, MAX_ENV
+from aisched.controller.training.templates import elided, template_bytes
+from benchmarks import tenant_objects
+from benchmarks.tenant_objects import json_bytes, largest_job, memory_limit_mib, quantity_mib, summarize
+from tests.unit.api.server_like import server_rejections
+
+CRD = next(crd for crd in all_crds() if crd["spec"]["names"]["kind"] == "TrainingJob")
+
+
+def test_the_largest_job_is_admitted_by_the_model_with_every_list_at_its_bound() -> None:
+    # The model refuses what the CRD refuses (tests/unit/api); the CRD itself takes 20 s over it here.
+    job = largest_job("big", 1_000_000)
+    spec = TrainingJob.model_validate(job).spec
+    containers = spec.template["spec"]["containers"]
+    assert len(containers) == len(spec.template["spec"]["initContainers"]) == MAX_CONTAINERS
+    assert {len(c["env"]) for c in containers} == {MAX_ENV}
+    assert {len(c["args"]) for c in containers} == {MAX_ARGS}
+
+
+def test_the_largest_job_fills_the_bytes_asked_for_with_small_objects_in_an_open_field() -> None:
+    bare = json_bytes(largest_job("big", 0))
+    job = largest_job("big", bare + 30_000)
+    assert bare + 30_000 - 3 <= json_bytes(job) <= bare + 30_000
+    # One container's worth, through the CRD's own schema and rules (all of it takes 20 s here).
+    template = job["spec"]["template"]["spec"]
+    template["containers"], template["initContainers"] = template["containers"][:1], template["initContainers"][:1]
+    assert server_rejections(CRD, job) == []
+    assert "padding" not in largest_job("big", bare)["spec"]["template"]["spec"]["containers"][0]
+
+
+def test_the_operator_keeps_a_few_kib_of_the_largest_job() -> None:
+    kept = elided(largest_job("big", 1_400_000))
+    assert kept is not None
+    assert template_bytes(kept["spec"]["template"]) < 4096
+
+
+def test_quantities_in_mib() -> None:
+    assert quantity_mib("1Gi") == 1024
+    assert quantity_mib("512Mi") == 512
+    assert quantity_mib("1G") == pytest.approx(953.67, abs=0.01)
+    assert quantity_mib("1048576") == 1
+    with pytest.raises(ValueError, match="not a memory quantity"):
+        quantity_mib("lots")
+
+
+def test_the_chart_limit_is_read_from_its_values() -> None:
+    assert memory_limit_mib(tenant_objects.VALUES.read_text()) == 1024
+    assert memory_limit_mib("resources:\n  limits:\n    memory: 2Gi\n") == 2048
+
+
+def test_the_figures_give_each_jobs_cost_and_the_worst_peak_against_the_limit() -> None:
+    readings = {
+        "idle_rss_mib": 100.0,
+        "peak_rss_mib": 400.0,
+        "settled_rss_mib": 150.0,
+        "restart_peak_rss_mib": 512.0,
+        "restart_settled_rss_mib": 110.0,
+    }
+    figures = summarize(readings, jobs=1000, object_bytes=1_400_000, limit_mib=1024)
+    assert figures["settled_kib_per_job"] == 51.2
+    assert figures["restart_kib_per_job"] == 10.2
+    assert figures["peak_fraction_of_limit"] == 0.5
+    assert "512.0 MiB" in tenant_objects.report({**figures, "restart_peak_rss_mib": 512.0})

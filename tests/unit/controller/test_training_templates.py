@@ -1,0 +1,119 @@
+"""A large pod template is kept without its process settings, and read again for the launch."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from aisched.controller.training.templates import KEPT_TEMPLATE_BYTES, elided, template_bytes
+from tests.builders import a_training_job
+from tests.unit.controller.kube_double import KubeDouble
+from tests.unit.controller.test_training_loop import a_controller, a_node, reconcile_errors
+
+_ENV = [{"name": f"SETTING_{i}", "value": "v" * 200} for i in range(200)]  # ~45 KiB of JSON
+
+
+def a_large_job(name: str = "big", generation: int = 1) -> dict[str, Any]:
+    container = {
+        "name": "trainer",
+        "image": "trainer:v1",
+        "env": _ENV,
+        "args": ["--flag"] * 100,
+        "securityContext": {"privileged": False},
+        "resources": {"limits": {"nvidia.com/gpu": 4}},
+        "readinessProbe": {"exec": {"command": ["true"]}},
+        "junk": [{}] * 100,  # kept by the CRD (the template is open), dropped by every pod
+    }
+    job = (
+        a_training_job(name)
+        .namespace("ns")
+        .gpus(4)
+        .set("template.metadata", {"labels": {"team": "a"}, "annotations": {"note": "x" * 100}})
+        .set("template.spec.containers", [container])
+        .set("template.spec.tolerations", [{"key": "gpu", "operator": "Exists"}])
+        .set("template.spec.hostNetwork", False)
+        .set("template.spec.junk", {"more": "x" * 100})
+        .obj()
+    )
+    job["metadata"].update(uid=f"uid-{name}", generation=generation)
+    return job
+
+
+def test_a_template_of_a_usual_size_is_kept_whole() -> None:
+    assert elided(a_training_job().obj()) is None
+
+
+def test_a_large_template_is_kept_without_what_only_the_pods_need() -> None:
+    job = a_large_job()
+    assert template_bytes(job["spec"]["template"]) > KEPT_TEMPLATE_BYTES
+    kept = elided(job)
+    assert kept is not None
+    template = kept["spec"]["template"]
+    assert template["spec"]["containers"] == [
+        {
+            "name": "trainer",
+            "image": "trainer:v1",
+            "securityContext": {"privileged": False},
+            "resources": {"limits": {"nvidia.com/gpu": 4}},
+        }
+    ]
+    assert template["spec"]["tolerations"] == job["spec"]["template"]["spec"]["tolerations"]
+    assert "hostNetwork" in template["spec"] and "junk" not in template["spec"]
+    assert template["metadata"] == {"labels": {"team": "a"}}
+    assert template_bytes(template) < 1024
+    assert job == a_large_job(), "the watch's object is left as it was"
+
+
+@pytest.mark.asyncio
+@pytest.mark.looptime
+async def test_the_launch_of_a_job_kept_without_its_env_reads_it_again_and_builds_the_pods_with_it(
+    kube: KubeDouble,
+) -> None:
+    stored = a_large_job()
+    kube.allow("patch_status", "post_event", "create").answer("get_custom", lambda *_: copy.deepcopy(stored))
+    controller = a_controller(kube)
+    controller.inventory.upsert_node(a_node("n1", 8))
+    controller.job_seen(copy.deepcopy(stored))
+    assert "env" not in controller.jobs[("ns", "big")]["spec"]["template"]["spec"]["containers"][0]
+    await controller.reconcile_once(await controller.queue.next_batch(controller.jobs.keys))
+    assert kube.calls("get_custom") == [("trainingjobs", "ns", "big")]
+    (pod,) = (obj for (obj,) in kube.calls("create"))
+    (container,) = pod["spec"]["containers"]
+    assert {e["name"] for e in _ENV} <= {e["name"] for e in container["env"]}
+    assert container["args"] == ["--flag"] * 100
+    assert reconcile_errors(controller) == 0
+
+
+@pytest.mark.asyncio
+@pytest.mark.looptime
+async def test_a_launch_waits_when_the_job_changed_since_it_was_placed(kube: KubeDouble) -> None:
+    kube.allow("patch_status", "post_event", "create").answer("get_custom", lambda *_: a_large_job(generation=2))
+    controller = a_controller(kube)
+    controller.inventory.upsert_node(a_node("n1", 8))
+    controller.job_seen(a_large_job(generation=1))
+    await controller.reconcile_once(await controller.queue.next_batch(controller.jobs.keys))
+    assert kube.calls("create") == []
+    assert reconcile_errors(controller) == 1  # retried with backoff, or at once on the watch's new spec
+
+
+@pytest.mark.asyncio
+@pytest.mark.looptime
+async def test_a_large_template_the_model_refuses_is_kept_whole_to_say_why(kube: KubeDouble) -> None:
+    kube.allow("patch_status", "post_event")
+    job = a_large_job()
+    job["spec"]["template"]["spec"]["containers"][0]["env"].append({"name": "1=bad", "value": "x"})
+    controller = a_controller(kube)
+    controller.job_seen(copy.deepcopy(job))
+    assert controller.jobs[("ns", "big")]["spec"]["template"] == job["spec"]["template"]
+    assert controller._refusal(controller.jobs[("ns", "big")]) is not None
+
+
+@pytest.mark.asyncio
+@pytest.mark.looptime
+async def test_a_deleted_job_forgets_its_template_was_left_out(kube: KubeDouble) -> None:
+    controller = a_controller(kube)
+    controller.job_seen(a_large_job())
+    controller.job_gone("ns", "big")
+    assert controller._elided_templates == set()
