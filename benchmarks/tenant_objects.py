@@ -235,6 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def measure_and_report(args: argparse.Namespace) -> int:
     result = run(args)
+    result["settings"] = {"threads": args.threads, "settle_seconds": args.settle_seconds, "page": "kopf 16"}
     print(report(result))
     write_figures(result, args.output, args.update_results, "tenant_objects.json")
     return 0 if result["peak_fraction_of_limit"] < 1 else 1

@@ -176,6 +176,7 @@ async def _operate(settings: Settings, standalone: bool) -> int:
         metrics=metrics,
         queues=jobs.queues,  # one watch of Queues; the tenancy of replicas is read from it too
     )
+    jobs.held_elsewhere = serving.gpus_held  # one quota per queue, whatever kind of work holds it
     registry = _kopf_registry(
         settings, kube, inventory, jobs=jobs, serving=serving, carbon_client=carbon_client, heartbeat=heartbeat
     )

@@ -41,6 +41,19 @@ def a_large_job(name: str = "big", generation: int = 1) -> dict[str, Any]:
     return job
 
 
+def test_a_large_template_keeps_the_annotations_its_queues_pod_policy_reads() -> None:
+    """An unconfined AppArmor or seccomp profile in a large template is still seen by the pod policy."""
+    job = a_large_job()
+    profiles = {
+        "container.apparmor.security.beta.kubernetes.io/trainer": "unconfined",
+        "seccomp.security.alpha.kubernetes.io/pod": "unconfined",
+    }
+    job["spec"]["template"]["metadata"]["annotations"].update(profiles)
+    kept = elided(job)
+    assert kept is not None
+    assert kept["spec"]["template"]["metadata"]["annotations"] == profiles
+
+
 def test_a_template_of_a_usual_size_is_kept_whole() -> None:
     assert elided(a_training_job().obj()) is None
 
@@ -61,7 +74,7 @@ def test_a_large_template_is_kept_without_what_only_the_pods_need() -> None:
     ]
     assert template["spec"]["tolerations"] == job["spec"]["template"]["spec"]["tolerations"]
     assert "hostNetwork" in template["spec"] and "junk" not in template["spec"]
-    assert template["metadata"] == {"labels": {"team": "a"}}
+    assert template["metadata"] == {"labels": {"team": "a"}, "annotations": {}}
     assert template_bytes(template) < 1024
     assert job == a_large_job(), "the watch's object is left as it was"
 

@@ -53,6 +53,7 @@ from aisched.kube.serving_builders import (
 )
 from aisched.metrics import Metrics
 from aisched.policy.cluster import ClusterSnapshot
+from aisched.policy.scheduler import HeldGpus
 from aisched.policy.serving import PlanReason
 from aisched.policy.serving_status import find_condition, observed_status, set_service_condition
 from aisched.policy.tenancy import Refusal
@@ -321,6 +322,23 @@ class InferenceServiceController:
         self.services[key] = {**obj, "metadata": metadata, "spec": {**obj["spec"], "replicas": replicas}}
 
     # -- 4: the cluster placement sees ------------------------------------------
+
+    def gpus_held(self) -> list[HeldGpus]:
+        """What each service's replica pods hold, by its queue and the nodes' GPU type: charged to
+        the queue in every scheduling cycle, as its training gangs are."""
+        held: list[HeldGpus] = []
+        for key, obj in self.services.items():
+            service = _parse(obj)
+            if service is None:
+                continue
+            for pod in self.replicas.of(key):
+                node = pod.node or pod.pinned_node
+                if pod.finished or not pod.gpus or node is None:
+                    continue
+                record = self.inventory.nodes.get(node)
+                gpu_type = record.gpu_product if record is not None else None
+                held.append(HeldGpus(service.spec.queue, pod.gpus, gpu_type))
+        return held
 
     def _snapshot(self, now: datetime) -> ClusterSnapshot:
         """The cluster for this pass: nodes that must be left count as interrupted, pods we just made as used."""

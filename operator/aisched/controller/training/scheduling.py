@@ -273,6 +273,7 @@ class SchedulingCycle(CarbonDeferral, Reporting):
             queues=self._queue_quotas(),
             now=now,
             first_band_gpu_seconds=self.settings.first_service_band_gpu_seconds,
+            held_elsewhere=self.held_elsewhere(),
         )
         try:
             return decide(requests, admissions_per_cycle=most)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -33,6 +33,7 @@ from aisched.policy.lifecycle import FINISHED, HOLDS_GPUS
 from aisched.policy.placement import GangRequest
 from aisched.policy.placement_record import PlacementMade
 from aisched.policy.queueing import locked_default_queue
+from aisched.policy.scheduler import HeldGpus
 from aisched.settings import Settings
 from aisched.sources.carbon import CachedCarbonSource
 from aisched.sources.energy import GpuEnergySource
@@ -89,6 +90,8 @@ class TrainingJobState:
     # When each waiting job's status was last written by the scheduling cycle: its message is refreshed
     # at most every WAITING_MESSAGE_REFRESH.
     _waiting_written: dict[JobKey, datetime] = field(default_factory=dict)
+    # GPUs the queues' other work holds (InferenceService replicas), charged to their queues each cycle.
+    held_elsewhere: Callable[[], Sequence[HeldGpus]] = field(default=lambda: ())
     # GPUs this controller and the InferenceService controller promised and have not yet written down.
     in_flight: InFlightPlacements = field(default_factory=InFlightPlacements)
     # The placement this process last wrote for each job: the status is our record, never a grant

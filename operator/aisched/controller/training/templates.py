@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
+from aisched.policy.pod_policy import APPARMOR_ANNOTATION, SECCOMP_ANNOTATIONS
+
 # A template up to this much JSON is kept whole: templates people write are a few KiB.
 KEPT_TEMPLATE_BYTES: Final = 16 * 1024
 # What the record keeps of a large template's containers: what policy reads (image, resources,
@@ -47,6 +49,7 @@ POD_SPEC_FIELDS: Final = frozenset(
     }
 )  # fmt: skip
 KEPT_METADATA_FIELDS: Final = frozenset({"labels"})
+POLICY_ANNOTATIONS: Final = (APPARMOR_ANNOTATION, *SECCOMP_ANNOTATIONS)
 
 
 def elided(obj: dict[str, Any]) -> dict[str, Any] | None:
@@ -59,6 +62,13 @@ def elided(obj: dict[str, Any]) -> dict[str, Any] | None:
     metadata = template.get("metadata")
     if isinstance(metadata, dict):
         kept["metadata"] = {k: v for k, v in metadata.items() if k in KEPT_METADATA_FIELDS}
+        annotations = metadata.get("annotations")
+        if isinstance(annotations, dict):
+            # The queue's pod policy reads the AppArmor and seccomp annotations: kept, so that a
+            # large template cannot slip an unconfined profile past it.
+            kept["metadata"]["annotations"] = {
+                k: v for k, v in annotations.items() if isinstance(k, str) and k.startswith(POLICY_ANNOTATIONS)
+            }
     pod_spec = template.get("spec")
     if isinstance(pod_spec, dict):
         kept["spec"] = {k: v for k, v in pod_spec.items() if k in POD_SPEC_FIELDS}

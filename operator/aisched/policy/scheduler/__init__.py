@@ -15,7 +15,7 @@ from aisched.policy.scheduler.results import (
     ScheduleResult,
     Waiting,
 )
-from aisched.policy.scheduler.state import ADMISSIONS_PER_CYCLE
+from aisched.policy.scheduler.state import ADMISSIONS_PER_CYCLE, HeldGpus
 
 __all__ = [
     "ADMISSIONS_PER_CYCLE",
@@ -26,6 +26,7 @@ __all__ = [
     "SHRUNK",
     "STAGES",
     "Admission",
+    "HeldGpus",
     "JobRequest",
     "Preemption",
     "QueueUsage",

@@ -56,7 +56,7 @@ from aisched.policy.scheduler.attempt import Attempt
 from aisched.policy.scheduler.jobs import JobRequest
 from aisched.policy.scheduler.results import ScheduleResult
 from aisched.policy.scheduler.service import FIRST_BAND_GPU_SECONDS
-from aisched.policy.scheduler.state import ADMISSIONS_PER_CYCLE, CycleState
+from aisched.policy.scheduler.state import ADMISSIONS_PER_CYCLE, CycleState, HeldGpus
 
 CycleStage = Callable[[CycleState], None]
 PendingJobStage = Callable[[CycleState, Attempt], bool]
@@ -100,6 +100,7 @@ def schedule(
     *,
     admissions_per_cycle: int = ADMISSIONS_PER_CYCLE,
     first_band_gpu_seconds: float = FIRST_BAND_GPU_SECONDS,
+    held_elsewhere: Sequence[HeldGpus] = (),
 ) -> ScheduleResult:
     """Decide one cycle. The snapshot is used as scratch space and restored before returning."""
     with snapshot.trial():
@@ -110,6 +111,7 @@ def schedule(
             now,
             admissions_per_cycle=admissions_per_cycle,
             first_band_gpu_seconds=first_band_gpu_seconds,
+            held_elsewhere=held_elsewhere,
         )
         for stage in STAGES:
             stage(cycle)

@@ -45,6 +45,16 @@ class RunningGang:
 
 
 @dataclass(frozen=True, slots=True)
+class HeldGpus:
+    """GPUs a queue's pods hold that are no gang of this cycle's (an InferenceService's replicas):
+    charged to the queue, never preempted by the cycle."""
+
+    queue: str
+    gpus: int
+    gpu_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Reservation:
     """GPUs held for the first job that could not start, from when running jobs are expected to free them."""
 
@@ -69,6 +79,7 @@ class CycleState:
         *,
         admissions_per_cycle: int = ADMISSIONS_PER_CYCLE,
         first_band_gpu_seconds: float = FIRST_BAND_GPU_SECONDS,
+        held_elsewhere: Sequence[HeldGpus] = (),
     ) -> None:
         self.snapshot = snapshot
         self.now = now
@@ -86,6 +97,8 @@ class CycleState:
                 end = time_after(job.started, job.expected_duration) if job.started and job.expected_duration else None
                 self.running[job.key] = RunningGang(job, job.placement, end)
                 self.ledger.charge(job.queue, job.placement.total_gpus, job.placement.gpu_type)
+        for held in held_elsewhere:  # what the queue's other kinds of work hold: its quota is one
+            self.ledger.charge(held.queue, held.gpus, held.gpu_type)
         self.admitted: list[Admission] = []
         self.waiting: list[Waiting] = []
         self.preempted: list[Preemption] = []
