@@ -24,11 +24,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from aisched.sim.fleet.arms import ARMS, DEFAULT_CONSOLIDATE_AFTER_S, DEFAULT_PROVISIONING_DELAY_S, FleetOptions
-from aisched.sim.fleet.arms import simulate_fleet
+from aisched.sim.fleet.arms import (
+    ARMS,
+    DEFAULT_CONSOLIDATE_AFTER_S,
+    DEFAULT_PROVISIONING_DELAY_S,
+    FleetOptions,
+    simulate_fleet,
+)
 from aisched.sim.fleet.fleet import SpotMarket
-from aisched.sim.spot.traces import SpotTrace
 from aisched.sim.speed import SpeedModel, cross_node_factors
+from aisched.sim.spot.traces import SpotTrace
 from benchmarks.common import (
     REPO_ROOT,
     SHARED_DATA,

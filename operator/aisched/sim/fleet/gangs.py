@@ -19,16 +19,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from aisched.api.common import CapacityType, SpotPolicy, TopologyLevel
+from aisched.api.queue import DEFAULT_QUEUE
 from aisched.policy.cluster import ClusterSnapshot
-from aisched.policy.queueing import DEFAULT_QUEUE, QueueQuota
+from aisched.policy.queueing import QueueQuota
 from aisched.policy.scheduler import JobRequest
 from aisched.policy.spot import CapacityChoice, CapacityDecision, SpotJob, choose_capacity
 from aisched.sim.fleet.catalog import Offering
 from aisched.sim.fleet.fleet import Fleet, FleetNode
 from aisched.sim.fleet.replay import Loop
-from aisched.sim.speed import SpeedModel
 from aisched.sim.jobs import EPOCH, SimJob, at
 from aisched.sim.policies import AischedPolicy, _attained_after_run
+from aisched.sim.speed import SpeedModel
 
 DEFERRED_CYCLE_S = 1.0
 """The scheduler left gangs for the next cycle (it admits a bounded number per cycle): the

@@ -33,8 +33,8 @@ from aisched.api.common import CapacityType
 from aisched.sim.fleet.catalog import Offering
 from aisched.sim.fleet.fleet import Fleet
 from aisched.sim.fleet.replay import Loop
-from aisched.sim.speed import SpeedModel
 from aisched.sim.jobs import SimJob
+from aisched.sim.speed import SpeedModel
 
 BATCH_IDLE_DURATION_S = 1.0
 BATCH_MAX_DURATION_S = 10.0
@@ -177,4 +177,3 @@ def _bin_pack(pods: Sequence[int], capacity: int) -> list[list[int]]:
             nodes[slot].append(pod)
             room[slot] -= pod
     return nodes
-

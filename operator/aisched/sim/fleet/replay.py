@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -128,7 +129,9 @@ class Loop:
     def start_run(self, job: SimJob, nodes: Sequence[str], now: float) -> None:
         """The job runs on `nodes` (one per pod) from `now`, after its restart overhead if it ran before."""
         overhead = self.overhead if job.key in self.runs else 0.0
-        geometry = Geometry(ClusterSnapshot(n.as_policy_node() for n in self.fleet.alive.values()))
+        # The gang's own nodes say where each is; how many nodes a zone can hold is the whole fleet's.
+        geometry = Geometry(ClusterSnapshot(self.fleet.alive[n].as_policy_node() for n in set(nodes)))
+        geometry.nodes_per_zone = max(Counter(n.zone for n in self.fleet.alive.values()).values())
         pace = 1.0 / self.speed.slowdown(job.model, nodes, job.gpus, geometry)
         self.runs[job.key] = self.runs.get(job.key, 0) + 1
         self.work_start[job.key], self.pace[job.key] = now + overhead, pace
@@ -194,9 +197,7 @@ class Loop:
 
     def _report(self, end: float) -> ArmReport:
         jcts = [self.finish[j.key] - j.arrival for j in self.jobs if j.key in self.finish]
-        misses = sum(
-            1 for key, deadline in self.deadlines.items() if self.finish.get(key, math.inf) > deadline + 1e-6
-        )
+        misses = sum(1 for key, deadline in self.deadlines.items() if self.finish.get(key, math.inf) > deadline + 1e-6)
         node_gpus = max((n.gpus for n in self.fleet.nodes.values()), default=1)
         return ArmReport(
             arm=self.name,
