@@ -6,9 +6,10 @@ loads them: Philly (the first `--philly-limit` jobs after the ramp, real arrival
 durations) and the four Pollux workloads back to back. Arms (aisched.sim.fleet.arms):
 `static_peak`, `static_mean`, `karpenter_alone`, `aisched_karpenter`; all on the same jobs,
 the same spot traces (../shared/data/spot, the three us-west-2 zones) and the same prices
-(aisched.sim.fleet.catalog). Jobs run slower when spread, by their model's measured Pollux
-cross-node factor, and by the simulator's assumed zone factor across zones (aisched.sim.speed);
-no rack factor (a cloud fleet's nodes carry no rack). `variants.provisioning_delay_<s>` reruns
+(aisched.sim.fleet.catalog). Jobs run slower when their pods are spread over more nodes than
+they need, by their model's measured Pollux cross-node factor (aisched.sim.speed); no rack
+factor (a cloud fleet's nodes carry no rack) and, by default, no zone factor: none is measured
+(`--zone-factor` sets one, e.g. the trace benchmark's assumed 1.5). `variants.provisioning_delay_<s>` reruns
 the two growing arms with another boot time.
 
 Usage: .venv/bin/python -m benchmarks.fleet [--philly-limit 2000] [--provisioning-delay 300] ...
@@ -64,7 +65,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--variant-delay", type=float, default=600.0, help="a second boot time for the growing arms")
     parser.add_argument("--consolidate-after", type=float, default=DEFAULT_CONSOLIDATE_AFTER_S)
     parser.add_argument("--spot-price-ratio", type=float, default=0.4, help="spot price over on-demand")
-    parser.add_argument("--zone-factor", type=float, default=SpeedModel.uniform().zone_factor)
+    parser.add_argument(
+        "--zone-factor", type=float, default=1.0, help="slowdown of a gang spread over zones (none measured)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     add_output_arguments(parser, "fleet.json")
     return parser.parse_args(argv)
