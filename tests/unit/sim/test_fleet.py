@@ -218,3 +218,17 @@ def test_karpenter_batches_pods_until_a_second_passes_without_one_or_ten_seconds
     lone = Fleet(300.0, 60.0, market())
     KarpenterLoop([job("one", 3.0, 100.0)], lone, CATALOG, limit_gpus=64).run()
     assert [n.launched for n in lone.nodes.values()] == [3.0 + BATCH_IDLE_DURATION_S]
+
+
+def test_an_elastic_gangs_growth_is_taken_back_before_nodes_are_added() -> None:
+    # "e" asked for one 4-GPU pod and grows into the node's idle half; "p" then takes that half back.
+    fleet = Fleet(300.0, 60.0, market())
+    fleet.launch(OD_A, 0.0, ready_now=True)
+    elastic = SimJob("e", 0.0, 20_000.0, 1, 4, min_replicas=1, max_replicas=2)
+    loop = GangLoop(
+        "aisched_karpenter", [elastic, job("p", 2000.0, 100.0, 1, 4)], fleet, provisioner=GangProvisioner(CATALOG, 64)
+    )
+    report = loop.run()
+    assert loop.runs["e"] >= 3  # started, grown, shrunk back
+    assert loop.finish["p"] == 2100.0  # placed at once, on the GPUs the shrink gave back
+    assert report.fleet_events["launches"] == 1  # the node that was there: none asked for
