@@ -232,3 +232,34 @@ def test_an_elastic_gangs_growth_is_taken_back_before_nodes_are_added() -> None:
     assert loop.runs["e"] >= 3  # started, grown, shrunk back
     assert loop.finish["p"] == 2100.0  # placed at once, on the GPUs the shrink gave back
     assert report.fleet_events["launches"] == 1  # the node that was there: none asked for
+
+
+def test_a_deadline_with_no_room_for_a_spot_loss_gets_on_demand_nodes() -> None:
+    # 1,000 s of work, 300 s of boot and 60 s of restart leave no slack before 1,350 s: on-demand.
+    fleet = Fleet(300.0, 60.0, market())
+    tight = job("tight", 0.0, 1000.0)
+    loop = GangLoop(
+        "aisched_karpenter", [tight], fleet, provisioner=GangProvisioner(CATALOG, 64), deadlines={"tight": 1350.0}
+    )
+    report = loop.run()
+    assert [n.offering.capacity_type for n in fleet.nodes.values()] == [CapacityType.ON_DEMAND]
+    assert report.deadline_misses == 0 and report.avg_jct_s == pytest.approx(1300.0)
+
+
+def test_with_no_spot_anywhere_and_no_deadline_the_gang_waits_for_spot() -> None:
+    fleet = Fleet(300.0, 60.0, market(a=[0] * 5 + [1] * 995, b=[0] * 8 + [1] * 992))
+    report = GangLoop(
+        "aisched_karpenter", [job("g", 0.0, 100.0)], fleet, provisioner=GangProvisioner(CATALOG, 64)
+    ).run()
+    assert [(n.zone, n.launched) for n in fleet.nodes.values()] == [("a", 5 * GAP)]
+    assert report.avg_jct_s == pytest.approx(5 * GAP + 300 + 100)
+
+
+def test_time_slicing_is_off_while_the_fleet_can_still_grow_for_every_waiting_gang() -> None:
+    jobs = [job("long", 0.0, 50_000.0), job("new", 20_000.0, 100.0)]
+    for quota, stops in ((16, 0), (8, 1)):  # room for a second node, or none
+        fleet = Fleet(300.0, 60.0, market())
+        fleet.launch(OD_A, 0.0, ready_now=True)
+        report = GangLoop("aisched_karpenter", jobs, fleet, provisioner=GangProvisioner(CATALOG, quota)).run()
+        assert report.job_stops == stops, quota
+        assert report.finished == 2

@@ -128,8 +128,6 @@ class GangProvisioner:
     decisions: dict[str, CapacityDecision] = field(default_factory=dict)
     assigned: dict[str, list[str]] = field(default_factory=dict)
     """Booting node -> the gangs whose pods it was asked for, as of the last cycle."""
-    partial_requests: int = 0
-    """Requests that did not cover a whole gang in one zone: none, by construction; counted to be sure."""
 
     def queues(self, loop: GangLoop) -> tuple[QueueQuota, ...]:
         """The queue as the scheduler sees it: while the fleet can still grow to hold every waiting
@@ -191,7 +189,6 @@ class GangProvisioner:
                     room[name] -= request.gpus_per_replica
                     if request.key not in self.assigned[name]:
                         self.assigned[name].append(request.key)
-                self.partial_requests += len({fleet.alive[n].zone for n in pods}) != 1
                 return True
         return False
 
