@@ -16,7 +16,17 @@ from collections.abc import Sequence
 
 from benchmarks.common import REPO_ROOT
 
-BENCHMARKS = ("autoscale", "carbon", "e2e_scale", "placement", "scale", "spot", "tenant_objects", "trace")
+BENCHMARKS = (
+    "autoscale",
+    "carbon",
+    "e2e_scale",
+    "fleet",
+    "placement",
+    "scale",
+    "spot",
+    "tenant_objects",
+    "trace",
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -61,6 +61,8 @@ class AischedPolicy:
         self.pending: dict[str, JobRequest] = {}
         self.running: dict[str, JobRequest] = {}
         self.jobs: dict[str, SimJob] = {}
+        self.queues: tuple[QueueQuota, ...] = ()
+        """The queues' settings; none: the default queue's."""
 
     def submit(self, job: SimJob, now: float) -> None:
         self.jobs[job.key] = job
@@ -83,7 +85,7 @@ class AischedPolicy:
         self.snapshot.release(request.placement.gpus_by_node())
 
     def cycle(self, now: float) -> CycleOutcome:
-        result = schedule(self.snapshot, [*self.running.values(), *self.pending.values()], (), at(now))
+        result = schedule(self.snapshot, [*self.running.values(), *self.pending.values()], self.queues, at(now))
         outcome = CycleOutcome()
         for preemption in result.preempted:
             request = self.running.pop(preemption.key)

@@ -10,7 +10,16 @@ import pytest
 import benchmarks
 from benchmarks import run_all
 
-HELPERS = {"common", "e2e_measure", "e2e_workloads", "run_all", "scale_plot", "scale_probe", "trace_report"}
+HELPERS = {
+    "common",
+    "e2e_measure",
+    "e2e_workloads",
+    "fleet_plot",
+    "run_all",
+    "scale_plot",
+    "scale_probe",
+    "trace_report",
+}
 
 
 def test_every_module_of_the_package_but_its_helpers_is_a_benchmark_it_runs() -> None:
