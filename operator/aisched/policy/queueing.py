@@ -167,6 +167,11 @@ class QuotaLedger:
             return Allowance(limit, blocked, self._refusal(quota, min_gpus))
         return Allowance(limit, blocked)
 
+    def room(self, queue: str) -> int | None:
+        """GPUs QUEUE may still take, borrowing included; None when it has no quota (or is unknown)."""
+        quota = self.quotas.get(queue)
+        return None if quota is None else self._total_room(quota)
+
     def _total_room(self, quota: QueueQuota) -> int | None:
         if quota.nominal_gpus is None:
             return None

@@ -249,3 +249,23 @@ async def test_someone_elses_pod_going_wakes_only_services_waiting_for_room(
         controller.pod_changed(someone_elses_pod(), deleted=True)
         await asyncio.sleep(0.1)
         assert cluster.snapshots == before + 1
+
+
+async def test_replicas_start_only_within_the_room_their_queue_has_left(
+    controller: InferenceServiceController, kube: KubeDouble
+) -> None:
+    """One quota per queue: the scheduling cycle charges the queue what its replicas hold and
+    leaves it room; a service starts no replica the room cannot pay for, and those running stay."""
+    room = {"default": 2}
+    controller.quota_room = room.get
+    async with running(controller):
+        controller.service_seen(a_service("chat", replicas=3, gpus=1))
+        await asyncio.sleep(0.1)
+        assert kube.of("chat").count("create") == 2
+        assert ("post_event", "QuotaExceeded") in kube.calls
+        # The cycle counts the two replicas (they hold the room now) and leaves one GPU more.
+        controller.gpus_held()
+        room["default"] = 1
+        controller.mark(("ml", "chat"))
+        await asyncio.sleep(0.1)
+        assert kube.of("chat").count("create") == 3

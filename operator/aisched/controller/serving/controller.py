@@ -108,6 +108,10 @@ class InferenceServiceController:
     placement: ReplicaPlacement = field(init=False)
     autoscaler: ServiceAutoscaler = field(init=False)
     _service_applied: dict[ServiceKey, tuple[int | None, float]] = field(default_factory=dict)
+    quota_room: Callable[[str], int | None] = field(default=lambda _queue: None)
+    """GPUs a queue may still take, as the last scheduling cycle left it; None: no limit."""
+    # GPUs of replicas each queue started since the scheduling cycle last counted its replicas.
+    _started_since_cycle: dict[str, int] = field(default_factory=dict)
     tenancy: TenancyBook = field(default_factory=TenancyBook)
 
     def __post_init__(self) -> None:
@@ -259,7 +263,10 @@ class InferenceServiceController:
             status.conditions = set_service_condition(
                 status, "ScalingActive", False, "AutoscalingDisabled", MANUAL_SCALING, service=service, now=now
             )
-        plan = await self.placement.place(obj, service, desired, snapshot)
+        plan = await self.placement.place(obj, service, self._within_quota(obj, service, desired), snapshot)
+        self._started_since_cycle[service.spec.queue] = (
+            self._started_since_cycle.get(service.spec.queue, 0) + len(plan.start) * service.spec.gpus_per_replica
+        )
         observed = observed_status(
             service,
             status,
@@ -323,9 +330,35 @@ class InferenceServiceController:
 
     # -- 4: the cluster placement sees ------------------------------------------
 
+    def _within_quota(self, obj: dict[str, Any], service: InferenceService, desired: int) -> int:
+        """DESIRED, or fewer where the service's queue has no room for more replicas.
+
+        The room is what the last scheduling cycle left the queue, less what replicas started
+        since took: replicas a queue cannot pay for are not started (those running stay), so one
+        tenant's InferenceService cannot take every GPU its queue does not have."""
+        queue, each = service.spec.queue, service.spec.gpus_per_replica
+        room = self.quota_room(queue)
+        if room is None or each <= 0:
+            return desired
+        key = (service.metadata["namespace"], service.metadata["name"])
+        live = sum(1 for p in self.replicas.of(key) if p.serving_candidate)
+        most = live + max(room - self._started_since_cycle.get(queue, 0), 0) // each
+        if desired <= most:
+            return desired
+        self.kube.post_event(
+            obj,
+            "Warning",
+            "QuotaExceeded",
+            f"queue {queue} has room for {most} replicas of {each} GPUs, not the {desired} wanted; "
+            "the rest start when its quota has room",
+        )
+        return max(most, 0)
+
     def gpus_held(self) -> list[HeldGpus]:
         """What each service's replica pods hold, by its queue and the nodes' GPU type: charged to
-        the queue in every scheduling cycle, as its training gangs are."""
+        the queue in every scheduling cycle, as its training gangs are. The replicas started since
+        are counted from here on by the cycle, so the count of them starts again."""
+        self._started_since_cycle.clear()
         held: list[HeldGpus] = []
         for key, obj in self.services.items():
             service = _parse(obj)

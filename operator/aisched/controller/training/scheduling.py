@@ -58,6 +58,7 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         parsed, requests, capacity_of, writes = await self._requests(snapshot, now)
         started = time.perf_counter()
         result = await self._decide(snapshot, requests, parsed, now)
+        self.queue_room = {name: usage.room_gpus for name, usage in result.queues.items()}
         elapsed = time.perf_counter() - started
         self.metrics.record_scheduling_cycle(time.perf_counter() - cycle_started, time.thread_time() - cpu_started)
         # Thousands of jobs may sit this cycle out with a status to write: the writes overlap, and

@@ -92,6 +92,8 @@ class TrainingJobState:
     _waiting_written: dict[JobKey, datetime] = field(default_factory=dict)
     # GPUs the queues' other work holds (InferenceService replicas), charged to their queues each cycle.
     held_elsewhere: Callable[[], Sequence[HeldGpus]] = field(default=lambda: ())
+    # GPUs each queue may still take, as the last cycle left it (its InferenceServices start replicas within it).
+    queue_room: dict[str, int | None] = field(default_factory=dict)
     # GPUs this controller and the InferenceService controller promised and have not yet written down.
     in_flight: InFlightPlacements = field(default_factory=InFlightPlacements)
     # The placement this process last wrote for each job: the status is our record, never a grant
@@ -158,6 +160,10 @@ class TrainingJobState:
             self._placements_made[(namespace, name)] = made
         # Keep our copy current so the next pass does not act on stale status.
         self._store_job((namespace, name), {**obj, "status": wire})
+
+    def room_of(self, queue: str) -> int | None:
+        """GPUs QUEUE may still take as the last scheduling cycle left it; None: no limit known."""
+        return self.queue_room.get(queue)
 
     def queue_object(self, name: str) -> dict[str, Any] | None:
         """Queue NAME as stored; the default queue, where nobody wrote one, as the locked one the

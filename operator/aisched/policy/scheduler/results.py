@@ -63,6 +63,8 @@ class QueueUsage:
     borrowed_gpus: int
     admitted_jobs: int
     pending_jobs: int
+    room_gpus: int | None = None
+    """GPUs the queue may still take after this cycle, borrowing included; None: no quota."""
 
 
 @dataclass(frozen=True, slots=True)

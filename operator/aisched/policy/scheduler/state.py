@@ -254,6 +254,7 @@ class CycleState:
                 borrowed_gpus=self.ledger.borrowed(name),
                 admitted_jobs=admitted[name],
                 pending_jobs=pending[name],
+                room_gpus=self.ledger.room(name),
             )
             for name in sorted(self.quotas)
         }
