@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
 
-from aisched.api.common import API_VERSION, ApiModel, Condition, Name, cel, defaulted_to, validated_by
+from aisched.api.common import API_VERSION, ApiModel, Condition, Name, cel, conditions_field, defaulted_to, validated_by
 
 DEFAULT_QUEUE = "default"
 
@@ -201,10 +201,7 @@ class QueueSpec(ApiModel):
 
 class QueueStatus(ApiModel):
     observed_generation: int | None = None
-    conditions: list[Condition] = Field(
-        default_factory=list,
-        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
-    )
+    conditions: list[Condition] = conditions_field()
     used_gpus: int | None = Field(default=None)
     borrowed_gpus: int | None = Field(default=None)
     admitted_jobs: int | None = None

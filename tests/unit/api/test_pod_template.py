@@ -39,7 +39,7 @@ def _unbounded(node: dict[str, Any], path: str = "") -> list[str]:
     return [p for p in found if p not in _ROOT_FIELDS]
 
 
-@pytest.mark.parametrize("kind", ["TrainingJob", "InferenceService"])
+@pytest.mark.parametrize("kind", ["TrainingJob", "InferenceService", "Queue"])
 def test_every_list_string_and_map_of_the_crd_is_bounded(kind: str) -> None:
     schema = CRDS[kind]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     assert _unbounded(schema) == []
