@@ -49,6 +49,7 @@ def exercise(metrics: Metrics) -> None:
             GpuPoolUsage("NVIDIA-H100-80GB-HBM3", "Spot", 32, 8, 24, 0),
         ]
     )
+    metrics.record_pending_demand({("NVIDIA-H100-80GB-HBM3", "Spot"): 32, ("any", "OnDemand"): 8})
     metrics.record_interruption("Spot", "NodeTaint", lost_seconds=600, gpus=16)
     metrics.record_checkpoint("Interruption")
     metrics.record_gang_restart("Interruption")

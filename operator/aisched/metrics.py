@@ -42,6 +42,7 @@ from prometheus_client import (
 from aisched.api.common import CapacityType, TopologyLevel
 from aisched.api.training_job import TrainingJobPhase
 from aisched.policy.autoscale import ReasonCode
+from aisched.policy.scheduler.demand import ANY_GPU_TYPE
 
 PREFIX = "aisched"
 
@@ -226,6 +227,15 @@ class Metrics:
         self.gpus_fragmented = Gauge(
             f"{PREFIX}_gpus_fragmented",
             f"Free GPUs that no pending gang can use (too few together on a node or domain), {pool_help}.",
+            pool,
+            registry=r,
+        )
+        self.pending_gpus = Gauge(
+            f"{PREFIX}_pending_gpus",
+            "GPUs asked for by gangs the last scheduling cycle left waiting, by gpu_type (a product the "
+            f"cluster has, or {ANY_GPU_TYPE} when the job names none or one no node has) and capacity_type "
+            f"(the first the job would take: {_values(CAPACITY_TYPES)}): the queue depth a node autoscaler "
+            "(cluster-autoscaler, KEDA) can scale on.",
             pool,
             registry=r,
         )
@@ -509,6 +519,12 @@ class Metrics:
             self.gpus_allocated.labels(*labels).set(pool.allocated)
             self.gpus_free.labels(*labels).set(pool.free)
             self.gpus_fragmented.labels(*labels).set(pool.fragmented)
+
+    def record_pending_demand(self, demand: Mapping[tuple[str, str], int]) -> None:
+        """Replace the waiting GPU demand: (gpu_type, capacity_type) -> GPUs."""
+        self.pending_gpus.clear()
+        for (gpu_type, capacity_type), gpus in demand.items():
+            self.pending_gpus.labels(gpu_type, _check("capacity_type", capacity_type, CAPACITY_TYPES)).set(gpus)
 
     # -- spot --------------------------------------------------------------
 

@@ -37,6 +37,7 @@ from aisched.policy.placement import Placement as PlacementDecision
 from aisched.policy.queueing import QueueQuota, with_locked_default
 from aisched.policy.refusals import refusal_retry_at
 from aisched.policy.scheduler import JobRequest, ScheduleResult, schedule
+from aisched.policy.scheduler.demand import pending_demand
 from aisched.policy.scheduler.results import Admission
 from aisched.policy.spot import CapacityChoice, CapacityDecision, SpotJob, choose_capacity, spot_checkpoint_interval
 
@@ -59,6 +60,9 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         started = time.perf_counter()
         result = await self._decide(snapshot, requests, parsed, now)
         self.queue_room = {name: usage.room_gpus for name, usage in result.queues.items()}
+        products = {pool.gpu_product for pool in snapshot.pools if pool.gpu_product is not None}
+        waiting = {w.key for w in result.waiting} | set(result.deferred)
+        self.metrics.record_pending_demand(pending_demand(requests, waiting, products))
         elapsed = time.perf_counter() - started
         self.metrics.record_scheduling_cycle(time.perf_counter() - cycle_started, time.thread_time() - cpu_started)
         # Thousands of jobs may sit this cycle out with a status to write: the writes overlap, and
