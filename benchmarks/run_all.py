@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from benchmarks.common import REPO_ROOT
 
-BENCHMARKS = ("autoscale", "carbon", "e2e_scale", "placement", "scale", "spot", "trace")
+BENCHMARKS = ("autoscale", "carbon", "e2e_scale", "gpu_sharing", "placement", "scale", "spot", "trace")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
