@@ -14,6 +14,12 @@ NodeResourcesFit does in the paper's simulator; `variants.no_memory` is the same
 memory not checked, because on this node list memory refuses more tasks than GPUs do and
 the fragmentation measure (FGD's and ours) does not see memory.
 
+MIG (`mig`): 32 H100-80GB and 32 A100-40GB GPUs, 3,000 jobs per seed asking for MIG profiles
+(1g ... 7g) in a seeded mix (no public trace records MIG requests, so each seed draws its own
+mix), Poisson arrivals at 1.1x the GPUs' compute, exponential durations (mean 4 h); a job that
+cannot start on arrival is refused. aisched repartitions idle GPUs to the demanded layout
+(aisched.sim.mig) against mig-parted's static all-1g and all-balanced and whole GPUs only.
+
 Usage: .venv/bin/python -m benchmarks.gpu_sharing [--seeds 1 2 3] [--max-load 1.3] [--output PATH]
        [--update-results] [--plot docs/gpu_sharing.png]
 """
@@ -29,8 +35,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from aisched.policy.sharing.mig import KINDS
 from aisched.policy.sharing.model import NodeSpec, Task
 from aisched.policy.sharing.policies import POLICY_NAMES
+from aisched.sim.mig import STRATEGIES, MigRun, mig_jobs, simulate_mig
 from aisched.sim.sharing import SharingRun, read_nodes, read_tasks, simulate
 from benchmarks.common import (
     REPO_ROOT,
@@ -96,6 +106,70 @@ def measure(
     return {policy: summarise([run for run in runs if run.policy == policy]) for policy in policies}
 
 
+# The MIG scenario's cluster: 4 nodes of 8 H100-80GB and 4 of 8 A100-40GB.
+MIG_GPUS = ["H100-80GB"] * 32 + ["A100-40GB"] * 32
+MIG_JOBS = 3000
+# Offered compute (arrival rate x mean duration x slices asked) over the GPUs' 7 slices each.
+MIG_LOAD = 1.1
+
+
+def mig_mix(seed: int) -> dict[str, float]:
+    """A seeded demand mix over the MIG profiles (uniform over mixes: Dirichlet(1)); no public trace has one."""
+    shares = np.random.default_rng(seed).dirichlet(np.ones(len(KINDS)))
+    return {kind: round(float(share), 4) for kind, share in zip(KINDS, shares, strict=True)}
+
+
+def _run_mig(job: tuple[int, str]) -> MigRun:
+    seed, strategy = job
+    jobs = mig_jobs(MIG_JOBS, mig_mix(seed), gpus=len(MIG_GPUS), load=MIG_LOAD, mean_duration_h=4.0, seed=seed)
+    return simulate_mig(MIG_GPUS, jobs, strategy)
+
+
+def mig_figures(runs: dict[int, dict[str, MigRun]]) -> dict[str, Any]:
+    """Jobs admitted and GPU-hours stranded per strategy (mean over seeds); the best static partition's."""
+    strategies = {
+        name: {
+            "jobs_admitted": round(statistics.fmean(seed_runs[name].admitted for seed_runs in runs.values()), 1),
+            "jobs_admitted_per_seed": [seed_runs[name].admitted for seed_runs in runs.values()],
+            "stranded_gpu_hours": round(
+                statistics.fmean(seed_runs[name].stranded_gpu_hours for seed_runs in runs.values()), 1
+            ),
+            "repartitions": round(statistics.fmean(seed_runs[name].repartitions for seed_runs in runs.values()), 1),
+        }
+        for name in STRATEGIES
+    }
+    statics = ("all_1g", "all_balanced")
+    admitted = {name: statistics.fmean(seed_runs[name].admitted for seed_runs in runs.values()) for name in statics}
+    best_static = max(statics, key=admitted.__getitem__)
+    return {
+        "gpus": {model: MIG_GPUS.count(model) for model in sorted(set(MIG_GPUS))},
+        "jobs_per_seed": MIG_JOBS,
+        "offered_load": MIG_LOAD,
+        "mixes": {str(seed): mig_mix(seed) for seed in runs},
+        "strategies": strategies,
+        "aisched_jobs_admitted": strategies["aisched"]["jobs_admitted"],
+        "best_static": best_static,
+        "best_static_jobs_admitted": strategies[best_static]["jobs_admitted"],
+        "whole_gpu_jobs_admitted": strategies["whole_gpu"]["jobs_admitted"],
+        "aisched_stranded_gpu_hours": strategies["aisched"]["stranded_gpu_hours"],
+        "best_static_stranded_gpu_hours": strategies[best_static]["stranded_gpu_hours"],
+        "aisched_ahead_of_every_static_on_every_seed": all(
+            seed_runs["aisched"].admitted > max(seed_runs[name].admitted for name in statics)
+            for seed_runs in runs.values()
+        ),
+    }
+
+
+def measure_mig(seeds: Sequence[int], workers: int) -> dict[str, Any]:
+    jobs = [(seed, strategy) for seed in seeds for strategy in STRATEGIES]
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        done = list(pool.map(_run_mig, jobs))
+    runs: dict[int, dict[str, MigRun]] = {seed: {} for seed in seeds}
+    for (seed, strategy), run in zip(jobs, done, strict=True):
+        runs[seed][strategy] = run
+    return mig_figures(runs)
+
+
 def plot(figures: dict[str, Any], path: Path) -> None:
     from matplotlib.figure import Figure  # no pyplot: no backend or display to choose on a build machine
 
@@ -150,6 +224,7 @@ def run(args: argparse.Namespace) -> int:
             "no_memory": {name: {k: v for k, v in fig.items() if "curve" not in k} for name, fig in no_memory.items()}
         },
     }
+    figures["mig"] = measure_mig(args.seeds, args.workers)
     if "aisched" in policies and "fgd" in policies:
         figures["targets"] = targets(policies)
         figures["variants"]["no_memory"]["targets"] = targets(no_memory)
@@ -159,6 +234,11 @@ def run(args: argparse.Namespace) -> int:
             f" {policy['unallocated_gpu_share_at_full_load_min_max']}"
             f"  stranded {policy['stranded_gpu_share_at_full_load']:.4f}"
         )
+    mig = figures["mig"]
+    print(
+        f"mig: aisched admits {mig['aisched_jobs_admitted']} jobs, best static ({mig['best_static']})"
+        f" {mig['best_static_jobs_admitted']}, whole GPUs {mig['whole_gpu_jobs_admitted']}"
+    )
     print(f"targets: {figures.get('targets')}  no_memory: {figures['variants']['no_memory'].get('targets')}")
     write_figures(figures, args.output, args.update_results, "gpu_sharing.json")
     if args.plot is not None:

@@ -84,7 +84,7 @@ def simulate(
     order = arrivals(tasks, cluster.capacity_milli, max_load, seed)
     packer = make_policy(policy, cluster, tasks, seed)
     # Stranded share is judged against the whole workload's GPU classes, the same for every policy.
-    stranding = FragmentationIndex(cluster, [c for c in target_distribution(tasks, 1.0) if c.gpus])
+    stranding = FragmentationIndex(cluster, [c for c in target_distribution(tasks, 1.0, with_memory=True) if c.gpus])
     capacity = cluster.capacity_milli
     curve: list[tuple[float, float, float]] = []
     marks = [round(i * step, 6) for i in range(int(max_load / step + 1e-9) + 1)]

@@ -1,9 +1,10 @@
-"""benchmarks/gpu_sharing.py: the pure parts (summary over seeds, targets)."""
+"""benchmarks/gpu_sharing.py: the pure parts (summary over seeds, targets, the MIG figures)."""
 
 from __future__ import annotations
 
+from aisched.sim.mig import MigRun
 from aisched.sim.sharing import SharingRun
-from benchmarks.gpu_sharing import summarise, targets
+from benchmarks.gpu_sharing import mig_figures, summarise, targets
 
 
 def one(policy: str, seed: int, unallocated: float, shares: list[float]) -> SharingRun:
@@ -29,3 +30,14 @@ def test_targets_compare_aisched_with_fgd_at_full_load_and_along_the_curve() -> 
     }
     missed = targets({"aisched": behind, "fgd": fgd})
     assert not missed["ratio_met"] and missed["loads_behind_fgd"] == [0.5]
+
+
+def test_the_mig_figures_name_the_best_static_partition_and_compare_per_seed() -> None:
+    def runs(ours: int, one_g: int, balanced: int) -> dict[str, MigRun]:
+        admitted = {"aisched": ours, "all_1g": one_g, "all_balanced": balanced, "whole_gpu": 5}
+        return {name: MigRun(name, count, 100 - count, 1.0, 0) for name, count in admitted.items()}
+
+    figures = mig_figures({1: runs(90, 40, 80), 2: runs(70, 50, 75)})
+    assert figures["best_static"] == "all_balanced"
+    assert (figures["aisched_jobs_admitted"], figures["best_static_jobs_admitted"]) == (80.0, 77.5)
+    assert figures["aisched_ahead_of_every_static_on_every_seed"] is False

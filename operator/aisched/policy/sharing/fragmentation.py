@@ -19,19 +19,25 @@ import numpy as np
 from aisched.policy.sharing.model import BoolArray, FloatArray, GpuCluster, IntArray, TaskClass
 
 
-def class_fragmentation(free_gpus: Sequence[int], cpu_free: int, model: str, task: TaskClass) -> int:
+def class_fragmentation(
+    free_gpus: Sequence[int], cpu_free: int, model: str, task: TaskClass, memory_free: int = 1 << 62
+) -> int:
     """F_n(m): the free thousandths of a node's GPUs (FREE_GPUS, one entry per GPU) that TASK cannot use."""
     total = sum(max(free, 0) for free in free_gpus)
-    if task.gpus == 0 or cpu_free < task.cpu_milli or (task.models and model not in task.models):
+    if task.gpus == 0 or cpu_free < task.cpu_milli or memory_free < task.memory_mib:
+        return total
+    if task.models and model not in task.models:
         return total
     if sum(1 for free in free_gpus if free >= task.gpu_milli) < task.gpus:
         return total
     return sum(free for free in free_gpus if 0 < free < task.gpu_milli)
 
 
-def node_fragmentation(free_gpus: Sequence[int], cpu_free: int, model: str, classes: Sequence[TaskClass]) -> float:
+def node_fragmentation(
+    free_gpus: Sequence[int], cpu_free: int, model: str, classes: Sequence[TaskClass], memory_free: int = 1 << 62
+) -> float:
     """The node's fragmentation for the target workload CLASSES: popularity-weighted F_n(m)."""
-    return sum(task.weight * class_fragmentation(free_gpus, cpu_free, model, task) for task in classes)
+    return sum(task.weight * class_fragmentation(free_gpus, cpu_free, model, task, memory_free) for task in classes)
 
 
 class FragmentationIndex:
@@ -46,6 +52,7 @@ class FragmentationIndex:
         self.cluster = cluster
         self.classes = tuple(classes)
         self.cpu = np.array([task.cpu_milli for task in classes], dtype=np.int64)
+        self.memory = np.array([task.memory_mib for task in classes], dtype=np.int64)
         self.gpus = np.array([task.gpus for task in classes], dtype=np.int64)
         self.milli = np.array([task.gpu_milli for task in classes], dtype=np.int64)
         self.weights = np.array([task.weight for task in classes], dtype=np.float64)
@@ -79,7 +86,8 @@ class FragmentationIndex:
             self.sum_below,
             self.total,
             self.cluster.cpu_free,
-            np.arange(len(self.total)),
+            self.cluster.memory_free,
+            nodes=np.arange(len(self.total)),
             weights=weights,
         )
 
@@ -91,6 +99,7 @@ class FragmentationIndex:
         changed: IntArray,
         *,
         cpu_taken: int,
+        memory_taken: int = 0,
         weights: FloatArray | None = None,
     ) -> FloatArray:
         """Fragmentation of each of NODES if CHANGED of its GPUs went from OLD_FREE to NEW_FREE each.
@@ -108,7 +117,8 @@ class FragmentationIndex:
         sum_below = self.sum_below[nodes] + times * (below_new - below_old)
         total = self.total[nodes] - changed * (old_free - new_free)
         cpu = self.cluster.cpu_free[nodes] - cpu_taken
-        return self._weighted(count_ge, sum_below, total, cpu, nodes, weights=weights)
+        memory = self.cluster.memory_free[nodes] - memory_taken
+        return self._weighted(count_ge, sum_below, total, cpu, memory, nodes=nodes, weights=weights)
 
     def _weighted(
         self,
@@ -116,11 +126,13 @@ class FragmentationIndex:
         sum_below: IntArray,
         total: IntArray,
         cpu: IntArray,
-        nodes: IntArray,
+        memory: IntArray,
         *,
+        nodes: IntArray,
         weights: FloatArray | None,
     ) -> FloatArray:
         fits = self.accepts[nodes] & (cpu[:, None] >= self.cpu[None, :]) & (count_ge >= self.gpus[None, :])
+        fits &= memory[:, None] >= self.memory[None, :]
         per_class = np.where(fits, sum_below, total[:, None]).astype(np.float64)
         result: FloatArray = per_class @ (self.weights if weights is None else weights)
         return result
@@ -138,6 +150,7 @@ class FragmentationIndex:
             self.accepts[nodes]
             & (self.gpus[None, :] == 1)
             & (cluster.cpu_free[nodes][:, None] >= self.cpu[None, :])
+            & (cluster.memory_free[nodes][:, None] >= self.memory[None, :])
             & (free[:, None] >= self.milli[None, :])
         ).any(axis=1)
         return int(free[~usable].sum())

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from statistics import median
 
 import numpy as np
 import numpy.typing as npt
@@ -72,22 +73,32 @@ class TaskClass:
     gpu_milli: int
     models: frozenset[str]
     weight: float
+    # The memory a task of the class needs (median of the class); 0: memory not considered, as in FGD.
+    memory_mib: int = 0
 
 
-def target_distribution(tasks: Iterable[Task], coverage: float = 0.95) -> tuple[TaskClass, ...]:
+def target_distribution(
+    tasks: Iterable[Task], coverage: float = 0.95, *, with_memory: bool = False
+) -> tuple[TaskClass, ...]:
     """The most popular task shapes that together make up COVERAGE of TASKS, weights normalised over all.
 
     FGD's simulator keeps the classes covering 95% of pods (its `podPopularityThreshold`),
-    CPU-only tasks included; the weights stay each class's share of all tasks.
+    CPU-only tasks included; the weights stay each class's share of all tasks. WITH_MEMORY
+    gives each class the median memory of its tasks, so that the measure sees memory too.
     """
+    tasks = list(tasks)
     counts = Counter(task.shape for task in tasks)
+    memory: dict[tuple[int, int, int, frozenset[str]], list[int]] = {}
+    for task in tasks:
+        memory.setdefault(task.shape, []).append(task.memory_mib)
     total = sum(counts.values())
     classes: list[TaskClass] = []
     covered = 0
     for (cpu, gpus, milli, models), count in sorted(counts.items(), key=lambda item: (-item[1], repr(item[0]))):
         if covered >= coverage * total:
             break
-        classes.append(TaskClass(cpu, gpus, milli, models, count / total))
+        needs = int(median(memory[cpu, gpus, milli, models])) if with_memory else 0
+        classes.append(TaskClass(cpu, gpus, milli, models, count / total, needs))
         covered += count
     return tuple(classes)
 

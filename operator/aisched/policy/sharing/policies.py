@@ -2,8 +2,10 @@
 
 | policy | node (and GPU) choice | not modelled |
 |---|---|---|
-| aisched | least growth of fragmentation; classes weighted by GPU share asked, over recent arrivals | reordering |
+| aisched | least growth of fragmentation, memory counted; every class, weighted by GPU share asked, | reordering |
+|  | over the last 2,000 arrivals | |
 | fgd | least growth of popularity-weighted fragmentation, per GPU (Weng et al. 2023) | score rounding |
+| fgd_all_classes | fgd with every task class, not only the 95% most popular (its simulator's default) | rounding |
 | best_fit | least free CPU + GPU after placing (0.5 each, over the largest node's) | memory in score |
 | dot_product | smallest dot product of free (CPU, GPU) and request, max-normalised | per-GPU vectors |
 | gpu_packing | bands: used GPUs that fit > nodes with used GPUs > idle nodes (the simulator's) | - |
@@ -44,6 +46,7 @@ from aisched.policy.sharing.model import (
 POLICY_NAMES = (
     "aisched",
     "fgd",
+    "fgd_all_classes",
     "best_fit",
     "dot_product",
     "gpu_packing",
@@ -240,7 +243,9 @@ class FragmentationPolicy(Policy):
             filled = np.full(nodes.size, MILLI if task.gpus else 0, dtype=np.int64)
             emptied = np.zeros(nodes.size, dtype=np.int64)
             changed = np.full(nodes.size, task.gpus, dtype=np.int64)
-            after = self.index.after(nodes, filled, emptied, changed, cpu_taken=task.cpu_milli, weights=weights)
+            after = self.index.after(
+                nodes, filled, emptied, changed, cpu_taken=task.cpu_milli, memory_taken=task.memory_mib, weights=weights
+            )
             node = self.pick(nodes, after - before[nodes])
             return Placement(node, self.gpus_for(task, node))
         free = self.cluster.free[nodes]
@@ -257,6 +262,7 @@ class FragmentationPolicy(Policy):
             old - task.gpu_milli,
             np.ones(rows.size, dtype=np.int64),
             cpu_taken=task.cpu_milli,
+            memory_taken=task.memory_mib,
             weights=weights,
         )
         best = self.pick(np.arange(rows.size), after - before[candidates])
@@ -288,8 +294,12 @@ def make_policy(
         return ScoredPolicy(cluster, rng, scored[name])
     if name == "fgd":
         return FragmentationPolicy(cluster, rng, target_distribution(history, 0.95), "popularity", window)
+    if name == "fgd_all_classes":
+        return FragmentationPolicy(cluster, rng, target_distribution(history, 1.0), "popularity", window)
     if name == "aisched":
-        return FragmentationPolicy(cluster, rng, target_distribution(history, 1.0), "recent_demand", window)
+        return FragmentationPolicy(
+            cluster, rng, target_distribution(history, 1.0, with_memory=True), "recent_demand", window
+        )
     if name == "random_fit":
         return RandomFit(cluster, rng)
     if name == "gpu_clustering":

@@ -65,7 +65,9 @@ def test_known_layouts_from_nvidias_tables(model: str) -> None:
 
 
 @given(models, st.sampled_from(KINDS), st.dictionaries(st.sampled_from(KINDS), st.floats(0, 100)))
-def test_the_layout_asked_for_holds_the_profile_that_triggered_it(model: str, kind: str, demand: dict[str, float]) -> None:
+def test_the_layout_asked_for_holds_the_profile_that_triggered_it(
+    model: str, kind: str, demand: dict[str, float]
+) -> None:
     layout = layout_for(model, kind, demand)
     assert is_valid(layout, MIG_MODELS[model]) and kind in {k for k, _ in layout}
 
