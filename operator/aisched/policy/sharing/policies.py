@@ -280,7 +280,8 @@ def make_policy(
 
     HISTORY is the workload the fragmentation policies learn their task classes from: FGD the
     classes covering 95% of it (as its simulator), aisched all of them, so that rare
-    multi-GPU shapes, which cost the most GPUs when refused, are not left out.
+    multi-GPU shapes, which cost the most GPUs when refused, are not left out, each with its
+    median memory, so that a node short of memory counts as one the class cannot use.
     """
     rng = np.random.default_rng(seed)
     scored = {
