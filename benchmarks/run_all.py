@@ -21,6 +21,7 @@ BENCHMARKS = (
     "carbon",
     "e2e_scale",
     "fleet",
+    "gpu_sharing",
     "placement",
     "scale",
     "spot",

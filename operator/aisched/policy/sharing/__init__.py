@@ -1,0 +1,1 @@
+"""GPU sharing: fractions of GPUs packed against fragmentation (issue 29). Pure: no clock, no I/O."""
