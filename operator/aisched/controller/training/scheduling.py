@@ -338,38 +338,24 @@ class SchedulingCycle(CarbonDeferral, Reporting):
 
         Once the status holds the placement (or the write failed), the cycle's promise of its GPUs goes."""
         namespace, name = job.metadata["namespace"], job.metadata["name"]
+        promise = ("TrainingJob", f"{namespace}/{name}")
         try:
-            await self._write_placement(obj, job, placement, reason=reason, message=message, capacity=capacity, now=now)
+            running = [p for p in self.inventory.pods_of_job(namespace, name) if not p.terminating]
+            await asyncio.gather(*(self.kube.delete_pod(p.namespace, p.name) for p in running))
+            status = placed(
+                job,
+                placement,
+                reason=reason,
+                message=message,
+                selector=labels.job_selector("TrainingJob", name),
+                checkpoint_interval_seconds=self._checkpoint_interval(job, placement.nodes, now),
+                capacity=capacity,
+                now=now,
+            )
+            self.kube.post_event(obj, "Normal", reason, message)
+            await self._write_status(obj, job, status)
         finally:
-            self.in_flight.settle(("TrainingJob", f"{namespace}/{name}"))
-
-    async def _write_placement(
-        self,
-        obj: dict[str, Any],
-        job: TrainingJob,
-        placement: PlacementDecision,
-        *,
-        reason: str,
-        message: str,
-        capacity: CapacityDecision | None,
-        now: datetime,
-    ) -> None:
-        namespace, name = job.metadata["namespace"], job.metadata["name"]
-        running = [p for p in self.inventory.pods_of_job(namespace, name) if not p.terminating]
-        await asyncio.gather(*(self.kube.delete_pod(p.namespace, p.name) for p in running))
-        status = placed(
-            job,
-            placement,
-            reason=reason,
-            message=message,
-            selector=labels.job_selector("TrainingJob", name),
-            checkpoint_interval_seconds=self._checkpoint_interval(job, placement.nodes, now),
-            capacity=capacity,
-            now=now,
-        )
-        self.kube.post_event(obj, "Normal", reason, message)
-        await self._write_status(obj, job, status)
-        self.in_flight.settle(("TrainingJob", f"{namespace}/{name}"))  # the status holds the GPUs now
+            self.in_flight.settle(promise)  # the status holds the GPUs now, or the decision is dropped
         # Create the gang now rather than on the next pass: that pass waits for every other job.
         await self._reconcile_now((namespace, name))
 
