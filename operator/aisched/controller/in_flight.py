@@ -11,7 +11,7 @@ its own record (the status, the replica pods) holds the GPUs: so no GPU is promi
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 
 from aisched.policy.cluster import ClusterSnapshot
 
@@ -52,6 +52,20 @@ class InFlightPlacements:
 
     def __len__(self) -> int:
         return len(self._promised)
+
+
+class CurrentSnapshot:
+    """A snapshot taken again once a promise was made or settled since (by either controller)."""
+
+    def __init__(self, take: Callable[[], ClusterSnapshot], in_flight: InFlightPlacements) -> None:
+        self._take, self._in_flight = take, in_flight
+        self._snapshot: ClusterSnapshot | None = None
+        self._version = -1
+
+    def now(self) -> ClusterSnapshot:
+        if self._snapshot is None or self._version != self._in_flight.version:
+            self._snapshot, self._version = self._take(), self._in_flight.version
+        return self._snapshot
 
 
 def fits(snapshot: ClusterSnapshot, gpus_by_node: Mapping[str, int]) -> bool:

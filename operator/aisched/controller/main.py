@@ -179,7 +179,7 @@ async def _operate(settings: Settings, standalone: bool) -> int:
     # One quota per queue, whatever kind of work holds it: the cycle charges the replicas, and
     # replicas start within what the cycle left.
     jobs.held_elsewhere = serving.gpus_held
-    serving.quota_room = jobs.room_of
+    serving.queue_share.room = jobs.room_of
     registry = _kopf_registry(
         settings, kube, inventory, jobs=jobs, serving=serving, carbon_client=carbon_client, heartbeat=heartbeat
     )

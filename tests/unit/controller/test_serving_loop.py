@@ -257,7 +257,7 @@ async def test_replicas_start_only_within_the_room_their_queue_has_left(
     """One quota per queue: the scheduling cycle charges the queue what its replicas hold and
     leaves it room; a service starts no replica the room cannot pay for, and those running stay."""
     room = {"default": 2}
-    controller.quota_room = room.get
+    controller.queue_share.room = room.get
     async with running(controller):
         controller.service_seen(a_service("chat", replicas=3, gpus=1))
         await asyncio.sleep(0.1)

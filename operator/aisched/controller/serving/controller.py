@@ -36,9 +36,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from aisched.api.inference_service import InferenceService, InferenceServiceStatus
-from aisched.controller.in_flight import InFlightPlacements
+from aisched.controller.in_flight import CurrentSnapshot, InFlightPlacements
 from aisched.controller.serving.autoscaling import PLURAL, MetricReading, ServiceAutoscaler
 from aisched.controller.serving.placement import ReplicaPlacement
+from aisched.controller.serving.queue_share import QueueShare
 from aisched.controller.serving.replica_pods import ReplicaPods, ServiceKey
 from aisched.controller.tenancy import TenancyBook
 from aisched.controller.workqueue import WorkQueue
@@ -62,20 +63,6 @@ from aisched.sources.prometheus import PrometheusSource
 
 log = logging.getLogger(__name__)
 MANUAL_SCALING = "spec.replicas is set by hand, kubectl scale or another autoscaler"
-
-
-class _CurrentSnapshot:
-    """A pass's snapshot, taken again once a promise was made or settled since (by either controller)."""
-
-    def __init__(self, take: Callable[[], ClusterSnapshot], in_flight: InFlightPlacements) -> None:
-        self._take, self._in_flight = take, in_flight
-        self._snapshot: ClusterSnapshot | None = None
-        self._version = -1
-
-    def now(self) -> ClusterSnapshot:
-        if self._snapshot is None or self._version != self._in_flight.version:
-            self._snapshot, self._version = self._take(), self._in_flight.version
-        return self._snapshot
 
 
 def utc_now() -> datetime:
@@ -108,10 +95,8 @@ class InferenceServiceController:
     placement: ReplicaPlacement = field(init=False)
     autoscaler: ServiceAutoscaler = field(init=False)
     _service_applied: dict[ServiceKey, tuple[int | None, float]] = field(default_factory=dict)
-    quota_room: Callable[[str], int | None] = field(default=lambda _queue: None)
-    """GPUs a queue may still take, as the last scheduling cycle left it; None: no limit."""
-    # GPUs of replicas each queue started since the scheduling cycle last counted its replicas.
-    _started_since_cycle: dict[str, int] = field(default_factory=dict)
+    queue_share: QueueShare = field(default_factory=QueueShare)
+    """Each queue's room for replicas, as the scheduling cycle leaves it."""
     tenancy: TenancyBook = field(default_factory=TenancyBook)
 
     def __post_init__(self) -> None:
@@ -204,7 +189,7 @@ class InferenceServiceController:
         if not keys:
             return
         readings = {key: reading for key in keys if (reading := self.autoscaler.take_reading(key)) is not None}
-        snapshot = _CurrentSnapshot(functools.partial(self._snapshot, now), self.in_flight)
+        snapshot = CurrentSnapshot(functools.partial(self._snapshot, now), self.in_flight)
 
         async def reconcile(key: ServiceKey) -> None:
             await self.reconcile(key, readings.get(key), snapshot.now, now)
@@ -264,9 +249,7 @@ class InferenceServiceController:
                 status, "ScalingActive", False, "AutoscalingDisabled", MANUAL_SCALING, service=service, now=now
             )
         plan = await self.placement.place(obj, service, self._within_quota(obj, service, desired), snapshot)
-        self._started_since_cycle[service.spec.queue] = (
-            self._started_since_cycle.get(service.spec.queue, 0) + len(plan.start) * service.spec.gpus_per_replica
-        )
+        self.queue_share.started(service.spec.queue, len(plan.start) * service.spec.gpus_per_replica)
         observed = observed_status(
             service,
             status,
@@ -331,47 +314,25 @@ class InferenceServiceController:
     # -- 4: the cluster placement sees ------------------------------------------
 
     def _within_quota(self, obj: dict[str, Any], service: InferenceService, desired: int) -> int:
-        """DESIRED, or fewer where the service's queue has no room for more replicas.
-
-        The room is what the last scheduling cycle left the queue, less what replicas started
-        since took: replicas a queue cannot pay for are not started (those running stay), so one
-        tenant's InferenceService cannot take every GPU its queue does not have."""
+        """DESIRED, or fewer where the service's queue has no room for more replicas (`queue_share`)."""
         queue, each = service.spec.queue, service.spec.gpus_per_replica
-        room = self.quota_room(queue)
-        if room is None or each <= 0:
-            return desired
         key = (service.metadata["namespace"], service.metadata["name"])
         live = sum(1 for p in self.replicas.of(key) if p.serving_candidate)
-        most = live + max(room - self._started_since_cycle.get(queue, 0), 0) // each
-        if desired <= most:
-            return desired
-        self.kube.post_event(
-            obj,
-            "Warning",
-            "QuotaExceeded",
-            f"queue {queue} has room for {most} replicas of {each} GPUs, not the {desired} wanted; "
-            "the rest start when its quota has room",
-        )
-        return max(most, 0)
+        most = self.queue_share.most_replicas(queue, each, live, desired)
+        if most < desired:
+            message = f"queue {queue} has room for {most} replicas of {each} GPUs, not the {desired} wanted"
+            self.kube.post_event(obj, "Warning", "QuotaExceeded", f"{message}; the rest start when it has room")
+        return most
 
     def gpus_held(self) -> list[HeldGpus]:
-        """What each service's replica pods hold, by its queue and the nodes' GPU type: charged to
-        the queue in every scheduling cycle, as its training gangs are. The replicas started since
-        are counted from here on by the cycle, so the count of them starts again."""
-        self._started_since_cycle.clear()
-        held: list[HeldGpus] = []
-        for key, obj in self.services.items():
-            service = _parse(obj)
-            if service is None:
-                continue
-            for pod in self.replicas.of(key):
-                node = pod.node or pod.pinned_node
-                if pod.finished or not pod.gpus or node is None:
-                    continue
-                record = self.inventory.nodes.get(node)
-                gpu_type = record.gpu_product if record is not None else None
-                held.append(HeldGpus(service.spec.queue, pod.gpus, gpu_type))
-        return held
+        """What each service's replicas hold, by its queue: the scheduling cycle charges it."""
+        pods = (
+            (service.spec.queue, pod)
+            for key, obj in self.services.items()
+            if (service := _parse(obj)) is not None
+            for pod in self.replicas.of(key)
+        )
+        return self.queue_share.held(pods, self.inventory.nodes)
 
     def _snapshot(self, now: datetime) -> ClusterSnapshot:
         """The cluster for this pass: nodes that must be left count as interrupted, pods we just made as used."""

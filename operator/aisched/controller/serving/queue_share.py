@@ -1,0 +1,53 @@
+"""An InferenceService's share of its queue: one quota per queue, whatever kind of work holds it.
+
+The scheduling cycle charges a queue what its services' replicas hold (`held`, read once a cycle)
+beside its training gangs, and leaves each queue its room (`room`, from the cycle's ledger). A
+service starts no replica that room, less what replicas started since the cycle counted them,
+cannot pay for; the replicas that run stay. So one tenant's InferenceService cannot take GPUs its
+queue does not have, and a queue's training jobs get only what its serving left.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from aisched.kube.serving_builders import ServingPod
+from aisched.policy.cluster import Node
+from aisched.policy.scheduler import HeldGpus
+
+
+def no_limit(_queue: str) -> int | None:
+    return None
+
+
+@dataclass
+class QueueShare:
+    room: Callable[[str], int | None] = no_limit
+    """GPUs a queue may still take, as the last scheduling cycle left it; None: no limit."""
+    _started_since_cycle: dict[str, int] = field(default_factory=dict)
+
+    def most_replicas(self, queue: str, gpus_each: int, live: int, desired: int) -> int:
+        """DESIRED, or fewer: the LIVE replicas plus as many more as QUEUE's room pays for."""
+        room = self.room(queue)
+        if room is None or gpus_each <= 0:
+            return desired
+        left = max(room - self._started_since_cycle.get(queue, 0), 0)
+        return min(desired, live + left // gpus_each)
+
+    def started(self, queue: str, gpus: int) -> None:
+        """Replicas of QUEUE holding GPUS were started: its room is that much smaller until the next cycle."""
+        self._started_since_cycle[queue] = self._started_since_cycle.get(queue, 0) + gpus
+
+    def held(self, pods_by_queue: Iterable[tuple[str, ServingPod]], nodes: dict[str, Node]) -> list[HeldGpus]:
+        """What the replica PODS hold, by queue and their nodes' GPU type, for the cycle to charge;
+        what was started is counted there from now on."""
+        self._started_since_cycle.clear()
+        held = []
+        for queue, pod in pods_by_queue:
+            node = pod.node or pod.pinned_node
+            if pod.finished or not pod.gpus or node is None:
+                continue
+            record = nodes.get(node)
+            held.append(HeldGpus(queue, pod.gpus, record.gpu_product if record is not None else None))
+        return held

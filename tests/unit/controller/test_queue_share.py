@@ -1,0 +1,33 @@
+"""An InferenceService's share of its queue: replicas start within the room the cycle left."""
+
+from __future__ import annotations
+
+from aisched.api.common import CapacityType
+from aisched.controller.serving.queue_share import QueueShare
+from aisched.kube.serving_builders import ServingPod
+from aisched.policy.scheduler import HeldGpus
+
+
+def replica(name: str, node: str | None, gpus: int = 2, phase: str = "Running") -> ServingPod:
+    return ServingPod("ns", name, "chat", "h", CapacityType.ON_DEMAND, node, node, phase, True, False, gpus)
+
+
+def test_a_queue_without_a_known_room_is_not_held_back() -> None:
+    assert QueueShare().most_replicas("q", 2, live=1, desired=9) == 9
+
+
+def test_replicas_start_within_the_room_less_what_started_since_the_cycle() -> None:
+    share = QueueShare(room={"q": 5}.get)
+    assert share.most_replicas("q", 2, live=1, desired=9) == 3  # 1 running, room for 2 more of 2 GPUs
+    share.started("q", 4)
+    assert share.most_replicas("q", 2, live=3, desired=9) == 3  # the cycle has not counted them yet
+    assert share.most_replicas("q", 2, live=3, desired=2) == 2  # scaling down is never held back
+    assert share.most_replicas("other", 2, live=0, desired=4) == 4
+
+
+def test_the_cycle_counts_what_replicas_hold_and_what_started_is_counted_there_from_then_on() -> None:
+    share = QueueShare(room={"q": 4}.get)
+    share.started("q", 4)
+    pods = [("q", replica("a", "n1")), ("q", replica("b", None)), ("q", replica("c", "n1", phase="Failed"))]
+    assert share.held(pods, {}) == [HeldGpus("q", 2, None)]
+    assert share.most_replicas("q", 2, live=1, desired=9) == 3
