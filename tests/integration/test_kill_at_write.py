@@ -162,7 +162,8 @@ def each_kill_point(
             return n - 1
         points.restart()
         try:
-            wait_for(path_done, TIMEOUT * 2, f"the path to complete after the kill before write {n}")
+            # A restarted operator relists everything first; on a loaded machine that takes a while.
+            wait_for(path_done, TIMEOUT * 4, f"the path to complete after the kill before write {n}")
         except TimeoutError as error:
             raise TimeoutError(f"{error}\n{points.describe(namespace)}") from None
     raise AssertionError(f"the path did not complete within {MOST_WRITES} writes")
