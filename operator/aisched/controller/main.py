@@ -29,7 +29,6 @@ from aisched.kube.inventory import Inventory
 from aisched.kube.leader import KubeLeaseStore, LeaseElector
 from aisched.kube.write_hooks import write_killer
 from aisched.metrics import Metrics, serve
-from aisched.policy.queueing import locked_default_queue
 from aisched.settings import AutoscalerSettings, Settings
 from aisched.sources.carbon import build_carbon_source
 from aisched.sources.energy import GpuEnergySource
@@ -205,23 +204,6 @@ def _elector(settings: Settings, api_client: ApiClient) -> LeaseElector:
     )
 
 
-async def _ensure_default_queue(kube: KubeClient, name: str) -> None:
-    """Create the default queue where nobody wrote one: locked (`locked_default_queue`), never open.
-
-    It grants nothing until a platform team gives it GPUs; one it wrote, or one deleted on
-    purpose and written again, is never replaced, so a restart opens nothing.
-    """
-    queue = locked_default_queue(name).to_wire()
-    queue.pop("status", None)  # the API server's to fill
-    if await kube.ensure_queue(queue):
-        log.warning(
-            "created Queue %s with no GPUs, no priority above 0 and no template tolerations: jobs that name "
-            "no queue wait until it is given GPUs (kubectl edit queue %s, or the chart's queues)",
-            name,
-            name,
-        )
-
-
 def _kopf_registry(
     operator_settings: Settings,
     kube: KubeClient,
@@ -246,7 +228,6 @@ def _kopf_registry(
     async def start(settings: kopf.OperatorSettings, **_: object) -> None:
         _configure_kopf(settings, operator_settings.list_page_size)
         await relist(kube, inventory, jobs, serving, page_size=operator_settings.list_page_size)
-        await _ensure_default_queue(kube, operator_settings.default_queue)
         heartbeat.pass_completed()
         background.append(asyncio.create_task(jobs.run(on_pass=heartbeat.pass_completed), name="trainingjobs"))
         background.append(asyncio.create_task(serving.run(), name="inferenceservices"))

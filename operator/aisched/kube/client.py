@@ -389,16 +389,6 @@ class KubeClient:
         )
         return True
 
-    async def ensure_queue(self, queue: dict[str, Any]) -> bool:
-        """Create QUEUE unless a Queue of its name exists, which is left as it is; whether it was created."""
-        try:
-            await self._send(self.custom.create_cluster_custom_object, GROUP, VERSION, "queues", queue)
-        except ApiException as error:
-            if error.status != 409:
-                raise
-            return False
-        return True
-
     def post_event(self, obj: dict[str, Any], event_type: str, reason: str, message: str) -> None:
         """An Event on `obj`, so `kubectl describe` tells its story; queued, sent by `send_events`."""
         self.events.record(obj, event_type, reason, message)

@@ -207,7 +207,7 @@ def make_pod_exit(
 
 def open_default_queue(api: client.ApiClient, gpus: int = 1_000_000) -> None:
     """Give the default queue GPUS and lift its caps, as a cluster of one tenant (a test, a
-    benchmark) wants: the operator creates it granting nothing (`locked_default_queue`)."""
+    benchmark) wants: one nobody wrote grants nothing (`locked_default_queue`)."""
     custom = client.CustomObjectsApi(api)
     queue = {"apiVersion": "aisched.io/v1alpha1", "kind": "Queue", "metadata": {"name": "default"}}
     queue["spec"] = {"nominalGPUs": gpus}

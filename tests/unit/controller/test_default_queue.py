@@ -7,8 +7,6 @@ from typing import Any
 
 import pytest
 
-from aisched.api import Queue
-from aisched.controller.main import _ensure_default_queue
 from aisched.policy.queueing import QUOTA_EXCEEDED, QueueQuota, locked_default_queue, with_locked_default
 from aisched.policy.tenancy import PRIORITY_ABOVE_CAP, TOLERATION_NOT_ALLOWED
 from tests.unit.controller.kube_double import KubeDouble
@@ -16,25 +14,6 @@ from tests.unit.controller.test_training_isolation import a_placed_job, conditio
 from tests.unit.controller.test_training_loop import a_controller, a_node
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
-
-
-async def test_the_default_queue_is_created_locked_and_one_that_exists_is_left_alone(kube: KubeDouble) -> None:
-    created: list[dict[str, Any]] = []
-
-    def create(queue: dict[str, Any]) -> bool:
-        created.append(queue)
-        return True
-
-    kube.answer("ensure_queue", create)
-    await _ensure_default_queue(kube.client, "default")
-    (queue,) = created
-    assert queue["metadata"] == {"name": "default"} and "status" not in queue
-    spec = Queue.model_validate(queue).spec  # one the CRD's model takes
-    assert (spec.nominal_gpus, spec.cohort, spec.max_priority, spec.allowed_tolerations) == (0, None, 0, [])
-    assert spec.namespaces is None  # everyone's default: which namespaces is the platform team's to say
-
-    kube.answer("ensure_queue", lambda queue: False)  # written by someone: not touched
-    await _ensure_default_queue(kube.client, "default")
 
 
 async def test_the_locked_default_queue_has_no_gpus_and_nothing_to_borrow() -> None:
