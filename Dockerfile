@@ -20,12 +20,10 @@ LABEL org.opencontainers.image.title="aisched" \
       org.opencontainers.image.licenses="Apache-2.0"
 # Byte-code is compiled at install time: the root filesystem is read-only at run time.
 ENV PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-# The wheels come in by a bind mount, which a builder's layer cache does not look into: the hash of
-# the sources is an argument of this step, so a cached layer is reused only for the same sources.
-ARG SOURCE_KEY=unknown
-RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    echo "sources ${SOURCE_KEY}" >/dev/null && \
-    pip install --no-index --find-links /wheels --compile aisched \
+# The wheels are copied, not bind-mounted: a builder's layer cache keys a copy by its content but
+# does not look into a bind mount, so a cached install step would keep old code.
+COPY --from=build /wheels /wheels
+RUN pip install --no-index --find-links /wheels --compile aisched \
  && pip uninstall -y pip setuptools wheel \
  && aisched --help >/dev/null
 # The chart's restricted securityContext runs as this uid; "nonroot" as in distroless images.

@@ -110,7 +110,7 @@ bud() {
     [[ -f "${file}" ]] && host_settings+=(--volume "${file}:${file}:ro")
   done
   "${BUILDAH[@]}" bud -q --layers --isolation chroot --network host "${host_settings[@]}" \
-    --build-arg "PYTHON_IMAGE=${BASE_IMAGE}" --build-arg "SOURCE_KEY=$5" -f "$3" -t "$2" "$4" >/dev/null
+    --build-arg "PYTHON_IMAGE=${BASE_IMAGE}" -f "$3" -t "$2" "$4" >/dev/null
   save "$1" "$2" "$5"
 }
 
