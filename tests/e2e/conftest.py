@@ -164,7 +164,21 @@ def operator_release(cluster: LocalCluster, checkpoint_root: Path) -> str:
         path.write_text(yaml.safe_dump(values))
         args = [step, RELEASE, chart, "-n", OPERATOR_NAMESPACE, "-f", str(path), "--wait", "--timeout", "240s"]
         ok(cluster.run("helm", *args, timeout=300))
+    # The upgrade may roll the operator's pods: the tests start once only the new ones are left.
+    ok(
+        cluster.kubectl(
+            "rollout", "status", f"deployment/{RELEASE}", "-n", OPERATOR_NAMESPACE, "--timeout=240s", timeout=300
+        )
+    )
+    wait_for(lambda: _one_replica_set(cluster), 240, "the operator's pods of the last rollout alone")
     return OPERATOR_NAMESPACE
+
+
+def _one_replica_set(cluster: LocalCluster) -> bool:
+    listed = cluster.kubectl("get", "pods", "-n", OPERATOR_NAMESPACE, "-o", "json")
+    pods = json.loads(listed.stdout)["items"] if listed.returncode == 0 else []
+    hashes = {p["metadata"].get("labels", {}).get("pod-template-hash") for p in pods}
+    return bool(pods) and len(hashes) == 1
 
 
 @pytest.fixture
