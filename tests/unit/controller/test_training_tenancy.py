@@ -176,3 +176,26 @@ async def test_a_placement_written_into_the_status_by_someone_else_starts_no_wor
     status = status_of(controller, "forged")
     assert status["phase"] == "Queued" and "placement" not in status
     assert ("forged", "Warning", PLACEMENT_NOT_VERIFIED) in events(kube)
+
+
+async def test_a_running_gang_of_a_queue_not_read_yet_is_not_stopped(kube: KubeDouble) -> None:
+    """A new leader's first cycle may come before it has read the Queues: no reason to stop anyone."""
+    kube.allow("patch_status", "post_event", "create", "delete_pod", "release_scheduling_gates")
+    controller = a_controller(kube)
+    controller.inventory.upsert_node(a_node("n1", 8))
+    checkpoints = {"allowedHostPaths": [{"pathPrefix": "/ckpt", "readOnly": False}]}
+    controller.queue_seen(research(podPolicy=checkpoints))
+    # A hostPath its queue allows, and a queue nobody has read would not (the default pod policy).
+    volumes = [{"name": "ckpt", "hostPath": {"path": "/ckpt"}}]
+    job = a_job("runs", queue="research", gpusPerReplica=4, template__spec__volumes=volumes)
+    job["metadata"]["uid"] = "uid-runs"
+    controller.job_seen(job)
+    await one_pass(controller)
+    await one_pass(controller)
+    for (worker,) in kube.calls("create"):
+        controller.inventory.upsert_pod({**worker, "spec": {**worker["spec"], "nodeName": "n1"}})
+    controller.queue_gone("research")  # as if this process had not read it yet
+    edited = controller.jobs[("ns", "runs")]
+    controller.job_seen({**edited, "spec": {**edited["spec"], "template": {**edited["spec"]["template"]}}})
+    await one_pass(controller)
+    assert not kube.calls("delete_pod")

@@ -105,10 +105,12 @@ class SchedulingCycle(CarbonDeferral, Reporting):
                     priority=job.spec.priority,
                     template=job.spec.template,
                 )
-                if refused is not None and job.status.phase in HOLDS_GPUS:
+                if refused is not None and job.status.phase in HOLDS_GPUS and queue in self.queues:
                     # Its spec changed under a running gang (a priority raised past the cap, another
                     # queue, a toleration, a template the pod policy refuses): it stops to a checkpoint,
-                    # so it never runs uncharged, and the next cycle finds it waiting and refused.
+                    # so it never runs uncharged, and the next cycle finds it waiting and refused. Not
+                    # for a queue this process has not read (yet): a new leader's first cycle may come
+                    # before the Queues, and that is no reason to stop anyone.
                     await self._stop_gang(obj, job, now, refused.reason, f"stopped: {refused.message}")
                     continue
                 if refused is not None:  # tenancy: its namespace is not bound to the queue, or it asks too much
