@@ -36,6 +36,11 @@ log = logging.getLogger(__name__)
 K = TypeVar("K", bound=Hashable)
 
 
+class RefusedError(Exception):
+    """A reconcile the API server refused for the object's own content, which its status now says:
+    retried with backoff like any failure, and logged in one line (no traceback to read)."""
+
+
 class FailureBackoff(Generic[K]):
     """client-go's per-item exponential backoff: base, 2 x base, 4 x base, ... up to the maximum.
 
@@ -215,6 +220,11 @@ class WorkQueue(Generic[K]):
                 failed = False
                 try:
                     await reconcile(key)
+                except RefusedError as refusal:
+                    failed = True
+                    delay = self._backoff.failed(key)
+                    log.warning("%s %s: %s; retrying in %.3g s", self.name, _describe(key), refusal, delay)
+                    self.add_after(key, delay)
                 except Exception:
                     failed = True
                     delay = self._backoff.failed(key)

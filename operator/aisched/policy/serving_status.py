@@ -141,3 +141,27 @@ def set_service_condition(
         now=now,
         generation=service.metadata.get("generation"),
     )
+
+
+REPLICA_FAILURE = "ReplicaFailure"
+
+
+def replica_failure(
+    status: InferenceServiceStatus, refusal: str | None, *, service: InferenceService, now: datetime
+) -> list[Condition]:
+    """STATUS's conditions with the API server's REFUSAL of a new replica (a Deployment's
+    ReplicaFailure); one the service carried goes False once a replica is created or none is asked for."""
+    if refusal is not None:
+        return set_service_condition(status, REPLICA_FAILURE, True, "FailedCreate", refusal, service=service, now=now)
+    current = next((c for c in status.conditions if c.type == REPLICA_FAILURE), None)
+    if current is None or current.status == ConditionStatus.FALSE:
+        return status.conditions
+    return set_service_condition(
+        status,
+        REPLICA_FAILURE,
+        False,
+        "Created",
+        "the API server took every replica asked of it",
+        service=service,
+        now=now,
+    )

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 import pytest
+from kubernetes.client.exceptions import ApiException
 
 from aisched.controller.serving import InferenceServiceController
 from aisched.kube.client import KubeClient
@@ -35,6 +37,8 @@ class KubeDouble:
         self.failing: set[str] = set()
         self.foreign: set[str] = set()
         """Names whose Service exists and belongs to someone else."""
+        self.invalid: set[str] = set()
+        """Names whose replica pods the API server refuses as invalid (422)."""
         self.statuses: dict[str, dict[str, Any]] = {}
         self.unexpected: list[str] = []
 
@@ -51,7 +55,13 @@ class KubeDouble:
         return name not in self.foreign
 
     async def create(self, obj: dict[str, Any]) -> None:
-        self.calls.append(("create", obj["metadata"]["labels"][SERVICE_NAME]))
+        service = obj["metadata"]["labels"][SERVICE_NAME]
+        self.calls.append(("create", service))
+        if service in self.invalid:
+            message = f'Pod "{obj["metadata"]["name"]}" is invalid: spec.affinity: Required value'
+            error = ApiException(status=422, reason="Unprocessable Entity")
+            error.body = json.dumps({"kind": "Status", "message": message})
+            raise error
 
     async def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
         self.calls.append(("delete_pod", name))
@@ -162,6 +172,34 @@ async def test_a_failing_service_never_stops_the_others_and_is_retried_with_back
         await asyncio.sleep(1)  # the first backoff
         assert kube.of("bad") == ["apply_service", "create", "patch_status"]
         assert controller.queue.pending_timers() == 0
+
+
+async def test_a_replica_the_api_server_refuses_is_a_condition_retried_with_backoff_until_fixed(
+    controller: InferenceServiceController, kube: KubeDouble, caplog: pytest.LogCaptureFixture
+) -> None:
+    def failure() -> tuple[str, str, str]:
+        condition = next(c for c in kube.statuses["odd"]["conditions"] if c["type"] == "ReplicaFailure")
+        return condition["status"], condition["reason"], condition["message"]
+
+    async with running(controller):
+        kube.invalid.add("odd")
+        controller.service_seen(a_service("odd"))
+        controller.service_seen(a_service("good"))
+        await asyncio.sleep(0.1)
+        status, reason, message = failure()
+        assert (status, reason) == ("True", "FailedCreate")
+        assert message.endswith("is invalid: spec.affinity: Required value")
+        assert kube.of("good") == ["apply_service", "create", "patch_status"]
+        assert controller.replicas.of(("ml", "odd")) == []
+        assert controller.queue.pending_timers() == 1  # the retry, logged in one line
+        assert not any(record.exc_info for record in caplog.records)
+
+        kube.invalid.clear()  # its user fixes the template
+        await asyncio.sleep(1)
+        assert failure()[:2] == ("False", "Created")
+        assert len(controller.replicas.of(("ml", "odd"))) == 1
+        assert controller.queue.pending_timers() == 0
+        assert [reason for verb, reason in kube.calls if verb == "post_event"].count("FailedCreate") == 1
 
 
 async def test_a_service_name_someone_else_holds_is_left_alone_and_said_so(

@@ -42,7 +42,7 @@ from aisched.controller.serving.placement import ReplicaPlacement
 from aisched.controller.serving.queue_share import QueueShare
 from aisched.controller.serving.replica_pods import ReplicaPods, ServiceKey
 from aisched.controller.tenancy import TenancyBook
-from aisched.controller.workqueue import WorkQueue
+from aisched.controller.workqueue import RefusedError, WorkQueue
 from aisched.kube.client import KubeClient
 from aisched.kube.inventory import Inventory
 from aisched.kube.serving_builders import (
@@ -56,7 +56,7 @@ from aisched.metrics import Metrics
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.scheduler import HeldGpus
 from aisched.policy.serving import PlanReason
-from aisched.policy.serving_status import find_condition, observed_status, set_service_condition
+from aisched.policy.serving_status import find_condition, observed_status, replica_failure, set_service_condition
 from aisched.policy.tenancy import Refusal
 from aisched.settings import Settings
 from aisched.sources.prometheus import PrometheusSource
@@ -260,7 +260,11 @@ class InferenceServiceController:
             current_hash=template_hash(service),
             selector=service_selector(str(service.metadata["name"])),
         )
+        refusal = self.placement.refused.get(key)
+        observed.conditions = replica_failure(observed, refusal, service=service, now=now)
         await self._write_status(obj, service, observed)
+        if refusal is not None:
+            raise RefusedError(f"a replica was refused: {refusal}")
 
     async def _refused(self, obj: dict[str, Any], service: InferenceService, refused: Refusal, now: datetime) -> None:
         """Its queue does not take it: no Service and no new replica, and its status says why.

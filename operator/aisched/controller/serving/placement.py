@@ -14,12 +14,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from kubernetes.client.exceptions import ApiException
-
 from aisched.api.common import CapacityType
 from aisched.api.inference_service import InferenceService
 from aisched.controller.in_flight import InFlightPlacements, gpus_by_node
 from aisched.controller.serving.replica_pods import ReplicaPods, ServiceKey
+from aisched.kube.api_errors import namespace_closing, refused_create
 from aisched.kube.client import KubeClient
 from aisched.kube.serving_builders import ReplicaSlot, ServingPod, build_replica_pod, free_pod_names, template_hash
 from aisched.policy.cluster import ClusterSnapshot, Toleration
@@ -29,6 +28,8 @@ from aisched.settings import Settings
 
 UNSCHEDULABLE_GRACE = timedelta(seconds=30)
 """A replica kube-scheduler cannot bind to its node this long is placed again: the node filled up meanwhile."""
+FAILED_CREATE = "FailedCreate"
+"""Why a service's new replica does not exist: the API server refused its pod."""
 SPOT_GRACE_MARGIN_SECONDS = 10
 """Of a spot notice, what a replica's pod teardown may not use, so it ends before the node does."""
 
@@ -42,6 +43,9 @@ class ReplicaPlacement:
     """Where new replicas' GPUs are promised until their pods are in `replicas`, which counts them then."""
     waiting_for_capacity: set[ServiceKey] = field(default_factory=set)
     """Services with replicas that fit nowhere: someone else's pod going may make room."""
+    refused: dict[ServiceKey, str] = field(default_factory=dict)
+    """What the API server said refusing a service's last new replica (admission, an invalid
+    template); gone once one is created."""
 
     async def clear_out(self, obj: dict[str, Any], pods: Sequence[ServingPod], now: datetime) -> None:
         """Pods that ended, or that kube-scheduler could not bind to their node, go."""
@@ -102,9 +106,10 @@ class ReplicaPlacement:
         current_hash: str,
         starts: Sequence[NewReplica],
     ) -> None:
-        if not starts:
-            return
         key = (service.metadata["namespace"], service.metadata["name"])
+        if not starts:
+            self.refused.pop(key, None)  # nothing asked of the API server, so nothing it refuses
+            return
         promise = ("InferenceService", key)
         self.in_flight.promise(promise, gpus_by_node([s.node for s in starts], service.spec.gpus_per_replica))
         try:
@@ -128,18 +133,26 @@ class ReplicaPlacement:
             )
             for pod_name, start in zip(names, starts, strict=True)
         ]
-        try:
-            await asyncio.gather(*(self.kube.create(pod) for pod in pods))
-        except ApiException as error:
-            if error.status == 403 and "NamespaceTerminating" in str(error.body):
-                return  # the namespace is going, and the service with it
-            raise
-        self.replicas.created(pods)
-        described = ", ".join(
-            f"{name} on {s.node} ({s.capacity_type})" + (f" replacing {s.replaces}" if s.replaces else "")
-            for name, s in zip(names, starts, strict=True)
-        )
-        self.kube.post_event(obj, "Normal", "ReplicasStarted", f"started {described}")
+        outcomes = await asyncio.gather(*(self.kube.create(pod) for pod in pods), return_exceptions=True)
+        made = [(pod, start) for pod, start, outcome in zip(pods, starts, outcomes, strict=True) if outcome is None]
+        self.replicas.created([pod for pod, _ in made])
+        if made:
+            self.refused.pop(key, None)
+            described = ", ".join(
+                f"{pod['metadata']['name']} on {s.node} ({s.capacity_type})"
+                + (f" replacing {s.replaces}" if s.replaces else "")
+                for pod, s in made
+            )
+            self.kube.post_event(obj, "Normal", "ReplicasStarted", f"started {described}")
+        for error in (outcome for outcome in outcomes if isinstance(outcome, BaseException)):
+            if namespace_closing(error):
+                continue  # the namespace is going, and the service with it
+            refusal = refused_create(error)
+            if refusal is None:
+                raise error
+            if self.refused.get(key) != refusal:
+                self.kube.post_event(obj, "Warning", FAILED_CREATE, f"a replica was refused: {refusal}")
+            self.refused[key] = refusal
 
     async def delete(self, pods: Sequence[ServingPod]) -> None:
         await asyncio.gather(*(self.kube.delete_pod(p.namespace, p.name) for p in pods))

@@ -17,6 +17,7 @@ from aisched.api import TrainingJob, TrainingJobPhase
 from aisched.api.training_job import TrainingJobStatus
 from aisched.controller.training.releases import WorkerReleases
 from aisched.controller.training.state import PLURAL, JobKey
+from aisched.controller.workqueue import RefusedError
 from aisched.kube import labels
 from aisched.kube.api_errors import namespace_closing, refused_create
 from aisched.kube.builders import GangLaunch, WorkerSlot, build_headless_service, build_worker_pod
@@ -238,7 +239,7 @@ class JobReconciler(WorkerReleases):
         await self._write_status(obj, job, status)
 
 
-class WorkersRefusedError(Exception):
+class WorkersRefusedError(RefusedError):
     """The API server refused a worker of the gang; the job's WorkersCreated condition says what it said."""
 
 
