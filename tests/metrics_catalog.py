@@ -31,42 +31,42 @@ _STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
 
 def exercise(metrics: Metrics) -> None:
     """Call every helper once, so every labelled metric has at least one series."""
-    metrics.record_jobs({("default", "Queued"): 2, ("default", "Running"): 1, ("research", "Deferred"): 1})
-    metrics.record_job_pending("ml", "llama", "default", datetime(2026, 1, 1, tzinfo=UTC))
-    metrics.record_job_admitted("ml", "bert", "default", waited_seconds=42)
-    metrics.record_job_finished("default", "Succeeded")
-    metrics.record_preemption("research")
-    metrics.record_queue("default", nominal_gpus=64, used_gpus=72, borrowed_gpus=8)
-    metrics.record_placement(0.003, placed=True)
-    metrics.record_placement(0.5, placed=False)
-    metrics.record_gang_domains({"Node": 4, "NVLinkDomain": 1, "Rack": 1, "Zone": 1})
-    metrics.record_running_gangs({"Node": 3, "Rack": 1})
-    metrics.record_deadline_slack("ml", "llama", -120)
-    metrics.record_job_pods("ml", "llama", "TrainingJob", ["llama-g1-worker-0", "llama-g1-worker-1"])
-    metrics.record_gpu_pools(
+    metrics.workload.record_jobs({("default", "Queued"): 2, ("default", "Running"): 1, ("research", "Deferred"): 1})
+    metrics.workload.record_job_pending("ml", "llama", "default", datetime(2026, 1, 1, tzinfo=UTC))
+    metrics.workload.record_job_admitted("ml", "bert", "default", waited_seconds=42)
+    metrics.workload.record_job_finished("default", "Succeeded")
+    metrics.workload.record_preemption("research")
+    metrics.workload.record_queue("default", nominal_gpus=64, used_gpus=72, borrowed_gpus=8)
+    metrics.workload.record_placement(0.003, placed=True)
+    metrics.workload.record_placement(0.5, placed=False)
+    metrics.workload.record_gang_domains({"Node": 4, "NVLinkDomain": 1, "Rack": 1, "Zone": 1})
+    metrics.workload.record_running_gangs({"Node": 3, "Rack": 1})
+    metrics.workload.record_deadline_slack("ml", "llama", -120)
+    metrics.pods.record("ml", "llama", "TrainingJob", ["llama-g1-worker-0", "llama-g1-worker-1"])
+    metrics.capacity.record_gpu_pools(
         [
             GpuPoolUsage("NVIDIA-H100-80GB-HBM3", "OnDemand", 64, 48, 16, 3),
             GpuPoolUsage("NVIDIA-H100-80GB-HBM3", "Spot", 32, 8, 24, 0),
         ]
     )
-    metrics.record_pending_demand({("NVIDIA-H100-80GB-HBM3", "Spot"): 32, ("any", "OnDemand"): 8})
-    metrics.record_interruption("Spot", "NodeTaint", lost_seconds=600, gpus=16)
-    metrics.record_checkpoint("Interruption")
-    metrics.record_gang_restart("Interruption")
-    metrics.record_on_demand_fallback()
-    metrics.record_deferral("Forecast")
-    metrics.record_carbon("TrainingJob", emitted_grams=1500, avoided_grams=400)
-    metrics.record_grid_intensity("GB", 180)
-    metrics.record_carbon_source_error("NationalGrid")
-    metrics.record_autoscaler_decision(2, 4, "ScaleUp")
-    metrics.record_inference_service(
+    metrics.capacity.record_pending_demand({("NVIDIA-H100-80GB-HBM3", "Spot"): 32, ("any", "OnDemand"): 8})
+    metrics.interruptions.record_interruption("Spot", "NodeTaint", lost_seconds=600, gpus=16)
+    metrics.interruptions.record_checkpoint("Interruption")
+    metrics.interruptions.record_gang_restart("Interruption")
+    metrics.interruptions.record_on_demand_fallback()
+    metrics.carbon.record_deferral("Forecast")
+    metrics.carbon.record_carbon("TrainingJob", emitted_grams=1500, avoided_grams=400)
+    metrics.carbon.record_grid_intensity("GB", 180)
+    metrics.carbon.record_carbon_source_error("NationalGrid")
+    metrics.serving.record_autoscaler_decision(2, 4, "ScaleUp")
+    metrics.serving.record_inference_service(
         "ml", "chat", desired=4, on_demand=1, spot=3, metric_per_replica=12.5, target_per_replica=10
     )
-    metrics.record_reconcile("TrainingJob", 0.02)
-    metrics.record_reconcile("Pod", 0.2, failed=True)
+    metrics.process.record_reconcile("TrainingJob", 0.02)
+    metrics.process.record_reconcile("Pod", 0.2, failed=True)
     metrics.record_leadership(True)
-    metrics.record_scheduling_cycle(0.05, 0.04)
-    metrics.record_workqueue("TrainingJob", depth=3, pending_wakeups=10)
+    metrics.process.record_scheduling_cycle(0.05, 0.04)
+    metrics.process.record_workqueue("TrainingJob", depth=3, pending_wakeups=10)
     metrics.follow_leadership(lambda: True)
 
 

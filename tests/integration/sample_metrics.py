@@ -32,9 +32,9 @@ WATTS = 700.0
 def activity(metrics: Metrics) -> None:
     """One round of what a busy operator reports."""
     exercise(metrics)
-    metrics.record_job_finished("default", "Failed")
-    metrics.record_job_pods("ml", "chat", "InferenceService", ["chat-0"])
-    metrics.record_autoscaler_decision(4, 4, "WithinTolerance")
+    metrics.workload.record_job_finished("default", "Failed")
+    metrics.pods.record("ml", "chat", "InferenceService", ["chat-0"])
+    metrics.serving.record_autoscaler_decision(4, 4, "WithinTolerance")
 
 
 class DcgmStandIn(Collector):

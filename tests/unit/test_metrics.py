@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from aisched.metrics import (
+from aisched.metrics import GpuPoolUsage, Metrics, serve
+from aisched.metrics.labels import (
     AUTOSCALER_REASONS,
     CAPACITY_TYPES,
     CARBON_MODES,
@@ -26,9 +27,6 @@ from aisched.metrics import (
     RECONCILED_KINDS,
     RESTART_REASONS,
     SPREAD_LEVELS,
-    GpuPoolUsage,
-    Metrics,
-    serve,
 )
 from tests.metrics_catalog import exercise
 
@@ -64,7 +62,7 @@ def value(metrics: Metrics, name: str, **labels: str) -> float | None:
 
 def test_nothing_is_registered_at_import_and_registries_are_independent() -> None:
     first, second = Metrics(CollectorRegistry()), Metrics(CollectorRegistry())
-    first.record_checkpoint("Periodic")
+    first.interruptions.record_checkpoint("Periodic")
     assert value(first, "aisched_checkpoints_total", reason="Periodic") == 1
     assert value(second, "aisched_checkpoints_total", reason="Periodic") == 0  # exported at zero, not shared
 
@@ -72,23 +70,23 @@ def test_nothing_is_registered_at_import_and_registries_are_independent() -> Non
 def test_job_census_reports_every_phase_of_a_seen_queue_and_forgets_vanished_queues(
     metrics: Metrics,
 ) -> None:
-    metrics.record_jobs({("default", "Queued"): 2, ("research", "Running"): 1})
+    metrics.workload.record_jobs({("default", "Queued"): 2, ("research", "Running"): 1})
     assert value(metrics, "aisched_jobs", queue="default", phase="Queued") == 2
     assert value(metrics, "aisched_jobs", queue="default", phase="Failed") == 0
     assert value(metrics, "aisched_jobs", queue="research", phase="Running") == 1
 
-    metrics.record_jobs({("default", "Running"): 2})
+    metrics.workload.record_jobs({("default", "Running"): 2})
     assert value(metrics, "aisched_jobs", queue="default", phase="Queued") == 0
     assert value(metrics, "aisched_jobs", queue="research", phase="Running") is None
 
 
 def test_admission_observes_the_wait_and_ends_the_pending_series(metrics: Metrics) -> None:
     queued = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
-    metrics.record_job_pending("ml", "llama", "default", queued)
+    metrics.workload.record_job_pending("ml", "llama", "default", queued)
     assert value(
         metrics, "aisched_job_queued_timestamp_seconds", namespace="ml", job_name="llama", queue="default"
     ) == (queued.timestamp())
-    metrics.record_job_admitted("ml", "llama", "default", waited_seconds=90)
+    metrics.workload.record_job_admitted("ml", "llama", "default", waited_seconds=90)
     assert (
         value(metrics, "aisched_job_queued_timestamp_seconds", namespace="ml", job_name="llama", queue="default")
         is None
@@ -99,16 +97,18 @@ def test_admission_observes_the_wait_and_ends_the_pending_series(metrics: Metric
 
 
 def test_interruption_counts_lost_work_in_seconds_and_gpu_seconds(metrics: Metrics) -> None:
-    metrics.record_interruption("Spot", "NodeTaint", lost_seconds=300, gpus=8)
-    metrics.record_interruption("Spot", "NodeLost", lost_seconds=100, gpus=2)
+    metrics.interruptions.record_interruption("Spot", "NodeTaint", lost_seconds=300, gpus=8)
+    metrics.interruptions.record_interruption("Spot", "NodeLost", lost_seconds=100, gpus=2)
     assert value(metrics, "aisched_interruptions_total", capacity_type="Spot", signal="NodeTaint") == 1
     assert value(metrics, "aisched_lost_work_seconds_total", capacity_type="Spot") == 400
     assert value(metrics, "aisched_lost_gpu_seconds_total", capacity_type="Spot") == 300 * 8 + 100 * 2
 
 
 def test_gpu_inventory_is_replaced_not_accumulated(metrics: Metrics) -> None:
-    metrics.record_gpu_pools([GpuPoolUsage("A100", "Spot", 8, 4, 4, 1), GpuPoolUsage("H100", "OnDemand", 16, 0, 16, 0)])
-    metrics.record_gpu_pools([GpuPoolUsage("H100", "OnDemand", 16, 8, 8, 2)])
+    metrics.capacity.record_gpu_pools(
+        [GpuPoolUsage("A100", "Spot", 8, 4, 4, 1), GpuPoolUsage("H100", "OnDemand", 16, 0, 16, 0)]
+    )
+    metrics.capacity.record_gpu_pools([GpuPoolUsage("H100", "OnDemand", 16, 8, 8, 2)])
     assert value(metrics, "aisched_gpus_allocatable", gpu_type="A100", capacity_type="Spot") is None
     assert value(metrics, "aisched_gpus_allocated", gpu_type="H100", capacity_type="OnDemand") == 8
     assert value(metrics, "aisched_gpus_free", gpu_type="H100", capacity_type="OnDemand") == 8
@@ -116,7 +116,7 @@ def test_gpu_inventory_is_replaced_not_accumulated(metrics: Metrics) -> None:
 
 
 def test_grid_intensity_is_exported_in_grams_per_joule(metrics: Metrics) -> None:
-    metrics.record_grid_intensity("GB", 360)
+    metrics.carbon.record_grid_intensity("GB", 360)
     assert value(metrics, "aisched_grid_carbon_intensity_grams_per_joule", region="GB") == pytest.approx(1e-4)
 
 
@@ -124,14 +124,14 @@ def test_grid_intensity_is_exported_in_grams_per_joule(metrics: Metrics) -> None
 def test_autoscaler_direction_follows_the_replica_change(
     metrics: Metrics, before: int, after: int, direction: str
 ) -> None:
-    metrics.record_autoscaler_decision(before, after, "ScaleUp")
+    metrics.serving.record_autoscaler_decision(before, after, "ScaleUp")
     assert value(metrics, "aisched_autoscaler_decisions_total", direction=direction, reason="ScaleUp") == 1
 
 
 def test_unknown_inference_metric_drops_its_series(metrics: Metrics) -> None:
     args: dict[str, Any] = {"desired": 2, "on_demand": 1, "spot": 1, "target_per_replica": 10.0}
-    metrics.record_inference_service("ml", "chat", metric_per_replica=9.0, **args)
-    metrics.record_inference_service("ml", "chat", metric_per_replica=None, **args)
+    metrics.serving.record_inference_service("ml", "chat", metric_per_replica=9.0, **args)
+    metrics.serving.record_inference_service("ml", "chat", metric_per_replica=None, **args)
     assert value(metrics, "aisched_inference_metric_per_replica", namespace="ml", service="chat") is None
     assert value(metrics, "aisched_inference_replicas", namespace="ml", service="chat", capacity_type="Spot") == 1
 
@@ -139,15 +139,15 @@ def test_unknown_inference_metric_drops_its_series(metrics: Metrics) -> None:
 @pytest.mark.parametrize(
     "call",
     [
-        lambda m: m.record_jobs({("default", "Pending"): 1}),
-        lambda m: m.record_job_finished("default", "Running"),
-        lambda m: m.record_interruption("spot", "NodeTaint", lost_seconds=1, gpus=1),
-        lambda m: m.record_checkpoint("Whenever"),
-        lambda m: m.record_autoscaler_decision(1, 2, "BecauseICan"),
-        lambda m: m.record_reconcile("Deployment", 0.1),
-        lambda m: m.record_job_pods("ml", "x", "Deployment", ["p"]),
-        lambda m: m.record_running_gangs({"Host": 1}),
-        lambda m: m.record_carbon_source_error("Twitter"),
+        lambda m: m.workload.record_jobs({("default", "Pending"): 1}),
+        lambda m: m.workload.record_job_finished("default", "Running"),
+        lambda m: m.interruptions.record_interruption("spot", "NodeTaint", lost_seconds=1, gpus=1),
+        lambda m: m.interruptions.record_checkpoint("Whenever"),
+        lambda m: m.serving.record_autoscaler_decision(1, 2, "BecauseICan"),
+        lambda m: m.process.record_reconcile("Deployment", 0.1),
+        lambda m: m.pods.record("ml", "x", "Deployment", ["p"]),
+        lambda m: m.workload.record_running_gangs({"Host": 1}),
+        lambda m: m.carbon.record_carbon_source_error("Twitter"),
     ],
 )
 def test_label_values_outside_the_documented_sets_are_refused(metrics: Metrics, call) -> None:  # type: ignore[no-untyped-def]
@@ -160,9 +160,9 @@ def test_label_values_outside_the_documented_sets_are_refused(metrics: Metrics, 
 )
 def test_pod_info_always_matches_the_latest_pod_set(updates: list[frozenset[str]]) -> None:
     metrics = Metrics(CollectorRegistry(), process_metrics=False)
-    metrics.record_job_pods("ml", "other", "TrainingJob", ["other-worker-0"])
+    metrics.pods.record("ml", "other", "TrainingJob", ["other-worker-0"])
     for pods in updates:
-        metrics.record_job_pods("ml", "llama", "TrainingJob", pods)
+        metrics.pods.record("ml", "llama", "TrainingJob", pods)
     exposed = {
         sample.labels["pod"]
         for family in metrics.registry.collect()
@@ -171,7 +171,7 @@ def test_pod_info_always_matches_the_latest_pod_set(updates: list[frozenset[str]
         if sample.labels["job_name"] == "llama"
     }
     assert exposed == set(updates[-1])
-    metrics.forget_job("ml", "llama")
+    metrics.workload.forget_job("ml", "llama")
     assert (
         value(
             metrics,
@@ -187,20 +187,20 @@ def test_pod_info_always_matches_the_latest_pod_set(updates: list[frozenset[str]
 
 
 def test_forgetting_a_job_drops_all_its_series(metrics: Metrics) -> None:
-    metrics.record_job_pending("ml", "llama", "default", datetime(2026, 1, 1, tzinfo=UTC))
-    metrics.record_deadline_slack("ml", "llama", 30)
-    metrics.record_job_pods("ml", "llama", "TrainingJob", ["llama-worker-0"])
-    metrics.forget_job("ml", "llama")
+    metrics.workload.record_job_pending("ml", "llama", "default", datetime(2026, 1, 1, tzinfo=UTC))
+    metrics.workload.record_deadline_slack("ml", "llama", 30)
+    metrics.pods.record("ml", "llama", "TrainingJob", ["llama-worker-0"])
+    metrics.workload.forget_job("ml", "llama")
     text = generate_latest(metrics.registry).decode()
     assert 'job_name="llama"' not in text
 
 
 def test_forgetting_an_inference_service_drops_its_series(metrics: Metrics) -> None:
-    metrics.record_inference_service(
+    metrics.serving.record_inference_service(
         "ml", "chat", desired=1, on_demand=1, spot=0, metric_per_replica=1.0, target_per_replica=2.0
     )
-    metrics.record_job_pods("ml", "chat", "InferenceService", ["chat-0"])
-    metrics.forget_inference_service("ml", "chat")
+    metrics.pods.record("ml", "chat", "InferenceService", ["chat-0"])
+    metrics.serving.forget_inference_service("ml", "chat")
     text = generate_latest(metrics.registry).decode()
     assert 'service="chat"' not in text
     assert 'job_name="chat"' not in text
@@ -252,7 +252,7 @@ def test_help_text_names_every_allowed_label_value(metrics: Metrics) -> None:
 
 
 def test_serve_exposes_the_registry_over_http(metrics: Metrics) -> None:
-    metrics.record_checkpoint("Periodic")
+    metrics.interruptions.record_checkpoint("Periodic")
     server, thread = serve(metrics, 0, address="127.0.0.1")
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{server.server_port}/metrics", timeout=5) as response:

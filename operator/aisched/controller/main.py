@@ -134,7 +134,7 @@ async def _operate(settings: Settings, standalone: bool) -> int:
     asyncio.get_running_loop().create_task(heartbeat.tick_forever())
     _serve_health(settings.health_address, settings.health_port, heartbeat)
     metrics = Metrics(CollectorRegistry())
-    CollectorPacing(metrics.record_gc_pause).install()
+    CollectorPacing(metrics.process.record_gc_pause).install()
     serve(metrics, settings.metrics_port, settings.metrics_address)
     metrics.record_leadership(False)
     api_client = load_api_client()

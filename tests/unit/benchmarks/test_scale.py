@@ -28,10 +28,10 @@ def test_quantiles_interpolate_inside_the_bucket_like_histogram_quantile() -> No
 
 def test_the_cycle_its_cpu_time_and_full_collections_are_read_off_the_operators_own_metrics() -> None:
     metrics = Metrics(CollectorRegistry(), process_metrics=False)
-    metrics.record_scheduling_cycle(0.3, 0.1)
-    metrics.record_scheduling_cycle(2.0, 0.4)
-    metrics.record_gc_pause(0, 0.002)  # young collections are not the benchmark's
-    metrics.record_gc_pause(2, 1.5)
+    metrics.process.record_scheduling_cycle(0.3, 0.1)
+    metrics.process.record_scheduling_cycle(2.0, 0.4)
+    metrics.process.record_gc_pause(0, 0.002)  # young collections are not the benchmark's
+    metrics.process.record_gc_pause(2, 1.5)
     reading = operator_reading(generate_latest(metrics.registry).decode())
     assert reading.cycle.count == 2
     assert reading.cycle.total == pytest.approx(2.3)

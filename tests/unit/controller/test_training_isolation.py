@@ -237,14 +237,14 @@ async def test_one_job_whose_gauges_fail_leaves_the_others_reported(
     controller = a_controller(kube)
     for name in ("broken", "plain"):
         controller.job_seen(a_placed_job(name))
-    record_pods = controller.metrics.record_job_pods
+    record_pods = controller.metrics.pods.record
 
     def record_job_pods(namespace: str, job_name: str, kind: str, pods: Any) -> None:
         if job_name == "broken":
             raise ValueError("odd label value")
         record_pods(namespace, job_name, kind, pods)
 
-    monkeypatch.setattr(controller.metrics, "record_job_pods", record_job_pods)
+    monkeypatch.setattr(controller.metrics.pods, "record", record_job_pods)
     await controller.queue.next_batch(controller.jobs.keys, timeout=0)
     controller._report()
     jobs = controller.metrics.registry.get_sample_value("aisched_jobs", {"queue": "default", "phase": "Queued"})

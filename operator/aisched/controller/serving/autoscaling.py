@@ -184,7 +184,7 @@ class ServiceAutoscaler:
             status, "ScalingActive", active, reason, message, service=service, now=now
         )
         if self.metrics is not None:
-            self.metrics.record_autoscaler_decision(current, decision.replicas, decision.reason)
+            self.metrics.serving.record_autoscaler_decision(current, decision.replicas, decision.reason)
         return decision.replicas
 
 

@@ -126,7 +126,7 @@ class InferenceServiceController:
         self.placement.waiting_for_capacity.discard(key)
         self.queue.forget(key)
         if self.metrics is not None:
-            self.metrics.forget_inference_service(namespace, name)
+            self.metrics.serving.forget_inference_service(namespace, name)
         self.queue.wake()  # its GPUs are free for whoever waits
 
     def pod_changed(self, obj: dict[str, Any], *, deleted: bool) -> None:
@@ -199,7 +199,7 @@ class InferenceServiceController:
 
     def _record_reconcile(self, _key: ServiceKey, seconds: float, failed: bool) -> None:
         if self.metrics is not None:
-            self.metrics.record_reconcile("InferenceService", seconds, failed=failed)
+            self.metrics.process.record_reconcile("InferenceService", seconds, failed=failed)
 
     async def reconcile(
         self,
@@ -353,7 +353,7 @@ class InferenceServiceController:
     ) -> None:
         namespace, name = service.metadata["namespace"], service.metadata["name"]
         if self.metrics is not None:
-            self.metrics.record_inference_service(
+            self.metrics.serving.record_inference_service(
                 namespace,
                 name,
                 desired=status.desired_replicas or 0,
@@ -364,7 +364,7 @@ class InferenceServiceController:
                     service.spec.autoscaling.metric.target_per_replica if service.spec.autoscaling else None
                 ),
             )
-            self.metrics.record_job_pods(
+            self.metrics.pods.record(
                 namespace, name, "InferenceService", [p.name for p in self.replicas.of((namespace, name))]
             )
         await self._post_condition_events(obj, service.status, status)

@@ -76,7 +76,7 @@ class CarbonDeferral(JobReconciler):
             return False
         updated = deferred(job, plan, now, paused=paused)
         if status.phase != Phase.DEFERRED:
-            self.metrics.record_deferral(str(spec.carbon.mode))
+            self.metrics.carbon.record_deferral(str(spec.carbon.mode))
             self.kube.post_event(obj, "Normal", "Deferred", deferred_message(plan))
         self._write_in_cycle(writes, obj, job, updated, now)
         self._wake_at(job, plan.start, now)
@@ -98,7 +98,9 @@ class CarbonDeferral(JobReconciler):
         if status.phase == Phase.DEFERRED:
             if first:  # the saving a chunked job expects is counted once, at its first start
                 saved = status.deferral.expected_saving_grams if status.deferral else None
-                self.metrics.record_carbon("TrainingJob", emitted_grams=0.0, avoided_grams=max(0.0, saved or 0.0))
+                self.metrics.carbon.record_carbon(
+                    "TrainingJob", emitted_grams=0.0, avoided_grams=max(0.0, saved or 0.0)
+                )
             updated = with_chunk_end(queued(job, str(plan.reason), plan.message, now), chunk_end)
         elif chunk_end != status.chunk_end:
             updated = with_chunk_end(status, chunk_end)  # keep the scheduler's reason for the wait
@@ -121,7 +123,7 @@ class CarbonDeferral(JobReconciler):
                 forecast = await self.carbon.forecast(region, now, now + horizon)
             except CarbonSourceError as error:
                 log.warning("no carbon forecast for %s: %s; deferrable jobs start in time", region, error)
-                self.metrics.record_carbon_source_error(CARBON_SOURCE_NAMES[self.settings.carbon.provider])
+                self.metrics.carbon.record_carbon_source_error(CARBON_SOURCE_NAMES[self.settings.carbon.provider])
         created = job.metadata.get("creationTimestamp")
         deferrable = DeferrableJob(
             work,
@@ -244,7 +246,7 @@ class CarbonDeferral(JobReconciler):
         if region not in intensities:
             try:
                 intensities[region] = (await carbon.current(region)).grams_per_kwh
-                self.metrics.record_grid_intensity(region, intensities[region] or 0.0)
+                self.metrics.carbon.record_grid_intensity(region, intensities[region] or 0.0)
             except CarbonSourceError as error:
                 log.warning("no carbon intensity for %s: %s", region, error)
                 intensities[region] = None
@@ -257,7 +259,7 @@ class CarbonDeferral(JobReconciler):
             joules = watts * (now - since).total_seconds()
         grams = grams_from_joules(joules, intensity)
         self._emissions_marks[key] = now
-        self.metrics.record_carbon("TrainingJob", emitted_grams=grams)
+        self.metrics.carbon.record_carbon("TrainingJob", emitted_grams=grams)
         await self._write_status(obj, job, with_emissions(job.status, grams))
 
     async def _measured_energy(self, job: TrainingJob, start: datetime, end: datetime) -> float | None:

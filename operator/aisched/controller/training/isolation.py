@@ -60,7 +60,7 @@ class JobIsolation(TrainingJobState):
 
     def _stage_failed(self, stage: str, key: JobKey) -> float:
         delay = self._stage_backoff.failed((stage, key))
-        self.metrics.record_reconcile_error("TrainingJob")
+        self.metrics.process.record_reconcile_error("TrainingJob")
         # A pass comes when the wait is over, rather than at the next resync.
         self.queue.add_after(key, delay)
         return delay

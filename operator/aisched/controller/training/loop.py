@@ -45,7 +45,7 @@ class TrainingJobController(SchedulingCycle):
         self._parsed.pop((namespace, name), None)
         self.workers_unowned(self.inventory.pods_of_job(namespace, name))
         self._waiting_written.pop((namespace, name), None)
-        self.metrics.forget_job(namespace, name)
+        self.metrics.workload.forget_job(namespace, name)
         self.queue.forget((namespace, name))  # no wake-up or retry for a job that is gone
         self._forget_failures((namespace, name))
         self.queue.wake()  # its GPUs are free for whoever waits
@@ -92,7 +92,7 @@ class TrainingJobController(SchedulingCycle):
         # submitted at once do not wait for each other's writes. A failing job is
         # retried with backoff and stops none of the others.
         await self.queue.process(keys, self.reconcile, concurrency=CONCURRENT_RECONCILES, on_done=self._reconciled)
-        self.metrics.record_workqueue(
+        self.metrics.process.record_workqueue(
             "TrainingJob", depth=self.queue.depth(), pending_wakeups=self.queue.pending_timers()
         )
         stages: tuple[tuple[str, Callable[[], Awaitable[None]]], ...] = (

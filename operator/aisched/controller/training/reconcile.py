@@ -112,7 +112,7 @@ class JobReconciler(WorkerReleases):
         await self.queue.process([key], self.reconcile, concurrency=1, on_done=self._reconciled)
 
     def _reconciled(self, key: JobKey, seconds: float, failed: bool) -> None:
-        self.metrics.record_reconcile("TrainingJob", seconds, failed=failed)
+        self.metrics.process.record_reconcile("TrainingJob", seconds, failed=failed)
 
     async def _carry_out(
         self,
@@ -149,17 +149,19 @@ class JobReconciler(WorkerReleases):
 
     def _count_step(self, job: TrainingJob, before: TrainingJobStatus, after: TrainingJobStatus, step: Step) -> None:
         if after.last_checkpoint != job.status.last_checkpoint and after.last_checkpoint is not None:
-            self.metrics.record_checkpoint(checkpoint_reason(before))
+            self.metrics.interruptions.record_checkpoint(checkpoint_reason(before))
         capacity = str(before.placement.capacity_type) if before.placement and before.placement.capacity_type else None
         if interrupted_gang_stopped(before, step):
             lost = (after.lost_work_seconds or 0.0) - (before.lost_work_seconds or 0.0)
             signal = "NodeLost" if before.reason == "WorkerLost" else "NodeTaint"
-            self.metrics.record_interruption(capacity or "OnDemand", signal, lost_seconds=lost, gpus=before.gpus or 0)
-            self.metrics.record_gang_restart("Interruption")
+            self.metrics.interruptions.record_interruption(
+                capacity or "OnDemand", signal, lost_seconds=lost, gpus=before.gpus or 0
+            )
+            self.metrics.interruptions.record_gang_restart("Interruption")
         if step.count_restart:
-            self.metrics.record_gang_restart("WorkerFailure")
+            self.metrics.interruptions.record_gang_restart("WorkerFailure")
         if step.finished and step.phase in (Phase.SUCCEEDED, Phase.FAILED):
-            self.metrics.record_job_finished(job.spec.queue, str(step.phase))
+            self.metrics.workload.record_job_finished(job.spec.queue, str(step.phase))
 
     def _checkpoint_grace(self) -> int:
         return checkpoint_grace_seconds(self.settings.spot_notice_seconds)

@@ -57,17 +57,19 @@ class Reporting(JobIsolation):
                     level = str(job.status.placement.level or "Cluster")
                     gangs_by_level[level] = gangs_by_level.get(level, 0) + 1
                 self._report_job(key, job, phase)
-        self.metrics.record_jobs(census)
-        self.metrics.record_running_gangs(gangs_by_level)
-        self.metrics.record_gpu_pools(_gpu_pools(self.cluster_snapshot(), min(pending_sizes, default=None)))
+        self.metrics.workload.record_jobs(census)
+        self.metrics.workload.record_running_gangs(gangs_by_level)
+        self.metrics.capacity.record_gpu_pools(_gpu_pools(self.cluster_snapshot(), min(pending_sizes, default=None)))
 
     def _report_job(self, key: JobKey, job: TrainingJob, phase: str) -> None:
         namespace, name = key
         if phase == Phase.QUEUED:
-            self.metrics.record_job_pending(namespace, name, job.spec.queue, job.status.queued_time or self.clock())
+            self.metrics.workload.record_job_pending(
+                namespace, name, job.spec.queue, job.status.queued_time or self.clock()
+            )
         if job.spec.deadline is not None and phase not in (Phase.SUCCEEDED, Phase.FAILED):
             remaining = float(job.spec.expected_duration_seconds or 0)
-            self.metrics.record_deadline_slack(
+            self.metrics.workload.record_deadline_slack(
                 namespace, name, deadline_slack_seconds(job.spec.deadline, self.clock(), remaining)
             )
         self._report_pods(key)
@@ -75,7 +77,7 @@ class Reporting(JobIsolation):
     def _report_pods(self, key: JobKey) -> None:
         namespace, name = key
         pods = [p.name for p in self.inventory.pods_of_job(namespace, name)]
-        self.metrics.record_job_pods(namespace, name, "TrainingJob", pods)
+        self.metrics.pods.record(namespace, name, "TrainingJob", pods)
 
     async def _report_queues(self, result: ScheduleResult) -> None:
         for name, usage in result.queues.items():
@@ -90,7 +92,7 @@ class Reporting(JobIsolation):
 
     async def _report_queue(self, name: str, obj: dict[str, Any], usage: QueueUsage) -> None:
         queue = Queue.model_validate(obj)
-        self.metrics.record_queue(
+        self.metrics.workload.record_queue(
             name, nominal_gpus=queue.spec.nominal_gpus, used_gpus=usage.used_gpus, borrowed_gpus=usage.borrowed_gpus
         )
         status = queue.status.model_copy(deep=True)

@@ -62,9 +62,11 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         self.queue_room = {name: usage.room_gpus for name, usage in result.queues.items()}
         products = {pool.gpu_product for pool in snapshot.pools if pool.gpu_product is not None}
         waiting = {w.key for w in result.waiting} | set(result.deferred)
-        self.metrics.record_pending_demand(pending_demand(requests, waiting, products))
+        self.metrics.capacity.record_pending_demand(pending_demand(requests, waiting, products))
         elapsed = time.perf_counter() - started
-        self.metrics.record_scheduling_cycle(time.perf_counter() - cycle_started, time.thread_time() - cpu_started)
+        self.metrics.process.record_scheduling_cycle(
+            time.perf_counter() - cycle_started, time.thread_time() - cpu_started
+        )
         # Thousands of jobs may sit this cycle out with a status to write: the writes overlap, and
         # land before any decision is carried out (one job may be written again by its launch).
         # They wait on the API server, not on the decision, so they are not part of its time.
@@ -145,8 +147,8 @@ class SchedulingCycle(CarbonDeferral, Reporting):
             obj, job = parsed[preemption.key]
             stop = functools.partial(self._stop_gang, obj, job, now, preemption.reason, preemption.message)
             if await self._carried_out(obj, job, now, stop):
-                self.metrics.record_preemption(job.spec.queue)
-                self.metrics.record_gang_restart("Preemption")
+                self.metrics.workload.record_preemption(job.spec.queue)
+                self.metrics.interruptions.record_gang_restart("Preemption")
         for resize in result.resized:
             obj, job = parsed[resize.key]
             relaunch = functools.partial(
@@ -160,16 +162,18 @@ class SchedulingCycle(CarbonDeferral, Reporting):
                 now=now,
             )
             if await self._carried_out(obj, job, now, relaunch):
-                self.metrics.record_gang_restart("Resize")
+                self.metrics.interruptions.record_gang_restart("Resize")
         launches: list[Coroutine[Any, Any, bool]] = []
         for admission in self._still_free(result.admitted):
             obj, job = parsed[admission.key]
-            self.metrics.record_placement(elapsed, placed=True)
+            self.metrics.workload.record_placement(elapsed, placed=True)
             waited = (now - job.status.queued_time).total_seconds() if job.status.queued_time else 0.0
-            self.metrics.record_job_admitted(job.metadata["namespace"], job.metadata["name"], job.spec.queue, waited)
+            self.metrics.workload.record_job_admitted(
+                job.metadata["namespace"], job.metadata["name"], job.spec.queue, waited
+            )
             decision = capacity_of.get(admission.key)
             if decision is not None and decision.pinned_on_demand and not _was_pinned(job):
-                self.metrics.record_on_demand_fallback()
+                self.metrics.interruptions.record_on_demand_fallback()
             message = admitted_message(admission.placement, admission.preempting)
             launch = functools.partial(
                 self._launch,
@@ -188,7 +192,7 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         waits: list[Coroutine[Any, Any, bool]] = []
         for waiting in result.waiting:
             obj, job = parsed[waiting.key]
-            self.metrics.record_placement(elapsed, placed=False)
+            self.metrics.workload.record_placement(elapsed, placed=False)
             key = (job.metadata["namespace"], job.metadata["name"])
             if not waiting_write_due(
                 job.status, waiting.reason, waiting.message, last_written=self._waiting_written.get(key), now=now
