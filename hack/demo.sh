@@ -48,7 +48,7 @@ wait_for_jobs() {
   local deadline=$((SECONDS + 120)) unsettled
   while ((SECONDS < deadline)); do
     # Settled: every job has a phase other than Placing.
-    unsettled="$(kubectl get trainingjobs -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' |
+    unsettled="$(kubectl get trainingjobs.aisched.io -o jsonpath='{range .items[*]}{.status.phase}{"\n"}{end}' |
       grep -cvE '^(Running|Queued|Deferred|Succeeded|Failed|Suspended)$' || true)"
     [[ "${unsettled}" == 0 ]] && return
     sleep 2
@@ -70,7 +70,7 @@ main() {
   if ((REAL_NODES > 0)); then kubectl apply -f "${REAL_JOB}"; fi
   wait_for_jobs
   echo
-  kubectl get trainingjobs,inferenceservices,queues
+  kubectl get aisched
   echo
   kubectl get pods -o wide
   if ((REAL_NODES > 0)); then

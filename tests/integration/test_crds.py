@@ -49,7 +49,7 @@ def test_defaults_are_filled_in_by_the_api_server(cluster: LocalCluster, namespa
 @pytest.mark.usefixtures("crds_installed")
 def test_kubectl_shows_short_names_columns_and_category(cluster: LocalCluster) -> None:
     resources = cluster.kubectl("api-resources", "--api-group=aisched.io", "-o", "wide").stdout
-    assert "tj" in resources and "aisvc" in resources
+    assert all(short in resources for short in ("aitj", "aisvc", "aiq"))
     assert "aisched" in resources  # the category: `kubectl get aisched`
     columns = (
         cluster.kubectl("get", "tj", "-A", "-o", "wide").stdout

@@ -71,7 +71,7 @@ RESOURCES: tuple[ResourceDefinition, ...] = (
     ResourceDefinition(
         model=TrainingJob,
         plural="trainingjobs",
-        short_names=("tj",),
+        short_names=("aitj", "tj"),
         namespaced=True,
         scale=True,
         columns=(
@@ -90,7 +90,7 @@ RESOURCES: tuple[ResourceDefinition, ...] = (
     ResourceDefinition(
         model=InferenceService,
         plural="inferenceservices",
-        short_names=("aisvc",),
+        short_names=("aisvc",),  # KServe's is isvc
         namespaced=True,
         scale=True,
         columns=(
@@ -105,7 +105,7 @@ RESOURCES: tuple[ResourceDefinition, ...] = (
     ResourceDefinition(
         model=Queue,
         plural="queues",
-        short_names=("aq",),
+        short_names=("aiq", "aq"),
         namespaced=False,
         columns=(
             PrinterColumn("Nominal-GPUs", "integer", ".spec.nominalGPUs", "Guaranteed GPUs."),

@@ -57,8 +57,16 @@ def test_scale_subresource_where_replicas_scale() -> None:
     assert "scale" in CRDS["InferenceService"]["spec"]["versions"][0]["subresources"]
     assert "scale" not in CRDS["Queue"]["spec"]["versions"][0]["subresources"]
     assert CRDS["Queue"]["spec"]["scope"] == "Cluster"
-    assert CRDS["TrainingJob"]["spec"]["names"]["shortNames"] == ["tj"]
-    assert CRDS["InferenceService"]["spec"]["names"]["shortNames"] == ["aisvc"]
+
+
+def test_every_kind_has_a_short_name_no_namesake_project_uses() -> None:
+    # Volcano's and KAI's queues, KServe's inferenceservices (isvc), SageMaker's trainingjobs and
+    # Kueue's localqueues (queue, queues, lq) share plurals with ours: a distinctive short name each.
+    namesakes = {"q", "queue", "queues", "lq", "cq", "isvc", "trainingjob", "trainingjobs", "inferenceservices"}
+    for kind, crd in CRDS.items():
+        short = crd["spec"]["names"]["shortNames"]
+        assert short[0].startswith("ai"), kind
+        assert not namesakes & set(short), kind
 
 
 @pytest.mark.parametrize(("where", "obj"), example_objects(), ids=[w for w, _ in example_objects()])
