@@ -131,6 +131,17 @@ class QuotaLedger:
         quota = self.quotas.get(queue)
         return quota.cohort if quota is not None else None
 
+    def reclaimer_cohort(self, queue: str, gpus: int) -> str | None:
+        """The cohort from whose borrowers QUEUE may take back GPUS: those it takes stay within its
+        nominal quota, which its cohort guarantees it; None when they would not (or it lends nothing)."""
+        quota = self.quotas.get(queue)
+        if quota is None or quota.nominal_gpus is None or quota.cohort is None:
+            return None
+        return quota.cohort if self.used[queue] + gpus <= quota.nominal_gpus else None
+
+    def in_cohort(self, queue: str, cohort: str) -> bool:
+        return self._cohort(queue) == cohort
+
     def borrowed(self, queue: str) -> int:
         quota = self.quotas.get(queue)
         if quota is None or quota.nominal_gpus is None:

@@ -21,6 +21,7 @@ from typing import Any
 
 from aisched.policy.cluster import ClusterSnapshot, Node, level_rank
 from aisched.policy.placement import GangRequest, Placement, place_gang
+from aisched.policy.queueing import QueueQuota
 from aisched.sim.jobs import (
     ANY_CAPACITY,
     DEFAULT_GPUS_PER_POD,
@@ -35,6 +36,7 @@ from aisched.sim.outcomes import PolicyReport, RunLog, report_of
 from aisched.sim.policies import make_policy
 from aisched.sim.scaling import ScalingModel
 from aisched.sim.speed import Geometry, ModelMix, SpeedModel
+from aisched.sim.tenants import QueueLedger
 from aisched.sim.traces import TraceJob
 
 POLICIES = ("aisched", "kueue", "volcano", "tiresias", "fifo_first_fit", "fifo_spread")
@@ -57,6 +59,9 @@ class SimOptions:
     elastic_share: float = NO_ELASTIC
     """Share of the jobs that are elastic (`aisched.sim.jobs`); only aisched resizes them."""
     seed: int = 0
+    queues: tuple[QueueQuota, ...] = ()
+    """Queues named by the jobs' tenants (`aisched.sim.tenants`); none: one default queue. Only
+    aisched schedules by them; every policy's figures are given per queue when there are some."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -69,7 +74,7 @@ class SimOptions:
             "elastic_share": self.elastic_share,
             "scaling": self.scaling.to_json(),
             "seed": self.seed,
-        }
+        } | ({"queues": {q.name: q.nominal_gpus for q in self.queues}} if self.queues else {})
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +138,7 @@ def simulate(
         options=options,
     )
     for name in policies:
-        policy = make_policy(name, ClusterSnapshot(nodes), options.speed)
+        policy = make_policy(name, ClusterSnapshot(nodes), options.speed, options.queues)
         report.policies[name] = _Replay(policy, jobs, smallest, options, progress).run()
     return report
 
@@ -193,6 +198,7 @@ class _Replay:
         self.log = RunLog()
         self.busy = 0
         self.wake_at: float | None = None
+        self.ledger = QueueLedger({q.name: q.nominal_gpus or 0 for q in options.queues})
 
     def run(self) -> PolicyReport:
         jobs, next_arrival, events = self.jobs, 0, 2 * len(self.jobs)
@@ -205,12 +211,14 @@ class _Replay:
                 self.completions[0][0] if self.completions else math.inf,
                 self.wake_at if self.wake_at is not None else math.inf,
             )
+            self.ledger.advance(now)
             while self.completions and self.completions[0][0] <= now:
                 _, run, key = heapq.heappop(self.completions)
                 if self._current(run, key):
                     self._finish(self.by_key[key], now)
             while next_arrival < len(jobs) and jobs[next_arrival].arrival <= now:
                 self.policy.submit(jobs[next_arrival], now)
+                self.ledger.arrived(jobs[next_arrival].tenant, jobs[next_arrival].gpus)
                 next_arrival += 1
             outcome = self.policy.cycle(now)
             self.wake_at = outcome.wake_at
@@ -223,7 +231,9 @@ class _Replay:
             self.log.busy_log.append((now, self.busy))
             if self.progress is not None:
                 self.progress(self.policy.name, next_arrival + len(self.log.finish), events, now)
-        return report_of(self.policy.name, jobs, self.log, total_gpus=self.policy.snapshot.total_gpus)
+        return report_of(
+            self.policy.name, jobs, self.log, total_gpus=self.policy.snapshot.total_gpus, ledger=self.ledger
+        )
 
     def _current(self, run: int, key: str) -> bool:
         """Is this the end of the job's current run (not of one a preemption or resize cut short)?"""
@@ -238,6 +248,7 @@ class _Replay:
         job = started.job
         resumed = job.key in self.runs
         self._place(started, now, self.options.restart_overhead_s if resumed else 0.0)
+        self.ledger.started(job.tenant, job.gpus, self.running[job.key].gpus)
         self.log.first_start.setdefault(job.key, now)
 
     def _resize(self, resized: Start, now: float) -> None:
@@ -247,6 +258,7 @@ class _Replay:
         self.busy -= running.gpus
         self.log.resizes += 1
         self._place(resized, now, self.options.restart_overhead_s)
+        self.ledger.resized(job.tenant, running.gpus, self.running[job.key].gpus)
 
     def _place(self, placed: Start, now: float, overhead: float) -> None:
         """Run the job on `placed.nodes` (one per replica) from `now`, after `overhead` seconds of restart."""
@@ -271,6 +283,7 @@ class _Replay:
         self._account(job, running, now)
         self.busy -= running.gpus
         self.log.preemptions += 1
+        self.ledger.stopped(job.tenant, running.gpus, job.gpus)
 
     def _finish(self, job: SimJob, now: float) -> None:
         self.policy.finish(job, now)
@@ -279,6 +292,7 @@ class _Replay:
         self.remaining[job.key] = 0.0
         self.busy -= running.gpus
         self.log.finish[job.key] = now
+        self.ledger.finished(job.tenant, running.gpus)
 
     def _account(self, job: SimJob, running: _Running, now: float) -> None:
         """Progress up to `now`. Useful work is counted in the job's own GPU-time (the GPUs it asked

@@ -71,6 +71,8 @@ class SimJob:
     min_replicas: int | None = None
     max_replicas: int | None = None
     """Both set: an elastic job, which aisched may run with any replicas in that range."""
+    tenant: str = ""
+    """The trace's submitter (`TraceJob.tenant`): its queue, where the simulation has queues."""
 
     @property
     def elastic(self) -> bool:
@@ -148,6 +150,7 @@ def gangs(
                 _estimate(job.duration, knowledge, rng),
                 min_replicas=max(1, replicas // 2) if elastic else None,
                 max_replicas=2 * replicas if elastic else None,
+                tenant=job.tenant,
             )
         )
     return jobs

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aisched.sim.jobs import SimJob
+from aisched.sim.tenants import QueueLedger
 
 SIZE_CLASSES = ("1", "2-8", ">8")
 
@@ -74,6 +75,8 @@ class PolicyReport:
     avg_placement_slowdown: float
     makespan_s: float
     jcts: tuple[float, ...] = ()
+    by_queue: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per queue, where the simulation has queues: jobs, JCT, slowdown, guarantee shortfall, borrowing."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -96,7 +99,7 @@ class PolicyReport:
             "finished_jobs": self.finished_jobs,
             "unfinished_jobs": self.unfinished_jobs,
             "makespan_s": round(self.makespan_s, 1),
-        }
+        } | ({"by_queue": self.by_queue} if self.by_queue else {})
 
 
 def percentile(values: Sequence[float], share: float) -> float:
@@ -106,7 +109,9 @@ def percentile(values: Sequence[float], share: float) -> float:
     return values[min(len(values) - 1, max(0, math.ceil(share * len(values)) - 1))]
 
 
-def report_of(name: str, jobs: Sequence[SimJob], log: RunLog, *, total_gpus: int) -> PolicyReport:
+def report_of(
+    name: str, jobs: Sequence[SimJob], log: RunLog, *, total_gpus: int, ledger: QueueLedger | None = None
+) -> PolicyReport:
     done = [j for j in jobs if j.key in log.finish]
     jct = sorted(log.finish[j.key] - j.arrival for j in done)
     slowdowns = sorted((log.finish[j.key] - j.arrival) / max(j.duration, 1.0) for j in done)
@@ -143,7 +148,24 @@ def report_of(name: str, jobs: Sequence[SimJob], log: RunLog, *, total_gpus: int
         avg_placement_slowdown=log.slowdown_weighted / log.gpu_starts if log.gpu_starts else 1.0,
         makespan_s=makespan,
         jcts=tuple(jct),
+        by_queue=_by_queue(done, log, ledger) if ledger is not None else {},
     )
+
+
+def _by_queue(done: Sequence[SimJob], log: RunLog, ledger: QueueLedger) -> dict[str, dict[str, float]]:
+    figures = {}
+    for queue, nominal in sorted(ledger.nominal.items()):
+        mine = [j for j in done if j.tenant == queue]
+        jct = [log.finish[j.key] - j.arrival for j in mine]
+        figures[queue] = {
+            "nominal_gpus": nominal,
+            "finished_jobs": len(mine),
+            "avg_jct_s": round(_mean(jct), 1),
+            "avg_slowdown": round(_mean([t / max(j.duration, 1.0) for t, j in zip(jct, mine, strict=True)]), 3),
+            "shortfall_gpu_hours": round(ledger.shortfall[queue] / 3600, 1),
+            "borrowed_gpu_hours": round(ledger.borrowed[queue] / 3600, 1),
+        }
+    return figures
 
 
 def _mean(values: Sequence[float]) -> float:

@@ -2,8 +2,10 @@
 
 - `AischedPolicy`: the operator's own `aisched.policy.scheduler.schedule`, called every cycle
   exactly as the controller calls it, with the default queue's settings (time-slicing by attained
-  service with its minimum run time). It is told a job's duration only as the simulation's
-  `DurationKnowledge` allows; attained service is carried as the operator carries it in status.
+  service with its minimum run time), or with the given queues (quotas, cohort borrowing and
+  reclaim), each job in the queue named by its tenant (the default queue when none is). It is
+  told a job's duration only as the simulation's `DurationKnowledge` allows; attained service
+  is carried as the operator carries it in status.
   Elastic jobs (`SimJob.min_replicas`, `max_replicas`) are handed to it as elastic, and its
   resizes (shrinks to make room, growth into idle GPUs) are carried out as the controller
   carries them out: the gang is relaunched on its new placement, and the run that ends there
@@ -26,6 +28,7 @@ from collections import deque
 from dataclasses import replace
 from datetime import timedelta
 
+from aisched.api.queue import DEFAULT_QUEUE
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.placement import Placement
 from aisched.policy.queueing import QueueQuota
@@ -37,9 +40,10 @@ from aisched.sim.peers.volcano import VolcanoPolicy
 from aisched.sim.speed import SpeedModel
 
 
-def make_policy(name: str, snapshot: ClusterSnapshot, speed: SpeedModel) -> Policy:
+def make_policy(name: str, snapshot: ClusterSnapshot, speed: SpeedModel, queues: tuple[QueueQuota, ...] = ()) -> Policy:
+    """NAME's policy; only aisched reads QUEUES (the peers as modelled have one queue)."""
     if name == "aisched":
-        return AischedPolicy(snapshot)
+        return AischedPolicy(snapshot, queues)
     if name == "kueue":
         return KueuePolicy(snapshot)
     if name == "volcano":
@@ -56,19 +60,20 @@ def make_policy(name: str, snapshot: ClusterSnapshot, speed: SpeedModel) -> Poli
 class AischedPolicy:
     name = "aisched"
 
-    def __init__(self, snapshot: ClusterSnapshot) -> None:
+    def __init__(self, snapshot: ClusterSnapshot, queues: tuple[QueueQuota, ...] = ()) -> None:
         self.snapshot = snapshot
         self.pending: dict[str, JobRequest] = {}
         self.running: dict[str, JobRequest] = {}
         self.jobs: dict[str, SimJob] = {}
-        self.queues: tuple[QueueQuota, ...] = ()
+        self.queues = queues
         """The queues' settings; none: the default queue's."""
+        self._queue_names = {q.name for q in queues}
 
     def submit(self, job: SimJob, now: float) -> None:
         self.jobs[job.key] = job
         self.pending[job.key] = JobRequest(
             key=job.key,
-            queue="default",
+            queue=job.tenant if job.tenant in self._queue_names else DEFAULT_QUEUE,
             priority=0,
             created=at(job.arrival),
             gpus_per_replica=job.gpus_per_replica,

@@ -3,7 +3,8 @@
 Every format becomes a list of `TraceJob` (arrival and duration in seconds from
 the trace's start, GPUs asked for), sorted by arrival.
 
-- Philly (`timestamp,duration,num_gpus,...`): taken as is; extra columns ignored.
+- Philly (`timestamp,duration,num_gpus,...,cluster`): taken as is; `cluster`, the virtual
+  cluster (a team with its own share of the GPUs) that ran the job, is its tenant.
 - Alibaba pod lists (`openb_pod_list_*.csv`): one pod is one job. Pods without
   GPUs are skipped; a fractional GPU (`gpu_milli` < 1000, GPU sharing) counts as
   one whole GPU, since aisched hands out whole `nvidia.com/gpu`s.
@@ -26,7 +27,7 @@ import csv
 import math
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
@@ -50,6 +51,8 @@ class TraceJob:
     gpus: int
     model: str = ""
     """The model it trains, when the trace names one (the Pollux workloads do)."""
+    tenant: str = ""
+    """Who submitted it, when the trace says (Philly's virtual clusters); "" when it does not."""
 
 
 def offered_gpus(jobs: list[TraceJob]) -> float:
@@ -103,7 +106,7 @@ def read_trace(
     if not jobs:
         return []
     start = jobs[0].arrival
-    return [TraceJob(j.key, j.arrival - start, j.duration, j.gpus, j.model) for j in jobs]
+    return [replace(j, arrival=j.arrival - start) for j in jobs]
 
 
 def _philly(path: Path) -> Iterator[TraceJob]:
@@ -114,7 +117,7 @@ def _philly(path: Path) -> Iterator[TraceJob]:
             if gpus < 1 or duration <= 0:
                 continue
             arrival = datetime.fromisoformat(row["timestamp"]).replace(tzinfo=UTC).timestamp()
-            yield TraceJob(f"philly/{index}", arrival, duration, gpus)
+            yield TraceJob(f"philly/{index}", arrival, duration, gpus, tenant=row.get("cluster") or "")
 
 
 def _pollux(path: Path, *, seed: int) -> list[TraceJob]:

@@ -19,7 +19,7 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
-def test_philly_rows_become_jobs_from_the_first_arrival(tmp_path: Path) -> None:
+def test_philly_rows_become_jobs_of_their_virtual_cluster_from_the_first_arrival(tmp_path: Path) -> None:
     trace = write(
         tmp_path / "philly.csv",
         "timestamp,duration,num_gpus,gpu_time,cluster\n"
@@ -31,11 +31,11 @@ def test_philly_rows_become_jobs_from_the_first_arrival(tmp_path: Path) -> None:
     assert detect_format(trace) == TraceFormat.PHILLY
     jobs = read_trace(trace)
     assert jobs == [
-        TraceJob("philly/1", 0.0, 60.0, 1),
-        TraceJob("philly/0", 60.0, 600.0, 8),
-        TraceJob("philly/3", 660.0, 30.0, 16),
+        TraceJob("philly/1", 0.0, 60.0, 1, tenant="vc2"),
+        TraceJob("philly/0", 60.0, 600.0, 8, tenant="vc1"),
+        TraceJob("philly/3", 660.0, 30.0, 16, tenant="vc3"),
     ]
-    assert read_trace(trace, limit=1, skip=1) == [TraceJob("philly/0", 0.0, 600.0, 8)]
+    assert read_trace(trace, limit=1, skip=1) == [TraceJob("philly/0", 0.0, 600.0, 8, tenant="vc1")]
 
 
 def test_alibaba_with_times_skips_cpu_pods_and_pods_never_scheduled(tmp_path: Path) -> None:

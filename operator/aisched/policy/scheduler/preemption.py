@@ -4,7 +4,10 @@ minimum, then preempts whole gangs of lower priority.
 Victims are its own queue's, or those of queues borrowing beyond their quota. The search
 picks the tightest domain and there the cheapest set of victims (fewest gangs, lowest
 priority). Never half a gang, never a higher priority; an equal priority only when time-slicing
-allows it (`CycleState.sliceable_for`: a higher band of attained service, its minimum run had).
+allows it (`CycleState.sliceable_for`: a higher band of attained service, its minimum run had),
+or to reclaim: a job whose queue stays within its nominal quota takes back what other queues of
+its cohort borrowed (Kueue's reclaimWithinCohort), whatever their priority up to its own, since
+a quota lent is a quota its owner may have back.
 """
 
 from __future__ import annotations
@@ -56,15 +59,17 @@ class _RoomPlan:
     domain: DomainId
 
 
-def _displaceable(cycle: CycleState, job: JobRequest) -> list[_Displacement]:
-    """Everything `job` may take GPUs from: shrinks first, then whole gangs."""
+def _displaceable(cycle: CycleState, job: JobRequest, gpus: int) -> list[_Displacement]:
+    """Everything `job`, asking GPUS, may take GPUs from: shrinks first, then whole gangs."""
     lowest, elastic = cycle.lowest_priority, cycle.lowest_elastic_priority
     slicing = (
         lowest == job.priority and cycle.highest_running_band > cycle.band(job) and cycle.slices < MAX_SLICES_PER_CYCLE
     )
-    if (lowest is None or lowest >= job.priority) and (elastic is None or elastic > job.priority) and not slicing:
+    reclaiming = cycle.ledger.reclaimer_cohort(job.queue, gpus)
+    nothing_lower = (lowest is None or lowest >= job.priority) and (elastic is None or elastic > job.priority)
+    if nothing_lower and not slicing and reclaiming is None:
         return []
-    shrinkable, preemptible = _eligible(cycle, job, slicing)
+    shrinkable, preemptible = _eligible(cycle, job, slicing, reclaiming)
     # What changes as the cycle goes on is checked here: gangs preempted or shrunk since, and
     # which queues borrow.
     shrinks = [
@@ -77,10 +82,16 @@ def _displaceable(cycle: CycleState, job: JobRequest) -> list[_Displacement]:
     return shrinks + preemptions
 
 
-def _eligible(cycle: CycleState, job: JobRequest, slicing: bool) -> tuple[list[RunningGang], list[RunningGang]]:
+def _eligible(
+    cycle: CycleState, job: JobRequest, slicing: bool, reclaiming: str | None
+) -> tuple[list[RunningGang], list[RunningGang]]:
     """The gangs running when the cycle began that a job of this priority and band may shrink or
-    preempt, cheapest first; worked out once per (priority, band, slicing) and cycle."""
-    key = (job.priority, cycle.band(job), slicing)
+    preempt, cheapest first; worked out once per (priority, band, slicing, reclaiming queue) and cycle.
+
+    RECLAIMING is the job's cohort when it takes back lent quota: other queues' gangs there of up to
+    its priority are candidates (`_still_displaceable` keeps those whose queue still borrows)."""
+    reclaimer = job.queue if reclaiming is not None else None
+    key = (job.priority, cycle.band(job), slicing, reclaimer)
     cached = cycle.displaceable.get(key)
     if cached is not None:
         return cached
@@ -92,7 +103,11 @@ def _eligible(cycle: CycleState, job: JobRequest, slicing: bool) -> tuple[list[R
             continue
         if other.elastic:
             shrinkable.append(running)
-        if other.priority < job.priority or (slicing and cycle.sliceable_for(running, job)):
+        if (
+            other.priority < job.priority
+            or (slicing and cycle.sliceable_for(running, job))
+            or (reclaiming is not None and other.queue != job.queue and cycle.ledger.in_cohort(other.queue, reclaiming))
+        ):
             preemptible.append(running)
     shrinkable.sort(key=lambda r: (r.job.priority, -r.job.created.timestamp(), r.job.key))
     preemptible.sort(key=lambda r: (r.job.priority, -(r.job.started or r.job.created).timestamp(), r.job.key))
@@ -120,7 +135,7 @@ def _shrink_floor(job: JobRequest, for_priority: int) -> int:
 def make_room(cycle: CycleState, attempt: Attempt) -> bool:
     """Shrink and preempt so that the job's fewest replicas fit; nothing changes unless they then fit."""
     job, request = attempt.job, attempt.smallest
-    candidates = _displaceable(cycle, job)
+    candidates = _displaceable(cycle, job, request.replicas * request.gpus_per_replica)
     if not candidates:
         return False
     for level in _levels_to_search(cycle, request):

@@ -119,7 +119,7 @@ class CycleState:
         self.highest_running_band = max((self.band(r.job) for r in self.running.values()), default=0)
         self.slices = 0
         """Gangs preempted this cycle for time-slicing (`MAX_SLICES_PER_CYCLE`)."""
-        self.displaceable: dict[tuple[int, int, bool], tuple[list[RunningGang], list[RunningGang]]] = {}
+        self.displaceable: dict[tuple[int, int, bool, str | None], tuple[list[RunningGang], list[RunningGang]]] = {}
         """Making room's candidates (shrinkable, preemptible) by (priority, band, slicing) of the job
         making room, cheapest first, as the cycle began: the jobs alike share one list."""
         self.domains_of: dict[tuple[tuple[str, ...], TopologyLevel | None], list[DomainId]] = {}

@@ -51,6 +51,39 @@ def test_other_queues_guaranteed_quota_is_not_preempted_but_borrowed_gpus_are() 
     assert only_own.preempted == ()
 
 
+def test_a_queue_within_its_quota_takes_back_what_its_cohort_borrowed_at_equal_priority() -> None:
+    queues = [QueueQuota("a", 8, cohort="c"), QueueQuota("b", 8, cohort="c")]
+    snapshot = ClusterSnapshot(rack_nodes("z", "r", 2))
+    a_own = run_on(snapshot, pending("ns/a-own", 8, queue="a"), ["r-n0"], started=T0 - 2 * HOUR)
+    a_borrowed = run_on(snapshot, pending("ns/a-borrowed", 8, queue="a"), ["r-n1"], started=T0 - HOUR)
+    b_job = pending("ns/b-job", 8, queue="b")
+    result = schedule(snapshot, [a_own, a_borrowed, b_job], queues, T0)
+    assert [p.key for p in result.preempted] == ["ns/a-borrowed"]  # of a's two, the one that loses least
+    assert [a.key for a in result.admitted] == ["ns/b-job"]
+
+    # Beyond its own quota it would be borrowing too: nothing is taken back for that.
+    snapshot = ClusterSnapshot(rack_nodes("z", "r", 3))
+    a_own = run_on(snapshot, pending("ns/a-own", 8, queue="a"), ["r-n0"], started=T0 - HOUR)
+    a_borrowed = run_on(snapshot, pending("ns/a-borrowed", 8, queue="a"), ["r-n1"], started=T0 - HOUR)
+    b_running = run_on(snapshot, pending("ns/b-run", 8, queue="b"), ["r-n2"])
+    more = schedule(snapshot, [a_own, a_borrowed, b_running, b_job], [*queues, QueueQuota("x", 8, cohort="c")], T0)
+    assert more.preempted == ()
+
+    # Gangs of a higher priority than the reclaiming job are not taken from, borrowing or not.
+    snapshot = ClusterSnapshot(rack_nodes("z", "r", 2))
+    urgent = [
+        run_on(snapshot, pending(f"ns/a-urgent-{i}", 8, queue="a", priority=5), [f"r-n{i}"], started=T0 - HOUR)
+        for i in range(2)
+    ]
+    assert schedule(snapshot, [*urgent, b_job], queues, T0).preempted == ()
+    # Nor does a job reclaim from its own queue: its equal-priority gangs (just started, so no
+    # time-slicing either) are not borrowed from anyone.
+    snapshot = ClusterSnapshot(rack_nodes("z", "r", 2))
+    mine = [run_on(snapshot, pending(f"ns/a-{i}", 8, queue="a"), [f"r-n{i}"]) for i in range(2)]
+    roomy = [QueueQuota("a", 24, cohort="c"), QueueQuota("b", 8, cohort="c")]
+    assert schedule(snapshot, [*mine, pending("ns/a-more", 8, queue="a")], roomy, T0).preempted == ()
+
+
 def test_shrink_before_preempting_anyone() -> None:
     snapshot = ClusterSnapshot(rack_nodes("z", "r", 4))
     elastic = run_on(
