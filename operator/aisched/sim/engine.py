@@ -62,6 +62,9 @@ class SimOptions:
     queues: tuple[QueueQuota, ...] = ()
     """Queues named by the jobs' tenants (`aisched.sim.tenants`); none: one default queue. Only
     aisched schedules by them; every policy's figures are given per queue when there are some."""
+    enforce_queues: bool = True
+    """False: the queues are accounted, not enforced (aisched runs every job in one queue), for
+    what the same teams get with no quotas."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -74,7 +77,11 @@ class SimOptions:
             "elastic_share": self.elastic_share,
             "scaling": self.scaling.to_json(),
             "seed": self.seed,
-        } | ({"queues": {q.name: q.nominal_gpus for q in self.queues}} if self.queues else {})
+        } | (
+            {"queues": {q.name: q.nominal_gpus for q in self.queues}, "queues_enforced": self.enforce_queues}
+            if self.queues
+            else {}
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,7 +145,8 @@ def simulate(
         options=options,
     )
     for name in policies:
-        policy = make_policy(name, ClusterSnapshot(nodes), options.speed, options.queues)
+        enforced = options.queues if options.enforce_queues else ()
+        policy = make_policy(name, ClusterSnapshot(nodes), options.speed, enforced)
         report.policies[name] = _Replay(policy, jobs, smallest, options, progress).run()
     return report
 

@@ -3,6 +3,8 @@ guarantee shortfall that says whether a team got what its quota promised."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -22,9 +24,7 @@ def queues(shares: dict[str, int]) -> tuple[QueueQuota, ...]:
 
 
 @given(
-    st.lists(
-        st.tuples(st.sampled_from("abcde"), st.integers(1, 64), st.floats(1.0, 1e6)), min_size=1, max_size=40
-    ),
+    st.lists(st.tuples(st.sampled_from("abcde"), st.integers(1, 64), st.floats(1.0, 1e6)), min_size=1, max_size=40),
     st.integers(1, 512),
 )
 def test_shares_follow_demand_and_add_up_to_the_cluster(jobs: list[tuple[str, int, float]], gpus: int) -> None:
@@ -56,6 +56,8 @@ def test_a_team_gets_its_quota_back_from_a_borrower_and_the_shortfall_says_what_
     assert fifo["b"]["shortfall_gpu_hours"] == pytest.approx(8 * (10_000.0 - 10) / 3600, rel=1e-3)
     assert aisched["b"]["shortfall_gpu_hours"] < fifo["b"]["shortfall_gpu_hours"] / 5
     assert with_queues.to_json()["options"]["queues"] == {"a": 8, "b": 8}
+    unenforced = simulate(trace, TWO_NODES, policies=["aisched"], options=replace(options, enforce_queues=False))
+    assert unenforced.policies["aisched"].by_queue["b"]["avg_jct_s"] > 1_000  # one queue: no reclaim
 
 
 def test_without_queues_reports_have_no_per_queue_figures() -> None:
