@@ -37,17 +37,18 @@ from pydantic import ValidationError
 
 from aisched.api.inference_service import InferenceService, InferenceServiceStatus
 from aisched.controller.in_flight import CurrentSnapshot, InFlightPlacements
-from aisched.controller.serving.autoscaling import PLURAL, MetricReading, ServiceAutoscaler
+from aisched.controller.serving.autoscaling import MetricReading, ServiceAutoscaler
+from aisched.controller.serving.front import ServiceFront
 from aisched.controller.serving.placement import ReplicaPlacement
 from aisched.controller.serving.queue_share import QueueShare
 from aisched.controller.serving.replica_pods import ReplicaPods, ServiceKey
+from aisched.controller.serving.status_writer import ServiceStatusWriter
 from aisched.controller.tenancy import TenancyBook
 from aisched.controller.workqueue import RefusedError, WorkQueue
 from aisched.kube.client import KubeClient
 from aisched.kube.inventory import Inventory
 from aisched.kube.serving_builders import (
     ServingPod,
-    build_service,
     service_selector,
     serving_pod_from_object,
     template_hash,
@@ -55,7 +56,6 @@ from aisched.kube.serving_builders import (
 from aisched.metrics import Metrics
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.scheduler import HeldGpus
-from aisched.policy.serving import PlanReason
 from aisched.policy.serving_status import find_condition, observed_status, replica_failure, set_service_condition
 from aisched.policy.tenancy import Refusal
 from aisched.settings import Settings
@@ -94,7 +94,8 @@ class InferenceServiceController:
     replicas: ReplicaPods = field(init=False)
     placement: ReplicaPlacement = field(init=False)
     autoscaler: ServiceAutoscaler = field(init=False)
-    _service_applied: dict[ServiceKey, tuple[int | None, float]] = field(default_factory=dict)
+    front: ServiceFront = field(init=False)
+    status_writer: ServiceStatusWriter = field(init=False)
     queue_share: QueueShare = field(default_factory=QueueShare)
     """Each queue's room for replicas, as the scheduling cycle leaves it."""
     tenancy: TenancyBook = field(default_factory=TenancyBook)
@@ -108,6 +109,8 @@ class InferenceServiceController:
         self.replicas = ReplicaPods(self.settings.gpu_resource)
         self.placement = ReplicaPlacement(self.settings, self.kube, self.replicas, self.in_flight)
         self.autoscaler = ServiceAutoscaler(self.settings, self.kube, self.prometheus, self.metrics, self._scaled)
+        self.front = ServiceFront(self.kube, self.settings.relist_seconds, time.monotonic)
+        self.status_writer = ServiceStatusWriter(self.kube, self.replicas, self.metrics)
 
     # -- fed by the watch handlers ------------------------------------------
 
@@ -121,9 +124,10 @@ class InferenceServiceController:
         key = (namespace, name)
         self.services.pop(key, None)
         self.autoscaler.forget(key)
-        self._service_applied.pop(key, None)
+        self.front.forget(key)
         self.tenancy.forget(key)
         self.placement.waiting_for_capacity.discard(key)
+        self.placement.refused.pop(key, None)
         self.queue.forget(key)
         if self.metrics is not None:
             self.metrics.serving.forget_inference_service(namespace, name)
@@ -219,7 +223,7 @@ class InferenceServiceController:
         if refused is not None:
             await self._refused(obj, service, refused, now)
             return
-        exposed = await self._apply_service(key, service)
+        exposed = await self.front.ensure(key, service)
         await self.placement.clear_out(obj, self.replicas.of(key), now)
         status = service.status.model_copy(deep=True)
         if (admitted := find_condition(status, ADMITTED)) is not None and admitted.status != "True":
@@ -284,21 +288,6 @@ class InferenceServiceController:
             self.kube.post_event(obj, "Warning", refused.reason, refused.message)
         await self._write_status(obj, service, status)
 
-    # -- 1: the Service in front ----------------------------------------------
-
-    async def _apply_service(self, key: ServiceKey, service: InferenceService) -> bool:
-        """The Service in front is ours and up to date; False when its name is someone else's Service."""
-        # Applied on every spec change, and again each relist period in case someone deleted it.
-        generation = service.metadata.get("generation")
-        applied = self._service_applied.get(key)
-        fresh = applied is not None and time.monotonic() - applied[1] < self.settings.relist_seconds
-        if fresh and applied is not None and applied[0] == generation:
-            return True
-        if not await self.kube.apply_service(build_service(service)):
-            return False  # asked again next pass: its owner may delete it
-        self._service_applied[key] = (generation, time.monotonic())
-        return True
-
     # -- 3: the autoscaler's timers and metric ---------------------------------
 
     def _autoscale_due(self, key: ServiceKey, now: datetime) -> bool:
@@ -351,44 +340,10 @@ class InferenceServiceController:
     async def _write_status(
         self, obj: dict[str, Any], service: InferenceService, status: InferenceServiceStatus
     ) -> None:
-        namespace, name = service.metadata["namespace"], service.metadata["name"]
-        if self.metrics is not None:
-            self.metrics.serving.record_inference_service(
-                namespace,
-                name,
-                desired=status.desired_replicas or 0,
-                on_demand=status.on_demand_replicas or 0,
-                spot=status.spot_replicas or 0,
-                metric_per_replica=status.current_metric_value,
-                target_per_replica=(
-                    service.spec.autoscaling.metric.target_per_replica if service.spec.autoscaling else None
-                ),
-            )
-            self.metrics.pods.record(
-                namespace, name, "InferenceService", [p.name for p in self.replicas.of((namespace, name))]
-            )
-        await self._post_condition_events(obj, service.status, status)
-        if status == service.status:
-            return
-        wire = status.to_wire()
-        if status.current_metric_value is None and service.status.current_metric_value is not None:
-            wire["currentMetricValue"] = None  # merge patch: null removes the field
-        await self.kube.patch_status(PLURAL, namespace, name, wire)
-        key = (namespace, name)
-        if key in self.services:
-            self.services[key] = {**self.services[key], "status": status.to_wire()}
-
-    async def _post_condition_events(
-        self, obj: dict[str, Any], before: InferenceServiceStatus, after: InferenceServiceStatus
-    ) -> None:
-        """An event when placement gets stuck or starts replacing interrupted replicas, once per change."""
-        was, now = find_condition(before, "Progressing"), find_condition(after, "Progressing")
-        if now is None or (was is not None and was.reason == now.reason):
-            return
-        if now.reason in (PlanReason.INSUFFICIENT_CAPACITY, PlanReason.ON_DEMAND_FLOOR_UNMET):
-            self.kube.post_event(obj, "Warning", now.reason, now.message)
-        elif now.reason == PlanReason.REPLACING_INTERRUPTED:
-            self.kube.post_event(obj, "Normal", now.reason, now.message)
+        if await self.status_writer.write(obj, service, status):
+            key = (service.metadata["namespace"], service.metadata["name"])
+            if key in self.services:
+                self.services[key] = {**self.services[key], "status": status.to_wire()}
 
 
 def _is_older(incoming: dict[str, Any], cached: dict[str, Any] | None) -> bool:
