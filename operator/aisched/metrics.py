@@ -21,7 +21,7 @@ is given, so tests use a fresh one and the operator serves its own with `serve`.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from importlib.metadata import version
@@ -39,10 +39,11 @@ from prometheus_client import (
     start_http_server,
 )
 
-from aisched.api.common import CapacityType, TopologyLevel
+from aisched.api.common import CapacityType
 from aisched.api.training_job import TrainingJobPhase
 from aisched.policy.autoscale import ReasonCode
 from aisched.policy.scheduler.demand import ANY_GPU_TYPE
+from aisched.policy.topology import LOCAL_TOPOLOGY
 
 PREFIX = "aisched"
 
@@ -51,8 +52,10 @@ RECONCILED_KINDS = (*KINDS, "Queue", "Node", "Pod")
 PHASES = tuple(phase.value for phase in TrainingJobPhase)
 FINISHED_PHASES = (TrainingJobPhase.SUCCEEDED.value, TrainingJobPhase.FAILED.value)
 CAPACITY_TYPES = tuple(capacity.value for capacity in CapacityType)
-# "Cluster": the gang spans zones, so no single domain holds it.
-SPREAD_LEVELS = (*(level.value for level in TopologyLevel), "Cluster")
+# The levels of the operator's topology (settings.topology), tightest first; these are the local
+# cluster's. "Cluster": the gang spans the widest level, so no single domain holds it.
+TOPOLOGY_LEVELS = LOCAL_TOPOLOGY.names
+SPREAD_LEVELS = (*TOPOLOGY_LEVELS, "Cluster")
 PLACEMENT_RESULTS = ("Placed", "NoFit")
 INTERRUPTION_SIGNALS = ("NodeTaint", "DisruptionTarget", "NodeLost")
 CHECKPOINT_REASONS = ("Periodic", "Interruption", "Preemption", "Suspend", "Deferral")
@@ -100,8 +103,16 @@ class GpuPoolUsage:
 class Metrics:
     """aisched's metrics, registered on `registry`, with the helpers call sites use."""
 
-    def __init__(self, registry: CollectorRegistry, *, process_metrics: bool = True) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        process_metrics: bool = True,
+        topology_levels: Sequence[str] = TOPOLOGY_LEVELS,
+    ) -> None:
         self.registry = registry
+        self._levels = tuple(topology_levels)
+        self._spread_levels = (*self._levels, "Cluster")
         if process_metrics:
             ProcessCollector(registry=registry)
             PlatformCollector(registry=registry)
@@ -178,7 +189,7 @@ class Metrics:
         self.gang_domains = Histogram(
             f"{PREFIX}_gang_domains",
             "Distinct topology domains a gang spans when placed, by level "
-            f"({_values(level.value for level in TopologyLevel)}); 1 is a tight gang.",
+            f"({_values(self._levels)}); 1 is a tight gang.",
             ["level"],
             buckets=DOMAIN_BUCKETS,
             registry=r,
@@ -186,7 +197,7 @@ class Metrics:
         self.running_gangs = Gauge(
             f"{PREFIX}_running_gangs",
             "Running TrainingJob gangs by the tightest topology level one of whose domains holds "
-            f"the whole gang ({_values(SPREAD_LEVELS)}; Cluster spans zones).",
+            f"the whole gang ({_values(self._spread_levels)}; Cluster spans the widest level).",
             ["level"],
             registry=r,
         )
@@ -469,18 +480,22 @@ class Metrics:
     def record_placement(self, seconds: float, *, placed: bool) -> None:
         self.placement_duration.labels("Placed" if placed else "NoFit").observe(seconds)
 
+    @property
+    def topology_levels(self) -> tuple[str, ...]:
+        """The level names the topology metrics are labelled with, tightest first."""
+        return self._levels
+
     def record_gang_domains(self, domains_per_level: Mapping[str, int]) -> None:
         """A gang was placed: how many domains of each topology level it spans."""
-        levels = tuple(level.value for level in TopologyLevel)
         for level, domains in domains_per_level.items():
-            self.gang_domains.labels(_check("level", level, levels)).observe(domains)
+            self.gang_domains.labels(_check("level", level, self._levels)).observe(domains)
 
     def record_running_gangs(self, gangs_by_level: Mapping[str, int]) -> None:
         """Replace the spread census of running gangs; levels not given are 0."""
-        for level in SPREAD_LEVELS:
+        for level in self._spread_levels:
             self.running_gangs.labels(level).set(0)
         for level, count in gangs_by_level.items():
-            self.running_gangs.labels(_check("level", level, SPREAD_LEVELS)).set(count)
+            self.running_gangs.labels(_check("level", level, self._spread_levels)).set(count)
 
     def record_deadline_slack(self, namespace: str, job_name: str, slack_seconds: float) -> None:
         self.job_deadline_slack.labels(namespace, job_name).set(slack_seconds)

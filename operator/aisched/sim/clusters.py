@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from aisched.api.common import CapacityType
-from aisched.policy.cluster import Node
+from aisched.policy.nodes import Node, local_node
 
 _CAPACITY = {"on-demand": CapacityType.ON_DEMAND, "spot": CapacityType.SPOT}
 
@@ -61,7 +61,7 @@ def _rack(zone: str, rack: str, groups: list[dict[str, Any]], node_types: dict[s
             node_index += 1
             if per_domain and i % per_domain == 0:
                 clique += 1
-            yield Node(
+            yield local_node(
                 name=f"{rack}-n{node_index:02d}",
                 allocatable_gpus=_get(gpu, "count", int, f"the gpu of {type_name}"),
                 gpu_product=str(gpu.get("product")),
@@ -103,7 +103,7 @@ def generated_cluster(spec: GridSpec) -> list[Node]:
         index = i % spec.nodes_per_rack
         nvlink = f"{rack}.{index // spec.nodes_per_nvlink + 1}" if spec.nodes_per_nvlink else None
         nodes.append(
-            Node(
+            local_node(
                 name=f"{rack}-n{index + 1:02d}",
                 allocatable_gpus=spec.gpus_per_node,
                 gpu_product=spec.gpu_product,
