@@ -69,10 +69,12 @@ class TopologySettings(BaseSettings):
         "when given they replace the preset's.",
     )
 
-    @model_validator(mode="after")
-    def _levels_make_a_topology(self) -> TopologySettings:
-        self.resolved()  # a clash of names or labels, or a name jobs cannot write, is refused at start-up
-        return self
+    @field_validator("levels")
+    @classmethod
+    def _levels_make_a_topology(cls, levels: list[TopologyLevelSetting]) -> list[TopologyLevelSetting]:
+        # A clash of names or labels, or a name jobs cannot write, is refused at start-up.
+        Topology([LevelKey(level.name, level.node_label) for level in levels])
+        return levels
 
     def resolved(self) -> Topology:
         if not self.levels:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from aisched.api.training_job import TopologySpec
 from aisched.policy.cluster import ClusterSnapshot, Node
@@ -15,7 +16,7 @@ from aisched.policy.level_refusals import (
 from aisched.policy.nodes import NodeLabelKeys, node_from_labels
 from aisched.policy.placement import GangRequest, Placement, Unplaceable, place_gang
 from aisched.policy.topology import LOCAL_TOPOLOGY, PRESETS, LevelKey, Topology, UnknownLevelError
-from aisched.settings import TopologySettings
+from aisched.settings import Settings, TopologySettings, describe_settings_error
 
 AWS = Topology(PRESETS["aws"])
 GKE = Topology(PRESETS["gke"])
@@ -59,6 +60,16 @@ def test_levels_of_ones_own_replace_the_preset() -> None:
     topology = settings.resolved()
     assert topology.names == ("Node", "Pod")
     assert topology.node_label(topology.level("pod")) == "example.com/pod"  # names match case aside
+
+
+def test_bad_levels_stop_the_operator_naming_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(
+        "AISCHED_TOPOLOGY__LEVELS", '[{"name": "Zone", "nodeLabel": "a/z"}, {"name": "zone", "nodeLabel": "b/z"}]'
+    )
+    with pytest.raises(ValidationError) as error:
+        Settings()
+    [line] = describe_settings_error(error.value, {"AISCHED_TOPOLOGY__LEVELS": "..."})
+    assert line.startswith("AISCHED_TOPOLOGY__LEVELS: topology level names must differ")
 
 
 @pytest.mark.parametrize(
