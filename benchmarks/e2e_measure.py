@@ -237,7 +237,7 @@ class Topology:
 
     @classmethod
     def of(cls, core: client.CoreV1Api) -> Topology:
-        inventory = Inventory(Settings())
+        inventory = Inventory(Settings(topology={"preset": "local"}))  # the local cluster's labels
         inventory.replace_nodes(json.loads(core.list_node(_preload_content=False).data)["items"])
         return cls(inventory.snapshot())
 

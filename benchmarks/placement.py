@@ -31,21 +31,15 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
-from aisched.api.common import TopologyLevel
 from aisched.policy.cluster import ClusterSnapshot, Node
 from aisched.policy.placement import GangRequest, Placement, place_gang
+from aisched.policy.topology import LOCAL_TOPOLOGY, Level
 from aisched.sim.clusters import GridSpec, generated_cluster
 from benchmarks.common import add_output_arguments, write_figures
 
 GANG_GPUS = (1, 2, 4, 8, 16, 32, 64, 128)
 TARGET_P99_MS = 5.0
-LEVELS: tuple[TopologyLevel | None, ...] = (
-    TopologyLevel.NODE,
-    TopologyLevel.NVLINK_DOMAIN,
-    TopologyLevel.RACK,
-    TopologyLevel.ZONE,
-    None,
-)
+LEVELS: tuple[Level | None, ...] = (*LOCAL_TOPOLOGY.levels, None)
 
 
 def busy_cluster(count: int, seed: int) -> list[Node]:
@@ -63,7 +57,7 @@ def request_for(gpus: int) -> GangRequest:
     return GangRequest(replicas=gpus // per_replica, gpus_per_replica=per_replica)
 
 
-def naive_place(nodes: Sequence[Node], request: GangRequest) -> tuple[TopologyLevel | None, tuple[str, ...]] | None:
+def naive_place(nodes: Sequence[Node], request: GangRequest) -> tuple[Level | None, tuple[str, ...]] | None:
     """The same rule by brute force, every node looked at for every level: (level, node of each replica)."""
     g, r = request.gpus_per_replica, request.replicas
     for level in LEVELS:
@@ -133,7 +127,7 @@ def measure(nodes_count: int, repeat: int, naive_repeat: int, seed: int) -> tupl
             "p99_ms": round(percentile(indexed, 0.99), 4),
             "naive_p50_ms": round(statistics.median(naive), 4),
             "naive_p99_ms": round(percentile(naive, 0.99), 4),
-            "level": placement.level if isinstance(placement, Placement) else None,
+            "level": str(placement.level) if isinstance(placement, Placement) and placement.level else None,
         }
         row["speedup_p50"] = round(row["naive_p50_ms"] / max(row["p50_ms"], 1e-6), 1)
         results.append(row)
@@ -146,7 +140,7 @@ def measure(nodes_count: int, repeat: int, naive_repeat: int, seed: int) -> tupl
 
 
 def _check_same(
-    placement: Placement | Any, expected: tuple[TopologyLevel | None, tuple[str, ...]] | None, request: GangRequest
+    placement: Placement | Any, expected: tuple[Level | None, tuple[str, ...]] | None, request: GangRequest
 ) -> None:
     if expected is None:
         if isinstance(placement, Placement):

@@ -38,7 +38,9 @@ start_operator() {
   fi
   mkdir -p "$(dirname "${OPERATOR_LOG}")"
   # Standalone: one local replica, no leader Lease to wait for.
+  # The local preset: the local cluster's nodes carry aisched.io/rack (docs/topology.md).
   AISCHED_METRICS_PORT="${AISCHED_METRICS_PORT:-8080}" AISCHED_HEALTH_PORT="${AISCHED_HEALTH_PORT:-8081}" \
+    AISCHED_TOPOLOGY__PRESET="${AISCHED_TOPOLOGY__PRESET:-local}" \
     setsid "${VENV}/bin/aisched" run --standalone </dev/null >"${OPERATOR_LOG}" 2>&1 &
   echo "$!" >"${OPERATOR_PID}"
   log "started the operator (pid $!, log ${OPERATOR_LOG})"

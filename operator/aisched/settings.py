@@ -12,11 +12,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from aisched.policy.scheduler import ADMISSIONS_PER_CYCLE
 from aisched.policy.scheduler.service import FIRST_BAND_GPU_SECONDS
+from aisched.policy.topology import PRESETS, LevelKey, Topology
 
 # Taints that clouds and their node managers put on a node shortly before it
 # goes away. Keys only: the values differ between versions of each tool.
@@ -38,22 +39,47 @@ DEFAULT_SPOT_LABELS = {
 }
 
 
-class TopologyLabels(BaseSettings):
-    """Node label keys of each topology level, tightest first."""
+class TopologyLevelSetting(BaseModel):
+    """One topology level: the name jobs use in `topology.requiredLevel` and the node label it reads."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="What jobs call the level (Rack, Block, NVLinkDomain, ...).")
+    node_label: str = Field(
+        validation_alias=AliasChoices("nodeLabel", "node_label"),
+        description="The node label whose value names a node's domain at this level.",
+    )
+
+
+class TopologySettings(BaseSettings):
+    """The cluster's topology levels: a preset, or levels of one's own (aisched.policy.topology)."""
 
     model_config = SettingsConfigDict(env_prefix="AISCHED_TOPOLOGY_", extra="forbid")
 
-    node: str = Field(default="kubernetes.io/hostname", description="One host.")
-    nvlink_domain: str = Field(
-        default="nvidia.com/gpu.clique",
-        description="NVLink domain (GPU Feature Discovery labels multi-node NVLink cliques so).",
+    preset: Literal["nvidia", "aws", "gke", "local"] = Field(
+        default="nvidia",
+        description="nvidia: Zone, NVLinkDomain (nvidia.com/gpu.clique), the labels every cloud and GPU Feature "
+        "Discovery set; aws: Zone, NetworkLayer1-3 (topology.k8s.aws/network-node-layer-1..3); gke: Zone, Block, "
+        "Subblock, Host (cloud.google.com/gce-topology-*); local: Zone, Rack (aisched.io/rack), NVLinkDomain, as "
+        "the local cluster labels its nodes. The node itself is always the level Node.",
     )
-    rack: str = Field(
-        default="aisched.io/rack",
-        description="Rack or network block; e.g. cloud.google.com/gce-topology-block on GKE, "
-        "topology.k8s.aws/network-node-layer-3 on EKS.",
+    levels: list[TopologyLevelSetting] = Field(
+        default_factory=list,
+        description='Levels of one\'s own, widest first, as JSON ([{"name": "Rack", "nodeLabel": "..."}]); '
+        "when given they replace the preset's.",
     )
-    zone: str = Field(default="topology.kubernetes.io/zone", description="Availability zone.")
+
+    @field_validator("levels")
+    @classmethod
+    def _levels_make_a_topology(cls, levels: list[TopologyLevelSetting]) -> list[TopologyLevelSetting]:
+        # A clash of names or labels, or a name jobs cannot write, is refused at start-up.
+        Topology([LevelKey(level.name, level.node_label) for level in levels])
+        return levels
+
+    def resolved(self) -> Topology:
+        if not self.levels:
+            return Topology(PRESETS[self.preset])
+        return Topology([LevelKey(level.name, level.node_label) for level in self.levels])
 
 
 # Board power (TDP) of common data-centre GPUs, in watts, keyed by the product name
@@ -308,7 +334,7 @@ class Settings(BaseSettings):
         "the queues' decision, and a class such as system-node-critical would let one preempt another's pods.",
     )
     gpu_product_label: str = Field(default="nvidia.com/gpu.product", description="Node label naming the GPU product.")
-    topology: TopologyLabels = Field(default_factory=TopologyLabels)
+    topology: TopologySettings = Field(default_factory=TopologySettings)
     carbon: CarbonSettings = Field(default_factory=CarbonSettings)
     autoscaler: AutoscalerSettings = Field(default_factory=AutoscalerSettings)
     spot_labels: dict[str, str] = Field(
@@ -418,7 +444,7 @@ class Settings(BaseSettings):
 
 
 _MODELS: dict[str, type[BaseSettings]] = {
-    model.__name__: model for model in (Settings, TopologyLabels, CarbonSettings, AutoscalerSettings)
+    model.__name__: model for model in (Settings, TopologySettings, CarbonSettings, AutoscalerSettings)
 }
 
 

@@ -138,6 +138,7 @@ def chart_values(checkpoint_root: Path) -> dict[str, Any]:
         "nodeSelector": {REAL_NODE_LABEL: "true"},
         "tolerations": [REAL_NODE_TOLERATION],
         "extraEnv": [{"name": "AISCHED_RESYNC_SECONDS", "value": str(OPERATOR_RESYNC_SECONDS)}],
+        "settings": {"topology": {"preset": "local"}},  # the local cluster's nodes carry aisched.io/rack
         # Jobs that name no queue: the operator would create the default one granting nothing.
         "queues": [
             {"name": "default", "nominalGPUs": 1_000_000},

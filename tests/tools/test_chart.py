@@ -213,7 +213,7 @@ def test_chart_defaults_are_the_operators_defaults(
 def test_values_reach_the_operator_as_settings(clean_environment: pytest.MonkeyPatch) -> None:
     objects = render(
         "settings.namespaces={ml,research}",
-        "settings.topology.rack=cloud.google.com/gce-topology-block",
+        "settings.topology.preset=gke",
         "settings.logLevel=DEBUG",
         "carbon.provider=watttime",
         "carbon.region=CAISO_NORTH",
@@ -232,7 +232,9 @@ def test_values_reach_the_operator_as_settings(clean_environment: pytest.MonkeyP
     assert settings.namespaces == ["ml", "research"]
     assert (settings.leader_lease_seconds, settings.leader_renew_deadline_seconds) == (30, 20)
     assert (settings.leader_retry_seconds, settings.events_per_second) == (4.0, 3.0)
-    assert settings.topology.rack == "cloud.google.com/gce-topology-block"
+    assert settings.topology.resolved().node_label(settings.topology.resolved().level("Block")) == (
+        "cloud.google.com/gce-topology-block"
+    )
     assert settings.log_level == "DEBUG"
     assert (settings.api_request_timeout_seconds, settings.api_qps, settings.api_burst) == (12.0, 7.0, 9)
     assert settings.liveness_pass_seconds == 90.0

@@ -6,12 +6,13 @@ Pure: imports neither kopf nor kubernetes, reads no clock, does no I/O.
 from aisched.api.common import (
     API_VERSION,
     GROUP,
+    NODE_LEVEL,
     VERSION,
     CapacityType,
     Condition,
     ConditionStatus,
     SpotPolicy,
-    TopologyLevel,
+    TopologyLevelName,
 )
 from aisched.api.inference_service import InferenceService, InferenceServiceSpec
 from aisched.api.queue import DEFAULT_QUEUE, Queue, QueueSpec
@@ -21,6 +22,7 @@ __all__ = [
     "API_VERSION",
     "DEFAULT_QUEUE",
     "GROUP",
+    "NODE_LEVEL",
     "VERSION",
     "CapacityType",
     "Condition",
@@ -30,7 +32,7 @@ __all__ = [
     "Queue",
     "QueueSpec",
     "SpotPolicy",
-    "TopologyLevel",
+    "TopologyLevelName",
     "TrainingJob",
     "TrainingJobPhase",
     "TrainingJobSpec",

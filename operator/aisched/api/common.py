@@ -189,18 +189,15 @@ class SpotPolicy(StrEnum):
     ONLY = "Only"
 
 
-class TopologyLevel(StrEnum):
-    """Topology domains from the tightest to the widest."""
+NODE_LEVEL = "Node"
+"""The tightest topology level, in every topology: one node."""
 
-    NODE = "Node"
-    NVLINK_DOMAIN = "NVLinkDomain"
-    RACK = "Rack"
-    ZONE = "Zone"
-
-
-TOPOLOGY_ORDER: tuple[TopologyLevel, ...] = (
-    TopologyLevel.NODE,
-    TopologyLevel.NVLINK_DOMAIN,
-    TopologyLevel.RACK,
-    TopologyLevel.ZONE,
-)
+TopologyLevelName = Annotated[
+    str,
+    Field(
+        pattern=r"^[A-Za-z][A-Za-z0-9-]{0,62}$",
+        max_length=63,
+        description="A level of the cluster's topology, as the operator's settings name them "
+        "(e.g. Node, NVLinkDomain, Zone; Rack on the local cluster, NetworkLayer3 on EKS, Subblock on GKE).",
+    ),
+]

@@ -12,7 +12,6 @@ from aisched.api.common import (
     API_VERSION,
     LABEL_VALUE_PATTERN,
     MAX_DURATION_SECONDS,
-    TOPOLOGY_ORDER,
     ApiModel,
     CapacityType,
     Condition,
@@ -21,7 +20,7 @@ from aisched.api.common import (
     Reason,
     SpotPolicy,
     StatusText,
-    TopologyLevel,
+    TopologyLevelName,
     cel,
     check_name,
     conditions_field,
@@ -42,8 +41,6 @@ _NAME_RULE, _NAME_MESSAGE = name_rule(
     "TrainingJob", "the workers' host names and the headless Service are named after them"
 )
 
-_LEVEL_RANK_CEL = "{'Node': 0, 'NVLinkDomain': 1, 'Rack': 2, 'Zone': 3}"
-
 
 class TrainingJobPhase(StrEnum):
     QUEUED = "Queued"
@@ -58,39 +55,21 @@ class TrainingJobPhase(StrEnum):
 
 
 class TopologySpec(ApiModel):
-    """How close together the gang's GPUs must be."""
+    """How close together the gang's GPUs must be, in levels of the cluster's topology.
 
-    model_config = validated_by(
-        cel(
-            "!has(self.requiredLevel) || !has(self.preferredLevel) || "
-            f"{_LEVEL_RANK_CEL}[self.preferredLevel] <= {_LEVEL_RANK_CEL}[self.requiredLevel]",
-            "topology.preferredLevel must be the same as or tighter than requiredLevel "
-            "(Node < NVLinkDomain < Rack < Zone)",
-        )
-    )
+    Level names are the operator's configuration (settings.topology), not a fixed list, so the
+    API server cannot rank them: the operator refuses, with a condition, a level its topology does
+    not have, one no node is labelled with, and a preferred level wider than the required one.
+    """
 
-    required_level: TopologyLevel | None = Field(
+    required_level: TopologyLevelName | None = Field(
         default=None,
         description="The whole gang must fit inside one domain of this level, or it stays queued.",
     )
-    preferred_level: TopologyLevel | None = Field(
+    preferred_level: TopologyLevelName | None = Field(
         default=None,
         description="Aim for one domain of this level; fall back to wider ones when it does not fit.",
     )
-
-    @model_validator(mode="after")
-    def _preferred_within_required(self) -> TopologySpec:
-        if (
-            self.required_level
-            and self.preferred_level
-            and TOPOLOGY_ORDER.index(TopologyLevel(self.preferred_level))
-            > TOPOLOGY_ORDER.index(TopologyLevel(self.required_level))
-        ):
-            raise ValueError(
-                "topology.preferredLevel must be the same as or tighter than requiredLevel "
-                "(Node < NVLinkDomain < Rack < Zone)"
-            )
-        return self
 
 
 class CheckpointSpec(ApiModel):
@@ -299,7 +278,7 @@ NodeName = Annotated[str, Field(max_length=MAX_NODE_NAME_LENGTH)]
 
 
 class Placement(ApiModel):
-    level: TopologyLevel | None = Field(default=None, description="The tightest level the gang fits in.")
+    level: TopologyLevelName | None = Field(default=None, description="The tightest level the gang fits in.")
     domain: StatusText | None = Field(default=None, description="That domain's label value.")
     nodes: list[NodeName] = Field(
         default_factory=list, max_length=MAX_REPLICAS, description="Node of each worker, by rank."

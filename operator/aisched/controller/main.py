@@ -133,7 +133,7 @@ async def _operate(settings: Settings, standalone: bool) -> int:
     heartbeat = Heartbeat(settings.liveness_pass_seconds)
     asyncio.get_running_loop().create_task(heartbeat.tick_forever())
     _serve_health(settings.health_address, settings.health_port, heartbeat)
-    metrics = Metrics(CollectorRegistry())
+    metrics = Metrics(CollectorRegistry(), topology_levels=settings.topology.resolved().names)
     CollectorPacing(metrics.process.record_gc_pause).install()
     serve(metrics, settings.metrics_port, settings.metrics_address)
     metrics.record_leadership(False)

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from aisched.api import TopologyLevel
 from aisched.kube.records import NodeRecord, PodKey, PodRecord, read_node, read_pod
 from aisched.kube.versions import VersionLedger
 from aisched.policy.cluster import ClusterSnapshot, Node, NodeLabelKeys
@@ -60,13 +59,8 @@ class Inventory:
     _pod_versions: VersionLedger[PodKey] = field(default_factory=VersionLedger)
 
     def __post_init__(self) -> None:
-        topology = self.settings.topology
         self._label_keys = NodeLabelKeys(
-            topology={
-                TopologyLevel.NVLINK_DOMAIN: topology.nvlink_domain,
-                TopologyLevel.RACK: topology.rack,
-                TopologyLevel.ZONE: topology.zone,
-            },
+            topology=self.settings.topology.resolved(),
             gpu_product=self.settings.gpu_product_label,
             spot_labels=self.settings.spot_labels,
             interruption_taints=frozenset(self.settings.interruption_taints),
@@ -162,7 +156,8 @@ class Inventory:
         node count as used, plus the `reserved` ones."""
         if self._base is None:
             self._base = ClusterSnapshot(
-                replace(node, used_gpus=self._used.get(name, 0)) for name, node in self.nodes.items()
+                (replace(node, used_gpus=self._used.get(name, 0)) for name, node in self.nodes.items()),
+                self._label_keys.topology,
             )
         snapshot = self._base.copy()
         snapshot.allocate({name: gpus for name, gpus in (reserved or {}).items() if name in snapshot})

@@ -22,7 +22,7 @@ is given, so tests use a fresh one and the operator serves its own with `serve`.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector, start_http_server
@@ -30,6 +30,7 @@ from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector,
 from aisched.metrics.capacity import CapacityMetrics, GpuPoolUsage
 from aisched.metrics.carbon import CarbonMetrics
 from aisched.metrics.interruptions import InterruptionMetrics
+from aisched.metrics.labels import TOPOLOGY_LEVELS
 from aisched.metrics.pods import PodInfo
 from aisched.metrics.process import ProcessMetrics
 from aisched.metrics.serving import ServingMetrics
@@ -41,14 +42,20 @@ __all__ = ["GpuPoolUsage", "Metrics", "serve"]
 class Metrics:
     """aisched's metrics, registered on `registry`: one part per concern, each with its helpers."""
 
-    def __init__(self, registry: CollectorRegistry, *, process_metrics: bool = True) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        process_metrics: bool = True,
+        topology_levels: Sequence[str] = TOPOLOGY_LEVELS,
+    ) -> None:
         self.registry = registry
         if process_metrics:
             ProcessCollector(registry=registry)
             PlatformCollector(registry=registry)
             GCCollector(registry=registry)
         self.pods = PodInfo(registry)
-        self.workload = WorkloadMetrics(registry, self.pods)
+        self.workload = WorkloadMetrics(registry, self.pods, topology_levels)
         self.capacity = CapacityMetrics(registry)
         self.interruptions = InterruptionMetrics(registry)
         self.carbon = CarbonMetrics(registry)

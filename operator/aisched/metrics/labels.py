@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from aisched.api.common import CapacityType, TopologyLevel
+from aisched.api.common import CapacityType
 from aisched.api.training_job import TrainingJobPhase
 from aisched.policy.autoscale import ReasonCode
+from aisched.policy.topology import LOCAL_TOPOLOGY
 
 PREFIX = "aisched"
 
@@ -19,8 +20,9 @@ RECONCILED_KINDS = (*KINDS, "Queue", "Node", "Pod")
 PHASES = tuple(phase.value for phase in TrainingJobPhase)
 FINISHED_PHASES = (TrainingJobPhase.SUCCEEDED.value, TrainingJobPhase.FAILED.value)
 CAPACITY_TYPES = tuple(capacity.value for capacity in CapacityType)
-TOPOLOGY_LEVELS = tuple(level.value for level in TopologyLevel)
-# "Cluster": the gang spans zones, so no single domain holds it.
+# The levels of the operator's topology (settings.topology), tightest first: by default the local
+# cluster's. "Cluster": the gang spans the widest level, so no single domain holds it.
+TOPOLOGY_LEVELS = LOCAL_TOPOLOGY.names
 SPREAD_LEVELS = (*TOPOLOGY_LEVELS, "Cluster")
 PLACEMENT_RESULTS = ("Placed", "NoFit")
 INTERRUPTION_SIGNALS = ("NodeTaint", "DisruptionTarget", "NodeLost")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -15,8 +15,6 @@ from aisched.metrics.labels import (
     PLACEMENT_RESULTS,
     PREFIX,
     QUEUE_WAIT_BUCKETS,
-    SPREAD_LEVELS,
-    TOPOLOGY_LEVELS,
     check,
     one_of,
 )
@@ -24,9 +22,12 @@ from aisched.metrics.pods import PodInfo
 
 
 class WorkloadMetrics:
-    def __init__(self, registry: CollectorRegistry, pods: PodInfo) -> None:
+    def __init__(self, registry: CollectorRegistry, pods: PodInfo, topology_levels: Sequence[str]) -> None:
         r = registry
         self.pods = pods
+        self.topology_levels = tuple(topology_levels)
+        """The level names the topology metrics are labelled with, tightest first."""
+        self._spread_levels = (*self.topology_levels, "Cluster")
         self.jobs = Gauge(
             f"{PREFIX}_jobs",
             f"TrainingJobs by queue (a Queue name) and phase ({one_of(PHASES)}).",
@@ -86,7 +87,7 @@ class WorkloadMetrics:
         )
         self.gang_domains = Histogram(
             f"{PREFIX}_gang_domains",
-            f"Distinct topology domains a gang spans when placed, by level ({one_of(TOPOLOGY_LEVELS)}); "
+            f"Distinct topology domains a gang spans when placed, by level ({one_of(self.topology_levels)}); "
             "1 is a tight gang.",
             ["level"],
             buckets=DOMAIN_BUCKETS,
@@ -95,7 +96,7 @@ class WorkloadMetrics:
         self.running_gangs = Gauge(
             f"{PREFIX}_running_gangs",
             "Running TrainingJob gangs by the tightest topology level one of whose domains holds "
-            f"the whole gang ({one_of(SPREAD_LEVELS)}; Cluster spans zones).",
+            f"the whole gang ({one_of(self._spread_levels)}; Cluster spans the widest level).",
             ["level"],
             registry=r,
         )
@@ -161,14 +162,14 @@ class WorkloadMetrics:
     def record_gang_domains(self, domains_per_level: Mapping[str, int]) -> None:
         """A gang was placed: how many domains of each topology level it spans."""
         for level, domains in domains_per_level.items():
-            self.gang_domains.labels(check("level", level, TOPOLOGY_LEVELS)).observe(domains)
+            self.gang_domains.labels(check("level", level, self.topology_levels)).observe(domains)
 
     def record_running_gangs(self, gangs_by_level: Mapping[str, int]) -> None:
         """Replace the spread census of running gangs; levels not given are 0."""
-        for level in SPREAD_LEVELS:
+        for level in self._spread_levels:
             self.running_gangs.labels(level).set(0)
         for level, count in gangs_by_level.items():
-            self.running_gangs.labels(check("level", level, SPREAD_LEVELS)).set(count)
+            self.running_gangs.labels(check("level", level, self._spread_levels)).set(count)
 
     def record_deadline_slack(self, namespace: str, job_name: str, slack_seconds: float) -> None:
         self.job_deadline_slack.labels(namespace, job_name).set(slack_seconds)

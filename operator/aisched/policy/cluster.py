@@ -6,224 +6,42 @@ and updated incrementally as GPUs are allocated and released. Placement asks it
 questions per topology domain ("how many 8-GPU replicas fit in rack r3 on spot
 H100 nodes?") that it answers from counters instead of scanning nodes.
 
-Domains are identified by their *path* of label values from the zone down, so two
-racks that share a label value in different zones stay apart.
+The levels are the snapshot's `Topology` (aisched.policy.topology): data, not names
+fixed here. Nodes, taints and levels live in their own modules (nodes, taints,
+topology); this one keeps the per-domain counters.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from enum import StrEnum
-from typing import Any
 
-from aisched.api.common import CapacityType, TopologyLevel
+from aisched.policy.nodes import Node, NodeLabelKeys, Pool, local_node, node_from_labels
+from aisched.policy.taints import Taint, TaintEffect, Toleration, TolerationOperator
+from aisched.policy.topology import LOCAL_TOPOLOGY, DomainId, Level, Topology, level_rank
 
-GROUPING_LEVELS: tuple[TopologyLevel, ...] = (
-    TopologyLevel.NVLINK_DOMAIN,
-    TopologyLevel.RACK,
-    TopologyLevel.ZONE,
-)
-"""Levels whose domains group several nodes; the Node level is each node on its own."""
-
-_PATH_DEPTH = {TopologyLevel.ZONE: 1, TopologyLevel.RACK: 2, TopologyLevel.NVLINK_DOMAIN: 3}
-
-
-class TaintEffect(StrEnum):
-    NO_SCHEDULE = "NoSchedule"
-    PREFER_NO_SCHEDULE = "PreferNoSchedule"
-    NO_EXECUTE = "NoExecute"
-
-
-class TolerationOperator(StrEnum):
-    EQUAL = "Equal"
-    EXISTS = "Exists"
-
-
-@dataclass(frozen=True, slots=True, order=True)
-class Taint:
-    key: str
-    value: str = ""
-    effect: TaintEffect = TaintEffect.NO_SCHEDULE
-
-    @classmethod
-    def from_dict(cls, taint: Mapping[str, Any]) -> Taint:
-        """From a Node's `spec.taints[]` entry."""
-        return cls(
-            key=str(taint["key"]),
-            value=str(taint.get("value") or ""),
-            effect=TaintEffect(taint.get("effect") or TaintEffect.NO_SCHEDULE),
-        )
-
-    @property
-    def repels(self) -> bool:
-        """PreferNoSchedule is a wish of the node's owner, not a rule; the others keep pods off."""
-        return self.effect != TaintEffect.PREFER_NO_SCHEDULE
-
-    def __str__(self) -> str:
-        value = f"={self.value}" if self.value else ""
-        return f"{self.key}{value}:{self.effect}"
-
-
-@dataclass(frozen=True, slots=True)
-class Toleration:
-    """A pod toleration, matched as the kube-scheduler matches it."""
-
-    key: str = ""
-    operator: TolerationOperator = TolerationOperator.EQUAL
-    value: str = ""
-    effect: TaintEffect | None = None
-
-    @classmethod
-    def from_dict(cls, toleration: Mapping[str, Any]) -> Toleration:
-        """From a pod spec's `tolerations[]` entry."""
-        effect = toleration.get("effect")
-        return cls(
-            key=str(toleration.get("key") or ""),
-            operator=TolerationOperator(toleration.get("operator") or TolerationOperator.EQUAL),
-            value=str(toleration.get("value") or ""),
-            effect=TaintEffect(effect) if effect else None,
-        )
-
-    def tolerates(self, taint: Taint) -> bool:
-        if self.effect is not None and self.effect != taint.effect:
-            return False
-        if not self.key:  # an empty key with Exists tolerates every taint
-            return self.operator == TolerationOperator.EXISTS
-        if self.key != taint.key:
-            return False
-        return self.operator == TolerationOperator.EXISTS or self.value == taint.value
-
-
-@dataclass(frozen=True, slots=True)
-class Node:
-    """One GPU node: what it has, where it sits, and who may use it.
-
-    `used_gpus` counts the GPU requests of *every* pod bound to the node, ours and
-    others', so placement never counts on GPUs something else holds.
-    """
-
-    name: str
-    allocatable_gpus: int
-    used_gpus: int = 0
-    gpu_product: str | None = None
-    capacity_type: CapacityType = CapacityType.ON_DEMAND
-    nvlink_domain: str | None = None
-    rack: str | None = None
-    zone: str | None = None
-    taints: tuple[Taint, ...] = ()
-    schedulable: bool = True
-    """Ready and not cordoned."""
-    interrupted: bool = False
-    """Carries an interruption taint: the node is about to go away, so nothing new goes there."""
-
-    @property
-    def usable(self) -> bool:
-        return self.schedulable and not self.interrupted and self.allocatable_gpus > 0
-
-    def label(self, level: TopologyLevel) -> str | None:
-        """The node's domain label at `level` (its own name at the Node level)."""
-        return {
-            TopologyLevel.NODE: self.name,
-            TopologyLevel.NVLINK_DOMAIN: self.nvlink_domain,
-            TopologyLevel.RACK: self.rack,
-            TopologyLevel.ZONE: self.zone,
-        }[TopologyLevel(level)]
-
-    def path(self, level: TopologyLevel) -> tuple[str | None, ...] | None:
-        """The domain's identity at `level`: labels from the zone down; None when the node has no label there."""
-        if self.label(level) is None:
-            return None
-        full = (self.zone, self.rack, self.nvlink_domain, self.name)
-        depth = _PATH_DEPTH.get(TopologyLevel(level), 4)
-        return full[:depth]
-
-
-@dataclass(frozen=True, slots=True)
-class NodeLabelKeys:
-    """Which node labels and taints mean what; the operator fills it from its settings."""
-
-    topology: Mapping[TopologyLevel, str]
-    gpu_product: str
-    spot_labels: Mapping[str, str]
-    interruption_taints: frozenset[str]
-
-
-def node_from_labels(
-    name: str,
-    *,
-    labels: Mapping[str, str],
-    taints: Sequence[Taint],
-    allocatable_gpus: int,
-    used_gpus: int,
-    schedulable: bool,
-    keys: NodeLabelKeys,
-) -> Node:
-    """A `Node` from what a Node object and its pods say, read with the configured label keys."""
-    spot = any(labels.get(key) == value for key, value in keys.spot_labels.items())
-    return Node(
-        name=name,
-        allocatable_gpus=allocatable_gpus,
-        used_gpus=used_gpus,
-        gpu_product=labels.get(keys.gpu_product),
-        capacity_type=CapacityType.SPOT if spot else CapacityType.ON_DEMAND,
-        nvlink_domain=_topology_label(labels, keys, TopologyLevel.NVLINK_DOMAIN),
-        rack=_topology_label(labels, keys, TopologyLevel.RACK),
-        zone=_topology_label(labels, keys, TopologyLevel.ZONE),
-        taints=tuple(taints),
-        schedulable=schedulable,
-        interrupted=any(taint.key in keys.interruption_taints for taint in taints),
-    )
-
-
-def _topology_label(labels: Mapping[str, str], keys: NodeLabelKeys, level: TopologyLevel) -> str | None:
-    key = keys.topology.get(level)
-    return labels.get(key) if key else None
-
-
-@dataclass(frozen=True, slots=True)
-class Pool:
-    """Nodes that any request either may or may not use: same product, capacity type and repelling taints."""
-
-    gpu_product: str | None
-    capacity_type: CapacityType
-    taints: tuple[Taint, ...]
-
-    def admits(self, tolerations: Sequence[Toleration]) -> bool:
-        return all(any(t.tolerates(taint) for t in tolerations) for taint in self.taints)
-
-
-@dataclass(frozen=True, slots=True)
-class DomainId:
-    """A topology domain: its level (None for the whole cluster) and its path of labels from the zone down."""
-
-    level: TopologyLevel | None
-    path: tuple[str | None, ...]
-
-    @property
-    def label(self) -> str:
-        if self.level is None:
-            return "cluster"
-        return str(self.path[-1])
-
-    def contains(self, other: DomainId) -> bool:
-        return other.path[: len(self.path)] == self.path and _rank(other.level) <= _rank(self.level)
-
-
-def _rank(level: TopologyLevel | None) -> int:
-    return 4 if level is None else LEVEL_ORDER.index(TopologyLevel(level))
-
-
-LEVEL_ORDER: tuple[TopologyLevel, ...] = (TopologyLevel.NODE, *GROUPING_LEVELS)
-
-
-def level_rank(level: TopologyLevel | None) -> int:
-    """0 for Node up to 3 for Zone, 4 for the whole cluster: smaller is tighter."""
-    return _rank(level)
-
+# The nodes, taints and topology names placement code has long imported from here.
+__all__ = [
+    "Bucket",
+    "ClusterSnapshot",
+    "Domain",
+    "DomainId",
+    "Level",
+    "Node",
+    "NodeLabelKeys",
+    "Pool",
+    "Taint",
+    "TaintEffect",
+    "Toleration",
+    "TolerationOperator",
+    "Topology",
+    "level_rank",
+    "local_node",
+    "node_from_labels",
+]
 
 _NO_NODES: frozenset[int] = frozenset()
 
@@ -304,8 +122,9 @@ class ClusterSnapshot:
     snapshot and leaves it as it found it.
     """
 
-    def __init__(self, nodes: Iterable[Node]) -> None:
-        gpu_nodes = sorted((n for n in nodes if n.allocatable_gpus > 0), key=lambda n: n.name)
+    def __init__(self, nodes: Iterable[Node], topology: Topology = LOCAL_TOPOLOGY) -> None:
+        self.topology = topology
+        gpu_nodes = sorted((_fitted(n, topology) for n in nodes if n.allocatable_gpus > 0), key=lambda n: n.name)
         self._nodes: list[Node] = gpu_nodes
         self._ordinal: dict[str, int] = {n.name: i for i, n in enumerate(gpu_nodes)}
         if len(self._ordinal) != len(gpu_nodes):
@@ -315,8 +134,8 @@ class ClusterSnapshot:
         self._pool_ids: dict[Pool, int] = {}
         self._pool_of: list[int] = []
         self._domains_of: list[tuple[Domain, ...]] = []
-        self._domains: dict[TopologyLevel | None, dict[tuple[str | None, ...], Domain]] = {
-            level: {} for level in (*GROUPING_LEVELS, None)
+        self._domains: dict[Level | None, dict[tuple[str | None, ...], Domain]] = {
+            level: {} for level in (*topology.grouping, None)
         }
         self._journal: list[tuple[int, int]] = []
         self._trials = 0
@@ -327,7 +146,7 @@ class ClusterSnapshot:
         for domains in self._domains_of:
             for domain in domains:
                 members[id(domain)] += 1
-        self._most_nodes: dict[TopologyLevel | None, int] = {
+        self._most_nodes: dict[Level | None, int] = {
             level: max((members[id(d)] for d in by_path.values()), default=0)
             for level, by_path in self._domains.items()
         }
@@ -345,7 +164,7 @@ class ClusterSnapshot:
         pool_id = self._pool_ids.setdefault(pool, len(self._pool_ids))
         self._pool_of.append(pool_id)
         domains = []
-        for level in (*GROUPING_LEVELS, None):
+        for level in (*self.topology.grouping, None):
             path = () if level is None else node.path(level)
             if path is None:
                 continue
@@ -406,11 +225,11 @@ class ClusterSnapshot:
         """The node's pool id, or -1 when nothing may be placed on it."""
         return self._pool_of[ordinal]
 
-    def domains(self, level: TopologyLevel | None) -> tuple[Domain, ...]:
+    def domains(self, level: Level | None) -> tuple[Domain, ...]:
         """Domains of a grouping level in path order; level None gives the whole cluster (when it has nodes)."""
         return self._sorted_domains[level]
 
-    def most_nodes_in_a_domain(self, level: TopologyLevel | None) -> int:
+    def most_nodes_in_a_domain(self, level: Level | None) -> int:
         """How many usable nodes the largest domain of LEVEL holds."""
         return self._most_nodes[level]
 
@@ -427,7 +246,7 @@ class ClusterSnapshot:
         nodes = [self.node(name) for name in names]
         if not nodes:
             return DomainId(None, ())
-        for level in LEVEL_ORDER:
+        for level in self.topology.levels:
             path = nodes[0].path(level)
             if path is not None and all(n.path(level) == path for n in nodes[1:]):
                 return DomainId(level, path)
@@ -436,7 +255,12 @@ class ClusterSnapshot:
     def names_in(self, domain_id: DomainId) -> tuple[str, ...]:
         """Every node of a domain, by name (a scan: for occasional use, not per placement)."""
         depth = len(domain_id.path)
-        return tuple(n.name for n in self._nodes if (n.path(TopologyLevel.NODE) or ())[:depth] == domain_id.path)
+        node_level = self.topology.node
+        return tuple(n.name for n in self._nodes if (n.path(node_level) or ())[:depth] == domain_id.path)
+
+    def labelled_levels(self) -> tuple[Level, ...]:
+        """Grouping levels at least one usable node carries a label of, tightest first."""
+        return tuple(level for level in self.topology.grouping if self._domains[level])
 
     # -- changing ------------------------------------------------------------------------------
 
@@ -470,7 +294,7 @@ class ClusterSnapshot:
         if self._trials:
             raise RuntimeError("copy a snapshot outside its trials: their undo journal is not copied")
         clone = object.__new__(ClusterSnapshot)
-        clone._nodes, clone._ordinal = self._nodes, self._ordinal  # never changed after construction
+        clone.topology, clone._nodes, clone._ordinal = self.topology, self._nodes, self._ordinal  # never changed
         clone._pool_ids, clone._pool_of = self._pool_ids, self._pool_of
         clone.max_gpus_per_node, clone._most_nodes = self.max_gpus_per_node, self._most_nodes
         clone._used = list(self._used)
@@ -509,3 +333,13 @@ class ClusterSnapshot:
 
 def _path_sort_key(path: tuple[str | None, ...]) -> tuple[tuple[bool, str], ...]:
     return tuple((part is None, part or "") for part in path)
+
+
+def _fitted(node: Node, topology: Topology) -> Node:
+    """NODE with a domain label (or None) for each grouping level of the topology."""
+    missing = len(topology.grouping) - len(node.domains)
+    if missing < 0:
+        raise ValueError(
+            f"node {node.name} has {len(node.domains)} domain labels; the topology {len(topology.grouping)}"
+        )
+    return replace(node, domains=(*node.domains, *(None,) * missing)) if missing else node

@@ -1,7 +1,8 @@
 """Gang placement: all replicas or none, in the smallest topology domain that holds them.
 
-`place_gang` tries the Node level, then NVLink domain, Rack, Zone and finally the
-whole cluster (stopping at the required level when there is one). At the first
+`place_gang` tries the Node level, then each level of the snapshot's topology from
+the tightest (NVLink domain, rack, zone on the local cluster) and finally the whole
+cluster, stopping at the required level when there is one. At the first
 level where some domain has room it takes the domain with the fewest free GPUs
 left afterwards (best fit, so big holes stay whole for big gangs), and inside it
 fills the nodes with the fewest free GPUs first. A gang stays on one GPU
@@ -18,17 +19,12 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from aisched.api.common import CapacityType, SpotPolicy, TopologyLevel
+from aisched.api.common import CapacityType, SpotPolicy
 from aisched.api.training_job import Placement as PlacementStatus
-from aisched.policy.cluster import (
-    LEVEL_ORDER,
-    ClusterSnapshot,
-    Domain,
-    DomainId,
-    Pool,
-    Toleration,
-    level_rank,
-)
+from aisched.policy.cluster import ClusterSnapshot, Domain
+from aisched.policy.nodes import Pool
+from aisched.policy.taints import Toleration
+from aisched.policy.topology import DomainId, Level, Topology, level_rank
 
 # Reasons, CamelCase, for conditions. The first three never go away on their own:
 # the job asks for something the cluster does not have.
@@ -55,8 +51,8 @@ class GangRequest:
     gpus_per_replica: int
     gpu_types: frozenset[str] | None = None
     """GPU products allowed (None: any). Whatever is allowed, one gang stays on one product."""
-    required_level: TopologyLevel | None = None
-    preferred_level: TopologyLevel | None = None
+    required_level: Level | None = None
+    preferred_level: Level | None = None
     """Informational: the search always tries the tightest level first."""
     tolerations: tuple[Toleration, ...] = ()
     capacity_types: tuple[CapacityType, ...] = (CapacityType.ON_DEMAND,)
@@ -102,7 +98,7 @@ class Placement:
         )
 
     @property
-    def level(self) -> TopologyLevel | None:
+    def level(self) -> Level | None:
         """The level of the domain holding the gang; None when it spans zones."""
         return self.domain.level
 
@@ -123,7 +119,7 @@ class Placement:
     def to_status(self) -> PlacementStatus:
         """The `status.placement` of the TrainingJob."""
         return PlacementStatus(
-            level=self.domain.level,
+            level=self.domain.level.name if self.domain.level is not None else None,
             domain=self.domain.label if self.domain.level is not None else None,
             nodes=list(self.nodes),
             capacity_type=self.capacity_type,
@@ -165,21 +161,21 @@ def _first_placement(request: GangRequest, snapshot: ClusterSnapshot) -> Placeme
     return None
 
 
-def search_levels(request: GangRequest) -> tuple[TopologyLevel | None, ...]:
+def search_levels(request: GangRequest, topology: Topology) -> tuple[Level | None, ...]:
     """Levels tried, tightest first: up to the required level, or up to the whole cluster (None)."""
     widest = level_rank(request.required_level)
     if request.within is not None:
         widest = min(widest, level_rank(request.within.level))
-    levels: tuple[TopologyLevel | None, ...] = (*LEVEL_ORDER, None)
+    levels: tuple[Level | None, ...] = (*topology.levels, None)
     return tuple(level for level in levels if level_rank(level) <= widest)
 
 
-def tightest_possible_level(request: GangRequest, snapshot: ClusterSnapshot) -> TopologyLevel | None:
+def tightest_possible_level(request: GangRequest, snapshot: ClusterSnapshot) -> Level | None:
     """The tightest level at which some domain could hold the gang if the cluster were empty."""
     search = _Search(snapshot, request, request.capacity_types)
     if not search.groups or request.gpus_per_replica > snapshot.max_gpus_per_node:
         return request.required_level  # nowhere at all: placing it will say why
-    for level in search_levels(request):
+    for level in search_levels(request, snapshot.topology):
         if search._best_room(level, when_empty=True)[0] >= request.replicas:
             return level
     return request.required_level
@@ -229,8 +225,8 @@ class _Search:
         # The Node level comes first. Where it finds nothing, a single replica fits no wider domain
         # either, nor does a gang fit a domain of one node (an NVLink domain of one server): thousands
         # of such domains are not searched again for each waiting job.
-        for level in search_levels(self.request):
-            if level == TopologyLevel.NODE:
+        for level in search_levels(self.request, self.snapshot.topology):
+            if _is_node(level):
                 placement = self._on_one_node()
                 if placement is not None or self.r == 1:
                     return placement
@@ -240,7 +236,7 @@ class _Search:
                     return placement
         return None
 
-    def _candidate_domains(self, level: TopologyLevel | None) -> Sequence[Domain]:
+    def _candidate_domains(self, level: Level | None) -> Sequence[Domain]:
         within = self.request.within
         domains = self.snapshot.domains(level)
         if within is None or within.level is None:
@@ -253,7 +249,7 @@ class _Search:
     def _scope(self) -> Domain | None:
         """The domain whose nodes the Node level may pick from."""
         within = self.request.within
-        if within is None or within.level in (None, TopologyLevel.NODE):
+        if within is None or within.level is None or within.level.is_node:
             return next(iter(self.snapshot.domains(None)), None)
         return self.snapshot.domain(within)
 
@@ -265,7 +261,7 @@ class _Search:
         only = self.request.within
         only_ordinal = (
             self.snapshot.ordinal(str(only.label))
-            if only is not None and only.level == TopologyLevel.NODE and only.label in self.snapshot
+            if only is not None and _is_node(only.level) and only.label in self.snapshot
             else None
         )
         for free in range(need, self.snapshot.max_gpus_per_node + 1):
@@ -289,12 +285,12 @@ class _Search:
                 node = self.snapshot.node(name)
                 return self._placement(
                     (name,) * self.r,
-                    DomainId(TopologyLevel.NODE, node.path(TopologyLevel.NODE) or (name,)),
+                    DomainId(self.snapshot.topology.node, node.path(self.snapshot.topology.node) or (name,)),
                     best[1],
                 )
         return None
 
-    def _in_one_domain(self, level: TopologyLevel | None) -> Placement | None:
+    def _in_one_domain(self, level: Level | None) -> Placement | None:
         need = self.r * self.g
         best: tuple[int, Domain, tuple[int, ...]] | None = None
         for domain in self._candidate_domains(level):
@@ -349,7 +345,7 @@ class _Search:
                 REPLICA_TOO_LARGE,
                 f"each replica needs {self.g} GPUs on one node; the largest matching node has {largest_node}",
             )
-        levels = search_levels(self.request)
+        levels = search_levels(self.request, self.snapshot.topology)
         level = levels[-1]
         # Nodes missing a topology label sit in no domain of that level, so a tighter level may hold more.
         # The widest levels are asked first: they have the fewest domains, and nearly always the room.
@@ -393,10 +389,10 @@ class _Search:
             )
         return self._largest[group]
 
-    def _best_room(self, level: TopologyLevel | None, *, when_empty: bool) -> tuple[int, int]:
+    def _best_room(self, level: Level | None, *, when_empty: bool) -> tuple[int, int]:
         """(replicas, free GPUs) of the domain at `level` with the most room for this gang's replicas."""
         best = (0, 0)
-        if level == TopologyLevel.NODE:
+        if _is_node(level):
             largest = max(self._largest_node(group) for group in self.groups)
             if when_empty:
                 return largest // self.g, largest
@@ -433,19 +429,19 @@ class _Search:
             return f"{self.g}{product} GPU" + ("s" if self.g > 1 else "")
         return f"{self.r * self.g} GPUs ({self.r} x {self.g}{product})"
 
-    def _scope_words(self, level: TopologyLevel | None) -> str:
-        if level == TopologyLevel.NODE or self.r == 1:
+    def _scope_words(self, level: Level | None) -> str:
+        if _is_node(level) or self.r == 1:
             return " on one node"
         return f" within one {level}" if level is not None else ""
 
-    def _where(self, level: TopologyLevel | None) -> str:
-        if level == TopologyLevel.NODE:
+    def _where(self, level: Level | None) -> str:
+        if _is_node(level):
             return "the largest matching node has"
         return f"the largest {level} has" if level is not None else "matching nodes have"
 
-    def _now(self, level: TopologyLevel | None) -> str:
-        if level == TopologyLevel.NODE or self.r == 1:
-            _, most_free = self._best_room(TopologyLevel.NODE, when_empty=False)
+    def _now(self, level: Level | None) -> str:
+        if _is_node(level) or self.r == 1:
+            _, most_free = self._best_room(self.snapshot.topology.node, when_empty=False)
             return f"the most any matching node has free is {most_free}"
         room, free = self._best_room(level, when_empty=False)
         if room * self.g == free:
@@ -472,3 +468,7 @@ def _product_groups(
 
 def _or(words: Sequence[str]) -> str:
     return " or ".join(str(w) for w in words)
+
+
+def _is_node(level: Level | None) -> bool:
+    return level is not None and level.is_node

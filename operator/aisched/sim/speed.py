@@ -109,7 +109,8 @@ class Geometry:
     def __init__(self, snapshot: ClusterSnapshot) -> None:
         nodes = list(snapshot.nodes())
         self.gpus_per_node = max(snapshot.max_gpus_per_node, 1)
-        self.rack = {n.name: n.rack or n.name for n in nodes}
+        rack = snapshot.topology.find("Rack")  # the simulator's clusters have the local topology
+        self.rack = {n.name: (n.label(rack) if rack else None) or n.name for n in nodes}
         self.zone = {n.name: n.zone or "" for n in nodes}
         self.nodes_per_rack = max(Counter(self.rack.values()).values(), default=1)
         self.nodes_per_zone = max(Counter(self.zone.values()).values(), default=1)

@@ -39,6 +39,7 @@ class OperatorProcess:
             "AISCHED_HEALTH_PORT": str(self.health_port),
             "AISCHED_RESYNC_SECONDS": "2",
             "AISCHED_LOG_LEVEL": "INFO",
+            "AISCHED_TOPOLOGY__PRESET": "local",  # the local cluster labels racks aisched.io/rack
             **self.extra_env,
         }
         with self.log_path.open("ab") as log:  # the child keeps its own descriptor

@@ -82,7 +82,7 @@ def test_generated_schema_rejects_each_mistake(mistake: Mistake) -> None:
 # Specs drawn from ranges that straddle every bound and rule, so about half are
 # invalid; the models and the CRD (schema + CEL) must agree on every one.
 _maybe = st.one_of(st.none(), st.integers(min_value=-2, max_value=10))
-_level = st.sampled_from([None, "Node", "NVLinkDomain", "Rack", "Zone", "Host"])
+_level = st.sampled_from([None, "Node", "NVLinkDomain", "Rack", "Zone", "Host", "rack 3"])
 
 
 @st.composite

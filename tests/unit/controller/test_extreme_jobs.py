@@ -50,6 +50,11 @@ from aisched.policy.job_status import (
     with_chunk_end,
     with_emissions,
 )
+from aisched.policy.level_refusals import (
+    TOPOLOGY_LEVEL_NOT_LABELLED,
+    TOPOLOGY_LEVELS_OUT_OF_ORDER,
+    UNKNOWN_TOPOLOGY_LEVEL,
+)
 from aisched.policy.lifecycle import Observation, next_step
 from aisched.policy.placement import Placement, place_gang
 from aisched.policy.scheduler import JobRequest, schedule
@@ -395,6 +400,9 @@ async def _pass_with(obj: dict[str, Any]) -> tuple[TrainingJobController, KubeDo
     return controller, kube
 
 
+LEVEL_REFUSALS = {UNKNOWN_TOPOLOGY_LEVEL, TOPOLOGY_LEVEL_NOT_LABELLED, TOPOLOGY_LEVELS_OUT_OF_ORDER}
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(obj=extreme_training_jobs())
 def test_whatever_one_job_holds_the_plain_one_is_scheduled_beside_it(obj: dict[str, Any]) -> None:
@@ -407,10 +415,14 @@ def test_whatever_one_job_holds_the_plain_one_is_scheduled_beside_it(obj: dict[s
     admitted = not server_rejections(CRD, obj)
     # What the CRD admits the cycle handles; what it refuses (an older CRD let it in) is set aside as InvalidSpec.
     assert poisoned.get("reason") != "CannotSchedule"
-    set_aside = poisoned.get("reason") == "InvalidSpec" or any(
-        c["type"] == "Schedulable" and c["status"] == "False" for c in poisoned.get("conditions", [])
-    )
+    unschedulable = [
+        c["reason"] for c in poisoned.get("conditions", []) if c["type"] == "Schedulable" and c["status"] == "False"
+    ]
+    set_aside = poisoned.get("reason") == "InvalidSpec" or bool(unschedulable)
     if finished(obj):
         assert not set_aside  # a finished job is never scheduled again: the cycle does not read its spec
+    elif admitted and set_aside:
+        # The CRD cannot know the cluster's topology levels: the operator refuses a level it lacks.
+        assert set(unschedulable) <= LEVEL_REFUSALS, unschedulable
     else:
         assert set_aside != admitted

@@ -5,15 +5,16 @@ from __future__ import annotations
 from typing import Any
 
 from aisched.api import CapacityType, TrainingJob
-from aisched.api.common import TopologyLevel
 from aisched.controller.training.requests import RequestBook
-from aisched.policy.cluster import ClusterSnapshot, Node
+from aisched.policy.cluster import ClusterSnapshot, local_node
+from aisched.policy.topology import LOCAL_TOPOLOGY
 from tests.builders import a_training_job
+from tests.levels import RACK
 
 ON_DEMAND = (CapacityType.ON_DEMAND,)
 SPOT = (CapacityType.SPOT,)
 KEY = ("ns", "llm")
-CLUSTER = ClusterSnapshot([Node("a", 8, rack="r1", zone="z"), Node("b", 8, rack="r1", zone="z")])
+CLUSTER = ClusterSnapshot([local_node("a", 8, rack="r1", zone="z"), local_node("b", 8, rack="r1", zone="z")])
 
 
 def a_job(**status: Any) -> tuple[dict[str, Any], TrainingJob]:
@@ -28,25 +29,25 @@ def test_a_waiting_job_unchanged_since_the_last_cycle_keeps_its_request() -> Non
     book = RequestBook()
     obj, job = a_job()
     book.begin_cycle()
-    first = book.waiting(KEY, obj, job, ON_DEMAND, frozenset())
+    first = book.waiting(KEY, obj, job, ON_DEMAND, frozenset(), topology=LOCAL_TOPOLOGY)
     book.end_cycle()
     book.begin_cycle()
-    assert book.waiting(KEY, obj, job, ON_DEMAND, frozenset()) is first
+    assert book.waiting(KEY, obj, job, ON_DEMAND, frozenset(), topology=LOCAL_TOPOLOGY) is first
 
 
 def test_a_new_object_capacity_or_excluded_node_makes_the_request_again() -> None:
     book = RequestBook()
     obj, job = a_job()
     book.begin_cycle()
-    first = book.waiting(KEY, obj, job, ON_DEMAND, frozenset())
+    first = book.waiting(KEY, obj, job, ON_DEMAND, frozenset(), topology=LOCAL_TOPOLOGY)
     for capacity, excluded in ((SPOT, frozenset()), (ON_DEMAND, frozenset({"a"}))):
         book.begin_cycle()
-        again = book.waiting(KEY, obj, job, capacity, excluded)
+        again = book.waiting(KEY, obj, job, capacity, excluded, topology=LOCAL_TOPOLOGY)
         assert again is not first
         assert (again.capacity_types, again.excluded_nodes) == (capacity, excluded)
     newer, job = a_job(phase="Queued")
     book.begin_cycle()
-    assert book.waiting(KEY, newer, job, ON_DEMAND, frozenset({"a"})) is not again
+    assert book.waiting(KEY, newer, job, ON_DEMAND, frozenset({"a"}), topology=LOCAL_TOPOLOGY) is not again
 
 
 def test_a_running_gang_keeps_its_placement_through_status_writes_until_the_nodes_change() -> None:
@@ -55,7 +56,7 @@ def test_a_running_gang_keeps_its_placement_through_status_writes_until_the_node
     obj, job = a_job(**placed)
     book.begin_cycle()
     first = book.running(KEY, obj, job, CLUSTER, node_generation=1, excluded=frozenset())
-    assert first.placement is not None and first.placement.level == TopologyLevel.RACK
+    assert first.placement is not None and first.placement.level == RACK
     # A status write (its service so far) is a new object: a new request, the same placement.
     written, job = a_job(**placed, attainedGpuSeconds=100.0)
     book.begin_cycle()
@@ -71,7 +72,7 @@ def test_a_job_left_out_of_a_cycle_is_forgotten_at_the_next() -> None:
     book = RequestBook()
     obj, job = a_job()
     book.begin_cycle()
-    first = book.waiting(KEY, obj, job, ON_DEMAND, frozenset())
+    first = book.waiting(KEY, obj, job, ON_DEMAND, frozenset(), topology=LOCAL_TOPOLOGY)
     book.begin_cycle()  # the job sat this one out (deferred, stopping, finished)
     book.begin_cycle()
-    assert book.waiting(KEY, obj, job, ON_DEMAND, frozenset()) is not first
+    assert book.waiting(KEY, obj, job, ON_DEMAND, frozenset(), topology=LOCAL_TOPOLOGY) is not first

@@ -69,7 +69,7 @@ def test_relist_replaces_whatever_the_watch_missed() -> None:
 
 
 def test_labels_give_topology_product_and_capacity_type() -> None:
-    inventory = Inventory(Settings())
+    inventory = Inventory(Settings(topology={"preset": "local"}))
     assert inventory.upsert_node(
         {
             "metadata": {
@@ -87,7 +87,7 @@ def test_labels_give_topology_product_and_capacity_type() -> None:
     )
     record = inventory.nodes["n1"]
     assert record.capacity_type == CapacityType.SPOT
-    assert (record.zone, record.rack, record.nvlink_domain) == ("z1", "r1", "c1")
+    assert (record.zone, record.domains) == ("z1", ("z1", "r1", "c1"))
     assert record.gpu_product == "NVIDIA-H100-80GB-HBM3"
 
 

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aisched.kube.inventory import Inventory
-from aisched.policy.cluster import GROUPING_LEVELS, ClusterSnapshot
+from aisched.policy.cluster import ClusterSnapshot
 from aisched.settings import Settings
 from tests.unit.kube.test_inventory import node, pod
 
@@ -47,7 +47,7 @@ def rebuilt(inventory: Inventory) -> ClusterSnapshot:
 def same(kept: ClusterSnapshot, fresh: ClusterSnapshot) -> None:
     assert kept.node_names() == fresh.node_names()
     assert [kept.free_gpus(n) for n in kept.node_names()] == [fresh.free_gpus(n) for n in fresh.node_names()]
-    for level in (*GROUPING_LEVELS, None):
+    for level in (*fresh.topology.grouping, None):
         for mine, theirs in zip(kept.domains(level), fresh.domains(level), strict=True):
             assert mine.id == theirs.id
             for pool in range(len(fresh.pools)):
@@ -72,7 +72,7 @@ def apply(inventory: Inventory, operation: tuple[Any, ...]) -> None:
 @settings(max_examples=200, deadline=None)
 @given(operations=operations)
 def test_the_kept_snapshot_equals_a_rebuild_after_any_changes(operations: list[tuple[Any, ...]]) -> None:
-    inventory = Inventory(Settings())
+    inventory = Inventory(Settings(topology={"preset": "local"}))
     inventory.replace_nodes([rack_node(name, 8, tainted=False) for name in NODES])
     for operation in operations:
         apply(inventory, operation)
@@ -80,7 +80,7 @@ def test_the_kept_snapshot_equals_a_rebuild_after_any_changes(operations: list[t
 
 
 def test_reserved_gpus_count_in_the_copy_only() -> None:
-    inventory = Inventory(Settings())
+    inventory = Inventory(Settings(topology={"preset": "local"}))
     inventory.replace_nodes([rack_node("n1", 8, tainted=False)])
     assert inventory.snapshot({"n1": 3, "gone": 2}).free_gpus("n1") == 5
     assert inventory.snapshot().free_gpus("n1") == 8

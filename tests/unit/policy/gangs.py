@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
-from aisched.api.common import CapacityType, TopologyLevel
+from aisched.api.common import CapacityType
 from aisched.policy.cluster import (
     ClusterSnapshot,
     Node,
@@ -17,8 +17,11 @@ from aisched.policy.cluster import (
     Toleration,
     TolerationOperator,
     level_rank,
+    local_node,
 )
 from aisched.policy.placement import GangRequest, search_levels
+from aisched.policy.topology import LOCAL_TOPOLOGY, Level
+from tests.levels import LEVELS
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 A100 = "NVIDIA-A100-SXM4-40GB"
@@ -39,7 +42,7 @@ def rack_nodes(
 ) -> list[Node]:
     """`count` nodes of one rack, named <rack>-n<i>, with `used[i]` GPUs in use."""
     return [
-        Node(
+        local_node(
             name=f"{rack}-n{i}",
             allocatable_gpus=gpus,
             used_gpus=used[i] if i < len(used) else 0,
@@ -75,7 +78,7 @@ def nodes_strategy(draw: st.DrawFn, *, max_nodes: int = 14, usable_only: bool = 
         zone = draw(st.sampled_from(["za", "zb", None]))
         rack = draw(st.sampled_from(["r1", "r2", "r3", None]))
         nodes.append(
-            Node(
+            local_node(
                 name=f"node-{i:02d}",
                 allocatable_gpus=gpus,
                 used_gpus=draw(st.integers(0, gpus)),
@@ -108,7 +111,7 @@ def requests_strategy(draw: st.DrawFn, names: Sequence[str]) -> GangRequest:
         replicas=draw(st.integers(1, 6)),
         gpus_per_replica=draw(st.sampled_from([1, 2, 4, 8])),
         gpu_types=draw(st.sampled_from([None, frozenset({H100}), frozenset({A100}), frozenset({H100, A100})])),
-        required_level=draw(st.sampled_from([None, *TopologyLevel])),
+        required_level=draw(st.sampled_from([None, *LEVELS])),
         tolerations=draw(st.sampled_from([(), (TOLERATE_DEDICATED,)])),
         capacity_types=capacity,
         excluded_nodes=frozenset(draw(st.lists(st.sampled_from(list(names)), max_size=3))) if names else frozenset(),
@@ -120,7 +123,7 @@ def requests_strategy(draw: st.DrawFn, names: Sequence[str]) -> GangRequest:
 
 @dataclass(frozen=True)
 class Fit:
-    level: TopologyLevel | None
+    level: Level | None
     leftover: int
     """Free GPUs of the chosen pools left in the domain afterwards (best fit minimises it)."""
 
@@ -146,7 +149,7 @@ def oracle(nodes: Sequence[Node], request: GangRequest, *, empty: bool = False) 
     g, r = request.gpus_per_replica, request.replicas
     for capacity_types in passes:
         candidates = [n for n in nodes if eligible(n, request, capacity_types)]
-        for level in search_levels(request):
+        for level in search_levels(request, LOCAL_TOPOLOGY):
             groups: dict[tuple[object, ...], list[Node]] = defaultdict(list)
             for node in candidates:
                 path = () if level is None else node.path(level)
@@ -166,5 +169,5 @@ def snapshot_of(nodes: Iterable[Node]) -> ClusterSnapshot:
     return ClusterSnapshot(nodes)
 
 
-def within_required(level: TopologyLevel | None, required: TopologyLevel | None) -> bool:
+def within_required(level: Level | None, required: Level | None) -> bool:
     return level_rank(level) <= level_rank(required)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from aisched.api import TopologyLevel
 from aisched.policy.carbon import CarbonPlan, PlanReason, RunChunk
 from aisched.policy.cluster import DomainId
 from aisched.policy.job_messages import admitted_message, deferred_message, gang_nodes_message
 from aisched.policy.placement import Placement
+from tests.levels import RACK
 
 T0 = datetime(2026, 1, 1, 6, 30, tzinfo=UTC)
 
@@ -18,7 +18,7 @@ def placement(domain: DomainId) -> Placement:
 
 
 def test_the_admission_names_the_domain_the_gang_landed_in_and_whom_it_preempted() -> None:
-    rack = placement(DomainId(TopologyLevel.RACK, ("z1", "rack-3")))
+    rack = placement(DomainId(RACK, ("z1", "rack-3")))
     assert admitted_message(rack) == "placed in rack-3"
     assert admitted_message(rack, ("ns/a", "ns/b")) == "placed in rack-3 after preempting ns/a, ns/b"
 

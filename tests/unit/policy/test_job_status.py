@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from aisched.api import CapacityType, ConditionStatus, TopologyLevel
+from aisched.api import CapacityType, ConditionStatus
 from aisched.api.common import set_condition
 from aisched.api.training_job import CheckpointRecord, TrainingJob, TrainingJobPhase, TrainingJobStatus
 from aisched.policy.carbon import CHUNK_ENDED, PAUSED_BETWEEN_CHUNKS, CarbonPlan, PlanReason, RunChunk
@@ -29,6 +29,7 @@ from aisched.policy.placement import Placement
 from aisched.policy.spot import CapacityChoice, CapacityDecision
 from aisched.workload.contract import CheckpointReport
 from tests.builders import a_training_job
+from tests.levels import RACK
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 Phase = TrainingJobPhase
@@ -215,7 +216,7 @@ def a_placement() -> Placement:
     return Placement(
         nodes=("n1", "n2"),
         gpus_per_replica=8,
-        domain=DomainId(TopologyLevel.RACK, ("z1", "r1")),
+        domain=DomainId(RACK, ("z1", "r1")),
         capacity_type=CapacityType.SPOT,
     )
 

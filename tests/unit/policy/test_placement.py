@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aisched.api.common import CapacityType, SpotPolicy, TopologyLevel
+from aisched.api.common import CapacityType, SpotPolicy
 from aisched.policy.cluster import (
     ClusterSnapshot,
     DomainId,
@@ -18,6 +18,7 @@ from aisched.policy.cluster import (
     TaintEffect,
     Toleration,
     TolerationOperator,
+    local_node,
     node_from_labels,
 )
 from aisched.policy.placement import (
@@ -32,6 +33,8 @@ from aisched.policy.placement import (
     gang_fits,
     place_gang,
 )
+from aisched.policy.topology import LOCAL_TOPOLOGY
+from tests.levels import NODE, NVLINK_DOMAIN, RACK
 from tests.unit.policy.gangs import (
     A100,
     DEDICATED,
@@ -82,7 +85,7 @@ def test_placement_is_valid_smallest_domain_and_best_fit(case: tuple[list[Node],
     assert sum(free_of(n) for n in in_pools) - request.total_gpus == expected.leftover
     # every replica really sits in the reported domain
     for name in outcome.nodes:
-        node_path = by_name[name].path(TopologyLevel.NODE) or ()
+        node_path = by_name[name].path(NODE) or ()
         assert node_path[: len(outcome.domain.path)] == outcome.domain.path
 
 
@@ -158,9 +161,9 @@ def test_a_gang_goes_to_the_fullest_rack_that_still_holds_it() -> None:
         *rack_nodes("z", "r2", 4, used=[8, 0, 0, 0]),  # 24 free: exactly the gang
         *rack_nodes("z", "r3", 4, used=[8, 8, 8, 0]),  # 8 free: too small
     ]
-    placement = place_gang(GangRequest(3, 8, required_level=TopologyLevel.RACK), ClusterSnapshot(nodes))
+    placement = place_gang(GangRequest(3, 8, required_level=RACK), ClusterSnapshot(nodes))
     assert isinstance(placement, Placement)
-    assert placement.domain == DomainId(TopologyLevel.RACK, ("z", "r2"))
+    assert placement.domain == DomainId(RACK, ("z", "r2"))
     assert sorted(placement.nodes) == ["r2-n1", "r2-n2", "r2-n3"]
 
 
@@ -169,14 +172,14 @@ def test_a_gang_that_fits_on_one_node_takes_the_fullest_node_that_holds_it() -> 
     placement = place_gang(GangRequest(2, 2), ClusterSnapshot(nodes))
     assert isinstance(placement, Placement)
     assert placement.nodes == ("r1-n1", "r1-n1")
-    assert placement.level == TopologyLevel.NODE
+    assert placement.level == NODE
 
 
 def test_nvlink_domain_before_rack() -> None:
     nodes = rack_nodes("z", "r1", 8, gpus=4, nodes_per_nvlink=4, used=[4, 0, 0, 0, 0, 0, 0, 0])
     placement = place_gang(GangRequest(4, 4), ClusterSnapshot(nodes))
     assert isinstance(placement, Placement)
-    assert placement.domain == DomainId(TopologyLevel.NVLINK_DOMAIN, ("z", "r1", "r1.1"))
+    assert placement.domain == DomainId(NVLINK_DOMAIN, ("z", "r1", "r1.1"))
 
 
 def test_the_message_says_what_is_needed_and_what_the_best_domain_has() -> None:
@@ -184,9 +187,7 @@ def test_the_message_says_what_is_needed_and_what_the_best_domain_has() -> None:
         *rack_nodes("z", "r1", 4, used=[8, 0, 0, 0]),
         *rack_nodes("z", "r2", 4, used=[8, 8, 0, 0]),
     ]
-    outcome = place_gang(
-        GangRequest(4, 8, gpu_types=frozenset({H100}), required_level=TopologyLevel.RACK), ClusterSnapshot(nodes)
-    )
+    outcome = place_gang(GangRequest(4, 8, gpu_types=frozenset({H100}), required_level=RACK), ClusterSnapshot(nodes))
     assert outcome == Unplaceable(
         INSUFFICIENT_GPUS,
         "needs 32 GPUs (4 x 8 NVIDIA-H100-80GB-HBM3) within one Rack; the largest Rack has 24 free",
@@ -195,7 +196,7 @@ def test_the_message_says_what_is_needed_and_what_the_best_domain_has() -> None:
 
 def test_fragmented_room_is_told_in_replicas() -> None:
     nodes = rack_nodes("z", "r1", 4, used=[4, 4, 4, 0])
-    outcome = place_gang(GangRequest(2, 8, required_level=TopologyLevel.RACK), ClusterSnapshot(nodes))
+    outcome = place_gang(GangRequest(2, 8, required_level=RACK), ClusterSnapshot(nodes))
     assert isinstance(outcome, Unplaceable)
     assert outcome.message == (
         "needs 16 GPUs (2 x 8) within one Rack; the largest Rack has room for 1 of the 2 replicas "
@@ -208,7 +209,7 @@ def test_fragmented_room_is_told_in_replicas() -> None:
     [
         (GangRequest(1, 8, gpu_types=frozenset({A100})), NO_MATCHING_NODES, "no schedulable node has NVIDIA-A100"),
         (GangRequest(1, 16), REPLICA_TOO_LARGE, "each replica needs 16 GPUs on one node; the largest matching"),
-        (GangRequest(9, 8, required_level=TopologyLevel.RACK), TOPOLOGY_TOO_SMALL, "room for 64 even when empty"),
+        (GangRequest(9, 8, required_level=RACK), TOPOLOGY_TOO_SMALL, "room for 64 even when empty"),
         (GangRequest(1, 8, capacity_types=(CapacityType.SPOT,)), NO_MATCHING_NODES, "all OnDemand capacity"),
     ],
 )
@@ -221,8 +222,8 @@ def test_lasting_reasons(request_: GangRequest, reason: str, words: str) -> None
 
 
 def test_taints_need_tolerations_and_interrupted_nodes_are_never_used() -> None:
-    tainted = Node("tainted", 8, taints=(DEDICATED,), rack="r", zone="z")
-    doomed = Node("doomed", 8, interrupted=True, rack="r", zone="z")
+    tainted = local_node("tainted", 8, taints=(DEDICATED,), rack="r", zone="z")
+    doomed = local_node("doomed", 8, interrupted=True, rack="r", zone="z")
     snapshot = ClusterSnapshot([tainted, doomed])
     refused = place_gang(GangRequest(1, 8), snapshot)
     assert isinstance(refused, Unplaceable)
@@ -262,18 +263,14 @@ def test_excluded_nodes_are_skipped() -> None:
 
 def test_within_keeps_the_gang_inside_one_domain() -> None:
     snapshot = ClusterSnapshot(grid(1, 2, 2))
-    placement = place_gang(GangRequest(2, 8, within=DomainId(TopologyLevel.RACK, ("z0", "z0-r1"))), snapshot)
+    placement = place_gang(GangRequest(2, 8, within=DomainId(RACK, ("z0", "z0-r1"))), snapshot)
     assert isinstance(placement, Placement)
     assert set(placement.nodes) == {"z0-r1-n0", "z0-r1-n1"}
 
 
 def test_node_from_labels_reads_the_configured_keys() -> None:
     keys = NodeLabelKeys(
-        topology={
-            TopologyLevel.NVLINK_DOMAIN: "nvidia.com/gpu.clique",
-            TopologyLevel.RACK: "aisched.io/rack",
-            TopologyLevel.ZONE: "topology.kubernetes.io/zone",
-        },
+        topology=LOCAL_TOPOLOGY,
         gpu_product="nvidia.com/gpu.product",
         spot_labels={"karpenter.sh/capacity-type": "spot"},
         interruption_taints=frozenset({"aws-node-termination-handler/spot-itn"}),
@@ -298,12 +295,11 @@ def test_node_from_labels_reads_the_configured_keys() -> None:
         3,
         H100,
         CapacityType.SPOT,
-        None,
-        "us-east-1a-r01",
-        "us-east-1a",
-        (Taint("aws-node-termination-handler/spot-itn", "", TaintEffect.NO_SCHEDULE),),
-        True,
-        True,
+        domains=("us-east-1a", "us-east-1a-r01", None),
+        zone="us-east-1a",
+        taints=(Taint("aws-node-termination-handler/spot-itn", "", TaintEffect.NO_SCHEDULE),),
+        schedulable=True,
+        interrupted=True,
     )
     assert not node.usable
 

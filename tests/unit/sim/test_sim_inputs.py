@@ -10,6 +10,7 @@ from aisched.api.common import CapacityType
 from aisched.sim.clusters import ClusterDescriptionError, GridSpec, describe_nodes, generated_cluster, load_cluster
 from aisched.sim.traces import TraceFormat, TraceJob, detect_format, read_trace
 from aisched.testing.nodes import load_description, render_nodes
+from tests.levels import NVLINK_DOMAIN, RACK
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -78,8 +79,8 @@ def test_cluster_descriptions_name_nodes_as_the_local_cluster_does(preset: str) 
     for node, manifest in zip(simulated, rendered, strict=True):
         labels = manifest["metadata"]["labels"]
         assert node.zone == labels["topology.kubernetes.io/zone"]
-        assert node.rack == labels["aisched.io/rack"]
-        assert node.nvlink_domain == labels.get("nvidia.com/gpu.clique")
+        assert node.label(RACK) == labels["aisched.io/rack"]
+        assert node.label(NVLINK_DOMAIN) == labels.get("nvidia.com/gpu.clique")
         assert node.gpu_product == labels["nvidia.com/gpu.product"]
         assert node.allocatable_gpus == int(manifest["status"]["allocatable"]["nvidia.com/gpu"])
         spot = labels["karpenter.sh/capacity-type"] == "spot"
@@ -93,7 +94,7 @@ def test_a_bad_description_says_where() -> None:
 
 def test_generated_grid() -> None:
     nodes = generated_cluster(GridSpec(nodes=10, nodes_per_rack=4, racks_per_zone=2, nodes_per_nvlink=2))
-    assert len({n.rack for n in nodes}) == 3
+    assert len({n.label(RACK) for n in nodes}) == 3
     assert len({n.zone for n in nodes}) == 2
     assert nodes[0].name == "zone-0-r01-n01"
-    assert nodes[0].nvlink_domain == nodes[1].nvlink_domain != nodes[2].nvlink_domain
+    assert nodes[0].label(NVLINK_DOMAIN) == nodes[1].label(NVLINK_DOMAIN) != nodes[2].label(NVLINK_DOMAIN)

@@ -13,14 +13,10 @@
   value: {{ $s.workerPriorityClassName | quote }}
 - name: AISCHED_GPU_PRODUCT_LABEL
   value: {{ $s.gpuProductLabel | quote }}
-- name: AISCHED_TOPOLOGY__NODE
-  value: {{ $s.topology.node | quote }}
-- name: AISCHED_TOPOLOGY__NVLINK_DOMAIN
-  value: {{ $s.topology.nvlinkDomain | quote }}
-- name: AISCHED_TOPOLOGY__RACK
-  value: {{ $s.topology.rack | quote }}
-- name: AISCHED_TOPOLOGY__ZONE
-  value: {{ $s.topology.zone | quote }}
+- name: AISCHED_TOPOLOGY__PRESET
+  value: {{ $s.topology.preset | quote }}
+- name: AISCHED_TOPOLOGY__LEVELS
+  value: {{ $s.topology.levels | toJson | quote }}
 - name: AISCHED_SPOT_LABELS
   value: {{ $s.spotLabels | toJson | quote }}
 - name: AISCHED_INTERRUPTION_TAINTS

@@ -331,7 +331,8 @@ class InferenceServiceController:
         """The cluster for this pass: nodes that must be left count as interrupted, pods we just made as used."""
         base = self.cluster_snapshot()
         doomed = self.inventory.doomed_nodes(now)
-        snapshot = ClusterSnapshot(replace(n, interrupted=n.interrupted or n.name in doomed) for n in base.nodes())
+        nodes = (replace(n, interrupted=n.interrupted or n.name in doomed) for n in base.nodes())
+        snapshot = ClusterSnapshot(nodes, base.topology)
         snapshot.allocate(self.replicas.unbound_gpus_by_node(snapshot, self.inventory.pods))
         return snapshot
 

@@ -54,7 +54,9 @@ class Reporting(JobIsolation):
                 if phase == Phase.QUEUED:
                     pending_sizes.append(job.spec.gpus_per_replica)
                 if phase == Phase.RUNNING and job.status.placement:
-                    level = str(job.status.placement.level or "Cluster")
+                    # A level the topology no longer has (the operator was reconfigured) counts as spread.
+                    level = job.status.placement.level
+                    level = level if level in self.metrics.workload.topology_levels else "Cluster"
                     gangs_by_level[level] = gangs_by_level.get(level, 0) + 1
                 self._report_job(key, job, phase)
         self.metrics.workload.record_jobs(census)

@@ -14,6 +14,7 @@ from aisched.api import CapacityType, TrainingJob
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.placement import Placement
 from aisched.policy.scheduler import JobRequest
+from aisched.policy.topology import Topology
 
 JobKey = tuple[str, str]
 _NO_NODES = -1  # a waiting job's request reads no node
@@ -63,10 +64,14 @@ class RequestBook:
         job: TrainingJob,
         capacity_types: tuple[CapacityType, ...],
         excluded: frozenset[str],
+        *,
+        topology: Topology,
     ) -> JobRequest:
         made = self._last.get(key)
         if not _still(made, obj, capacity_types, excluded, _NO_NODES):
-            request = JobRequest.from_training_job(job, capacity_types=capacity_types, excluded_nodes=excluded)
+            request = JobRequest.from_training_job(
+                job, capacity_types=capacity_types, excluded_nodes=excluded, topology=topology
+            )
             made = _Made(obj, capacity_types, excluded, _NO_NODES, request)
         assert made is not None
         self._now[key] = made
@@ -91,7 +96,7 @@ class RequestBook:
             )
             types = (placement.capacity_type,) if placement.capacity_type else (CapacityType.ON_DEMAND,)
             request = JobRequest.from_training_job(
-                job, capacity_types=types, placement=placement, excluded_nodes=excluded
+                job, capacity_types=types, placement=placement, excluded_nodes=excluded, topology=snapshot.topology
             )
             made = _Made(obj, None, excluded, node_generation, request)
         assert made is not None

@@ -31,6 +31,7 @@ from aisched.policy.culprits import culprits
 from aisched.policy.deadlines import deadline_slack_seconds
 from aisched.policy.job_messages import admitted_message
 from aisched.policy.job_status import placed, preempted, queued, waiting_write_due
+from aisched.policy.level_refusals import level_refusal
 from aisched.policy.lifecycle import HOLDS_GPUS
 from aisched.policy.placement import GangRequest, gang_fits
 from aisched.policy.placement import Placement as PlacementDecision
@@ -40,6 +41,7 @@ from aisched.policy.scheduler import JobRequest, ScheduleResult, schedule
 from aisched.policy.scheduler.demand import pending_demand
 from aisched.policy.scheduler.results import Admission
 from aisched.policy.spot import CapacityChoice, CapacityDecision, SpotJob, choose_capacity, spot_checkpoint_interval
+from aisched.policy.topology import Level, Topology
 
 log = logging.getLogger(__name__)
 Phase = TrainingJobPhase
@@ -117,6 +119,10 @@ class SchedulingCycle(CarbonDeferral, Reporting):
                     continue
                 if refused is not None:  # tenancy: its namespace is not bound to the queue, or it asks too much
                     raise QueueRefusalError(refused)
+                if job.status.phase not in HOLDS_GPUS:  # a level the cluster cannot give: said at once
+                    levels = level_refusal(job.spec.topology, snapshot.topology, snapshot.labelled_levels())
+                    if levels is not None:
+                        raise QueueRefusalError(levels)
                 entry = await self._enter_cycle(obj, job, snapshot, doomed, now=now, writes=writes)
                 self._taken_back(key, obj, job, now, writes)
             except Exception as error:
@@ -261,7 +267,7 @@ class SchedulingCycle(CarbonDeferral, Reporting):
                 return None
             spot = capacity.choice == CapacityChoice.SPOT
             types = (CapacityType.SPOT,) if spot else (CapacityType.ON_DEMAND,)
-            return self._requests_made.waiting(key, obj, job, types, doomed), capacity
+            return self._requests_made.waiting(key, obj, job, types, doomed, topology=snapshot.topology), capacity
         if phase in (Phase.PLACING, Phase.RUNNING) and job.status.placement and job.status.placement.nodes:
             generation = self.inventory.node_generation
             request = self._requests_made.running(key, obj, job, snapshot, node_generation=generation, excluded=doomed)
@@ -384,7 +390,7 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         spot_fits = False
         if spec.spot.policy != SpotPolicy.NEVER:
             # Thousands of waiting jobs come in a few shapes: one search per shape and cycle, not per job.
-            on_spot = self._request(job, doomed, (CapacityType.SPOT,))
+            on_spot = self._request(job, doomed, (CapacityType.SPOT,), snapshot.topology)
             fits = self._spot_fits.get(on_spot)
             if fits is None:
                 fits = self._spot_fits[on_spot] = gang_fits(on_spot, snapshot)
@@ -437,7 +443,7 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         return round(interval)
 
     def _request(
-        self, job: TrainingJob, doomed: frozenset[str], capacity_types: tuple[CapacityType, ...]
+        self, job: TrainingJob, doomed: frozenset[str], capacity_types: tuple[CapacityType, ...], topology: Topology
     ) -> GangRequest:
         spec = job.spec
         tolerations = tuple(Toleration.from_dict(t) for t in (spec.template.get("spec") or {}).get("tolerations", []))
@@ -445,8 +451,8 @@ class SchedulingCycle(CarbonDeferral, Reporting):
             replicas=spec.replicas,
             gpus_per_replica=spec.gpus_per_replica,
             gpu_types=frozenset({spec.gpu_type}) if spec.gpu_type else None,
-            required_level=spec.topology.required_level,
-            preferred_level=spec.topology.preferred_level,
+            required_level=_level(topology, spec.topology.required_level),
+            preferred_level=_level(topology, spec.topology.preferred_level),
             tolerations=tolerations,
             capacity_types=capacity_types,
             excluded_nodes=doomed,
@@ -466,3 +472,7 @@ async def _at_most(limit: int, calls: list[Coroutine[Any, Any, bool]]) -> None:
             await call
 
     await asyncio.gather(*(bounded(call) for call in calls))
+
+
+def _level(topology: Topology, name: str | None) -> Level | None:
+    return topology.find(name) if name else None

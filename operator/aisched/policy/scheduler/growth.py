@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from aisched.api.common import TopologyLevel
-from aisched.policy.cluster import LEVEL_ORDER, DomainId, level_rank
 from aisched.policy.placement import GangRequest, Placement
 from aisched.policy.scheduler.jobs import JobRequest
 from aisched.policy.scheduler.results import GROWN, Resize
 from aisched.policy.scheduler.service import ran_long_enough
 from aisched.policy.scheduler.state import CycleState, RunningGang
+from aisched.policy.topology import DomainId, Level, level_rank
 
 
 def grow_elastic(cycle: CycleState) -> None:
@@ -75,7 +74,7 @@ def _consolidated(cycle: CycleState, running: RunningGang, extra: Placement, req
     return level_rank(placed) <= level_rank(cycle.tightest_level(grown))
 
 
-def _widest_level(cycle: CycleState, required: TopologyLevel | None, grown: GangRequest) -> TopologyLevel | None:
+def _widest_level(cycle: CycleState, required: Level | None, grown: GangRequest) -> Level | None:
     """The widest level growth may reach: the job's required level, and no wider than the tightest
     level the grown gang could ever get.
 
@@ -88,7 +87,7 @@ def _widest_level(cycle: CycleState, required: TopologyLevel | None, grown: Gang
     return tightest if required is None or level_rank(tightest) < level_rank(required) else required
 
 
-def _enclosing(cycle: CycleState, placement: Placement, widest_level: TopologyLevel | None) -> list[DomainId]:
+def _enclosing(cycle: CycleState, placement: Placement, widest_level: Level | None) -> list[DomainId]:
     """The placement's domain and the wider ones around it, up to `widest_level`."""
     known = [n for n in placement.nodes if n in cycle.snapshot]
     if not known:
@@ -96,7 +95,7 @@ def _enclosing(cycle: CycleState, placement: Placement, widest_level: TopologyLe
     node = cycle.snapshot.node(known[0])
     widest = level_rank(widest_level)
     domains = []
-    for level in (*LEVEL_ORDER, None):
+    for level in (*cycle.snapshot.topology.levels, None):
         if level_rank(level) < level_rank(placement.level) or level_rank(level) > widest:
             continue
         path = () if level is None else node.path(level)

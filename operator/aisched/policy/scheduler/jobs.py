@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from aisched.api.common import CapacityType, TopologyLevel
+from aisched.api.common import CapacityType
 from aisched.api.training_job import TrainingJob, TrainingJobPhase
 from aisched.policy.cluster import Toleration
 from aisched.policy.lifecycle import INTERRUPTED
 from aisched.policy.placement import GangRequest, Placement
 from aisched.policy.saturating_time import seconds_duration
+from aisched.policy.topology import LOCAL_TOPOLOGY, Level, Topology
 
 _LONG_AGO = datetime.min.replace(tzinfo=UTC)  # a job with no creation time yet queues first among equals
 
@@ -32,8 +33,8 @@ class JobRequest:
     min_replicas: int | None = None
     max_replicas: int | None = None
     gpu_type: str | None = None
-    required_level: TopologyLevel | None = None
-    preferred_level: TopologyLevel | None = None
+    required_level: Level | None = None
+    preferred_level: Level | None = None
     tolerations: tuple[Toleration, ...] = ()
     capacity_types: tuple[CapacityType, ...] = (CapacityType.ON_DEMAND,)
     excluded_nodes: frozenset[str] = frozenset()
@@ -64,9 +65,12 @@ class JobRequest:
         capacity_types: tuple[CapacityType, ...],
         placement: Placement | None = None,
         excluded_nodes: frozenset[str] = frozenset(),
+        topology: Topology = LOCAL_TOPOLOGY,
     ) -> JobRequest:
         """What a TrainingJob asks for. `placement` (for a running gang) comes from its status and the snapshot:
-        `Placement.of_nodes(status.placement.nodes, spec.gpus_per_replica, snapshot)`."""
+        `Placement.of_nodes(status.placement.nodes, spec.gpus_per_replica, snapshot)`. Its levels are read in
+        TOPOLOGY (the snapshot's); one it does not have is no constraint here: a waiting job that names one is
+        refused before it gets here (`aisched.policy.levels.level_refusal`)."""
         spec, meta = job.spec, job.metadata
         template_spec = spec.template.get("spec") or {}
         created = meta.get("creationTimestamp")
@@ -80,8 +84,8 @@ class JobRequest:
             min_replicas=spec.min_replicas,
             max_replicas=spec.max_replicas,
             gpu_type=spec.gpu_type,
-            required_level=spec.topology.required_level,
-            preferred_level=spec.topology.preferred_level,
+            required_level=_level(topology, spec.topology.required_level),
+            preferred_level=_level(topology, spec.topology.preferred_level),
             tolerations=tuple(Toleration.from_dict(t) for t in template_spec.get("tolerations") or ()),
             capacity_types=capacity_types,
             excluded_nodes=excluded_nodes,
@@ -105,3 +109,7 @@ class JobRequest:
             capacity_types=self.capacity_types,
             excluded_nodes=excluded,
         )
+
+
+def _level(topology: Topology, name: str | None) -> Level | None:
+    return topology.find(name) if name else None

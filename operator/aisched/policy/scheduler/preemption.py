@@ -15,13 +15,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from aisched.api.common import TopologyLevel
-from aisched.policy.cluster import DomainId, level_rank
 from aisched.policy.placement import GangRequest, Placement, gang_fits, place_gang, search_levels
 from aisched.policy.scheduler.attempt import Attempt
 from aisched.policy.scheduler.jobs import JobRequest
 from aisched.policy.scheduler.results import SHRUNK, Preemption, Resize
 from aisched.policy.scheduler.state import CycleState, RunningGang
+from aisched.policy.topology import DomainId, Level, level_rank
 
 # Time-slicing preempts at most this many gangs in one cycle. Thousands of jobs with less service
 # than thousands of running ones would otherwise each search the cluster for a victim in the same
@@ -156,27 +155,27 @@ def make_room(cycle: CycleState, attempt: Attempt) -> bool:
     return False
 
 
-def _levels_to_search(cycle: CycleState, request: GangRequest) -> list[TopologyLevel | None]:
+def _levels_to_search(cycle: CycleState, request: GangRequest) -> list[Level | None]:
     """The levels where making room may succeed where the Node level did not.
 
     One replica lands on one node: what room a wider domain makes, the plan for that node
     makes with fewer victims. A level whose domains are single nodes repeats the Node level.
     """
-    levels = search_levels(request)
+    levels = search_levels(request, cycle.snapshot.topology)
     if request.replicas == 1:
-        return [level for level in levels if level == TopologyLevel.NODE]
+        return [level for level in levels if level is not None and level.is_node]
     # Below the tightest level that could hold the gang on an empty cluster, no victims help.
     tightest = level_rank(cycle.tightest_level(request))
     return [
         level
         for level in levels
         if level_rank(level) >= tightest
-        and (level in (TopologyLevel.NODE, None) or cycle.snapshot.most_nodes_in_a_domain(level) > 1)
+        and (level is None or level.is_node or cycle.snapshot.most_nodes_in_a_domain(level) > 1)
     ]
 
 
 def _candidates_by_domain(
-    cycle: CycleState, candidates: Sequence[_Displacement], level: TopologyLevel | None
+    cycle: CycleState, candidates: Sequence[_Displacement], level: Level | None
 ) -> dict[DomainId, list[_Displacement]]:
     """The candidates with GPUs in each domain of LEVEL, in their order: a domain's plan looks at no other."""
     inside: dict[DomainId, list[_Displacement]] = {}
@@ -186,7 +185,7 @@ def _candidates_by_domain(
     return inside
 
 
-def _domains_at(cycle: CycleState, nodes: Iterable[str], level: TopologyLevel | None) -> list[DomainId]:
+def _domains_at(cycle: CycleState, nodes: Iterable[str], level: Level | None) -> list[DomainId]:
     """The domains of LEVEL the nodes are in, each once, in the nodes' order (the same every run)."""
     if level is None:
         return [DomainId(None, ())]
@@ -274,8 +273,8 @@ def _restricted(cycle: CycleState, candidate: _Displacement, job: JobRequest, wi
 
 
 def _node_domain(cycle: CycleState, name: str) -> DomainId:
-    path = cycle.snapshot.node(name).path(TopologyLevel.NODE)
-    return DomainId(TopologyLevel.NODE, path or (name,))
+    node_level = cycle.snapshot.topology.node
+    return DomainId(node_level, cycle.snapshot.node(name).path(node_level) or (name,))
 
 
 def _fits_after(cycle: CycleState, request: GangRequest, actions: Sequence[_Displacement]) -> bool:

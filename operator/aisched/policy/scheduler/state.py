@@ -11,9 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from aisched.api.common import TopologyLevel
 from aisched.api.queue import DEFAULT_QUEUE
-from aisched.policy.cluster import ClusterSnapshot, DomainId
+from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.placement import GangRequest, Placement, Unplaceable, place_gang, tightest_possible_level
 from aisched.policy.queueing import QueueQuota, QuotaLedger
 from aisched.policy.saturating_time import time_after
@@ -32,6 +31,7 @@ from aisched.policy.scheduler.service import (
     ran_long_enough,
     service_band,
 )
+from aisched.policy.topology import DomainId, Level
 
 
 @dataclass(slots=True)
@@ -114,7 +114,7 @@ class CycleState:
         self.lowest_elastic_priority = min(
             (r.job.priority for r in self.running.values() if r.job.elastic), default=None
         )
-        self.tightest: dict[GangRequest, TopologyLevel | None] = {}
+        self.tightest: dict[GangRequest, Level | None] = {}
         self._bands: dict[str, int] = {}
         self.highest_running_band = max((self.band(r.job) for r in self.running.values()), default=0)
         self.slices = 0
@@ -122,7 +122,7 @@ class CycleState:
         self.displaceable: dict[tuple[int, int, bool, str | None], tuple[list[RunningGang], list[RunningGang]]] = {}
         """Making room's candidates (shrinkable, preemptible) by (priority, band, slicing) of the job
         making room, cheapest first, as the cycle began: the jobs alike share one list."""
-        self.domains_of: dict[tuple[tuple[str, ...], TopologyLevel | None], list[DomainId]] = {}
+        self.domains_of: dict[tuple[tuple[str, ...], Level | None], list[DomainId]] = {}
         """The domains of a level a set of nodes is in, in the nodes' order."""
         self.products = frozenset(p.gpu_product for p in snapshot.pools if p.gpu_product is not None)
 
@@ -137,7 +137,7 @@ class CycleState:
             return request
         return replace(request, required_level=self.tightest_level(request))
 
-    def tightest_level(self, request: GangRequest) -> TopologyLevel | None:
+    def tightest_level(self, request: GangRequest) -> Level | None:
         """The tightest level at which some domain could hold the gang were the cluster empty."""
         shape = replace(request, excluded_nodes=frozenset())
         if shape not in self.tightest:

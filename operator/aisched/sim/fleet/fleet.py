@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from aisched.api.common import CapacityType
-from aisched.policy.cluster import Node
+from aisched.policy.nodes import Node, local_node
 from aisched.sim.fleet.catalog import Offering
 from aisched.sim.spot.traces import SpotTrace
 
@@ -57,7 +57,7 @@ class FleetNode:
 
     def as_policy_node(self) -> Node:
         kind = self.offering.instance_type
-        return Node(
+        return local_node(
             name=self.name,
             allocatable_gpus=kind.gpus,
             used_gpus=self.used,

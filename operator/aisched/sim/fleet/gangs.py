@@ -18,12 +18,13 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from aisched.api.common import CapacityType, SpotPolicy, TopologyLevel
+from aisched.api.common import CapacityType, SpotPolicy
 from aisched.api.queue import DEFAULT_QUEUE
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.queueing import QueueQuota
 from aisched.policy.scheduler import JobRequest
 from aisched.policy.spot import CapacityChoice, CapacityDecision, SpotJob, choose_capacity
+from aisched.policy.topology import LOCAL_TOPOLOGY
 from aisched.sim.fleet.catalog import Offering
 from aisched.sim.fleet.fleet import Fleet, FleetNode
 from aisched.sim.fleet.replay import Loop
@@ -36,12 +37,15 @@ DEFERRED_CYCLE_S = 1.0
 operator runs that cycle at once; a second later here."""
 
 
+ZONE = LOCAL_TOPOLOGY.level("Zone")
+
+
 class _ZonePolicy(AischedPolicy):
     """AischedPolicy with every gang confined to one zone: nodes of a gang talk over the fabric."""
 
     def submit(self, job: SimJob, now: float) -> None:
         super().submit(job, now)
-        self.pending[job.key] = replace(self.pending[job.key], required_level=TopologyLevel.ZONE)
+        self.pending[job.key] = replace(self.pending[job.key], required_level=ZONE)
 
 
 class GangLoop(Loop):

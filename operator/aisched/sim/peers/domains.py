@@ -15,9 +15,10 @@ def pods_fitting(snapshot: ClusterSnapshot, nodes: Iterable[str], gpus_per_pod: 
 def nodes_by(snapshot: ClusterSnapshot, level: str) -> dict[str, list[str]]:
     """Node names by rack, zone or the whole cluster (`level` "rack", "zone" or "cluster")."""
     groups: dict[str, list[str]] = defaultdict(list)
+    rack = snapshot.topology.find("Rack")  # the simulator's clusters have the local topology
     for node in snapshot.nodes():
         if not node.usable:
             continue
-        key = node.rack if level == "rack" else node.zone if level == "zone" else ""
+        key = (node.label(rack) if rack else None) if level == "rack" else node.zone if level == "zone" else ""
         groups[key or node.name].append(node.name)
     return dict(groups)

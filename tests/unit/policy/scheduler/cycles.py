@@ -9,11 +9,12 @@ from datetime import UTC, datetime, timedelta
 
 from hypothesis import strategies as st
 
-from aisched.api.common import CapacityType, TopologyLevel
+from aisched.api.common import CapacityType
 from aisched.policy.cluster import ClusterSnapshot, Node
 from aisched.policy.placement import GangRequest, Placement, place_gang
 from aisched.policy.queueing import QueueQuota
 from aisched.policy.scheduler import JobRequest, ScheduleResult
+from tests.levels import NODE, RACK, ZONE
 from tests.unit.policy.gangs import A100, H100, rack_nodes
 
 T0 = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -114,6 +115,6 @@ def jobs_strategy(draw: st.DrawFn, key: str, priorities: tuple[int, int] = (0, 3
         min_replicas=draw(st.integers(1, replicas)) if elastic else None,
         max_replicas=replicas + draw(st.integers(0, 3)) if elastic else None,
         gpu_type=draw(st.sampled_from([None, H100, A100])),
-        required_level=draw(st.sampled_from([None, TopologyLevel.NODE, TopologyLevel.RACK, TopologyLevel.ZONE])),
+        required_level=draw(st.sampled_from([None, NODE, RACK, ZONE])),
         expected_duration=draw(st.sampled_from([None, HOUR / 2, 3 * HOUR])),
     )

@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import UTC, datetime
 
-from aisched.api.common import TopologyLevel
 from aisched.api.training_job import TrainingJob
 from aisched.policy.cluster import ClusterSnapshot, Node, TaintEffect, Toleration, TolerationOperator
 from aisched.policy.placement import Placement
 from aisched.policy.queueing import QUEUE_NOT_FOUND, QUOTA_EXCEEDED, QueueQuota
 from aisched.policy.scheduler import JobRequest, schedule
 from tests.builders import a_training_job
+from tests.levels import RACK
 from tests.unit.policy.gangs import H100, grid, rack_nodes
 from tests.unit.policy.scheduler.cycles import ANY, HOUR, T0, keys, pending, run_on
 
@@ -122,7 +122,7 @@ def test_a_job_request_from_a_training_job() -> None:
         min_replicas=2,
         max_replicas=6,
         gpu_type=H100,
-        required_level=TopologyLevel.RACK,
+        required_level=RACK,
         tolerations=(Toleration("dedicated", TolerationOperator.EXISTS, "", TaintEffect.NO_SCHEDULE),),
         capacity_types=ANY,
         expected_duration=HOUR,

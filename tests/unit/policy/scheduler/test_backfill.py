@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from aisched.api.common import TopologyLevel
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.queueing import QueueQuota
 from aisched.policy.scheduler import RESERVED_FOR_HIGHER_PRIORITY, JobRequest, schedule
+from tests.levels import RACK
 from tests.unit.policy.gangs import rack_nodes
 from tests.unit.policy.scheduler.cycles import HOUR, T0, pending, run_on
 
@@ -21,7 +21,7 @@ def _backfill_cluster() -> tuple[ClusterSnapshot, list[JobRequest]]:
 
 def test_backfill_only_where_it_does_not_delay_the_reserved_gang() -> None:
     snapshot, running = _backfill_cluster()
-    big = pending("ns/big", 8, replicas=4, required_level=TopologyLevel.RACK, created=T0 - HOUR)
+    big = pending("ns/big", 8, replicas=4, required_level=RACK, created=T0 - HOUR)
     result = schedule(snapshot, [*running, big], [], T0)
     (wait,) = result.waiting
     assert wait.expected_start == T0 + 4 * HOUR
@@ -49,7 +49,7 @@ def test_backfill_only_where_it_does_not_delay_the_reserved_gang() -> None:
 def test_without_end_times_the_reserved_domain_takes_no_newcomers_unless_the_queue_time_slices() -> None:
     snapshot = ClusterSnapshot([*rack_nodes("z", "r0", 2), *rack_nodes("z", "r1", 2)])
     running = [run_on(snapshot, pending("ns/r0", 4), ["r0-n0"]), run_on(snapshot, pending("ns/r1", 8), ["r1-n0"])]
-    big = pending("ns/big", 8, replicas=2, required_level=TopologyLevel.RACK, created=T0 - HOUR)
+    big = pending("ns/big", 8, replicas=2, required_level=RACK, created=T0 - HOUR)
     small = pending("ns/small", 4, expected_duration=HOUR / 4)
     # The default queue time-slices: the gang will preempt its way in, and holds nothing idle meanwhile.
     slicing = schedule(snapshot, [*running, big, small], [], T0)

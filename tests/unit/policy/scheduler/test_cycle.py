@@ -9,12 +9,12 @@ from dataclasses import replace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aisched.api.common import TopologyLevel
 from aisched.api.queue import DEFAULT_MIN_RUN_SECONDS
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.placement import Placement
 from aisched.policy.scheduler import GROWN, SHRUNK, JobRequest, ScheduleResult, schedule
 from aisched.policy.scheduler.service import attained_gpu_seconds, service_band
+from tests.levels import LEVELS
 from tests.unit.policy.gangs import H100
 from tests.unit.policy.scheduler.cycles import T0, Scenario, keys, scenarios
 
@@ -96,7 +96,7 @@ def _check_admissions(
         tight = snapshot.tightest_domain(admission.placement.nodes).level
         if job.required_level is not None:
             assert tight is not None
-            assert [*TopologyLevel].index(tight) <= [*TopologyLevel].index(job.required_level)
+            assert list(LEVELS).index(tight) <= list(LEVELS).index(job.required_level)
         final[admission.key] = admission.placement
 
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from aisched.api.common import TopologyLevel
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.queueing import QueueQuota
 from aisched.policy.scheduler import SHRUNK, schedule
+from tests.levels import RACK
 from tests.unit.policy.gangs import rack_nodes
 from tests.unit.policy.scheduler.cycles import HOUR, T0, pending, run_on
 
@@ -14,7 +14,7 @@ def test_preemption_frees_the_rack_of_the_lowest_priorities() -> None:
     snapshot = ClusterSnapshot([*rack_nodes("z", "r0", 4), *rack_nodes("z", "r1", 4)])
     low = [run_on(snapshot, pending(f"ns/low{i}", 8, priority=0), [f"r0-n{i}"]) for i in range(4)]
     mid = [run_on(snapshot, pending(f"ns/mid{i}", 8, priority=5), [f"r1-n{i}"]) for i in range(3)]
-    big = pending("ns/big", 8, replicas=4, priority=10, required_level=TopologyLevel.RACK)
+    big = pending("ns/big", 8, replicas=4, priority=10, required_level=RACK)
     result = schedule(snapshot, [*low, *mid, big], [], T0)
     (admission,) = result.admitted
     assert admission.placement.domain.label == "r0"

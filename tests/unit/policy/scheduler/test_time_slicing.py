@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from aisched.api.common import TopologyLevel
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.queueing import QueueQuota
 from aisched.policy.scheduler import schedule
 from aisched.policy.scheduler.preemption import MAX_SLICES_PER_CYCLE
 from aisched.policy.scheduler.service import FIRST_BAND_GPU_SECONDS, attained_gpu_seconds, service_band
+from tests.levels import ZONE
 from tests.unit.policy.gangs import rack_nodes
 from tests.unit.policy.scheduler.cycles import HOUR, T0, keys, pending, run_on
 
@@ -69,7 +69,7 @@ def test_a_gang_naming_no_level_waits_for_the_tightest_domain_that_could_hold_it
     gang = pending("ns/gang", 4, replicas=2)
     _, waiting, _ = keys(schedule(snapshot, [*busy, gang], [], T0))
     assert waiting == ["ns/gang"]
-    spread_allowed = pending("ns/gang", 4, replicas=2, required_level=TopologyLevel.ZONE)
+    spread_allowed = pending("ns/gang", 4, replicas=2, required_level=ZONE)
     admitted, _, _ = keys(schedule(snapshot, [*busy, spread_allowed], [], T0))
     assert admitted == ["ns/gang"]
 
