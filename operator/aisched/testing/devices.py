@@ -25,6 +25,8 @@ import yaml
 
 from aisched.testing.nodes import DescriptionError, load_description, render_nodes
 
+# As aisched.kube.claims names them (a unit test holds them equal): hack/cluster.sh runs this module
+# with whatever Python it finds, which needs no more than PyYAML for it.
 DRIVER: Final = "gpu.nvidia.com"
 DEVICE_CLASS: Final = "gpu.nvidia.com"
 MILLI: Final = 1000

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from aisched.kube import claims
 from aisched.testing.devices import DEVICE_CLASS, DRIVER, gpu_uuid, render_devices
 from aisched.testing.nodes import load_description, render_nodes
 
@@ -29,6 +30,10 @@ def test_every_gpu_of_every_node_is_one_device_with_a_unique_uuid() -> None:
             memory = device["capacity"]["memory"]
             assert memory["value"] == f"{node['metadata']['labels']['nvidia.com/gpu.memory']}Mi"
             assert memory["requestPolicy"]["default"] == memory["value"]  # a claim naming no amount takes it all
+
+
+def test_the_driver_is_the_one_the_operator_claims_from() -> None:
+    assert (DRIVER, DEVICE_CLASS) == (claims.DRIVER, claims.DEVICE_CLASS)
 
 
 def test_uuids_are_stable_and_distinct() -> None:
