@@ -58,6 +58,8 @@ class Inventory:
     holds while it stays the same."""
     _node_versions: VersionLedger[str] = field(default_factory=VersionLedger)
     _pod_versions: VersionLedger[PodKey] = field(default_factory=VersionLedger)
+    _gpu_memory: dict[str, int] = field(default_factory=dict)
+    """MiB of each of a node's GPUs (label nvidia.com/gpu.memory), for the shares of its GPUs."""
     _sharing: dict[str, dict[str, int]] = field(default_factory=dict)
     """Per node, per GPU device: how many pods hold a share of it (a GPU shared by any is used)."""
 
@@ -99,6 +101,7 @@ class Inventory:
         if changed:
             self._nodes_changed()
         self.nodes[name] = record.node
+        self._gpu_memory[name] = record.gpu_memory_mib
         if record.ready:
             self._not_ready.pop(name, None)
         else:
@@ -111,6 +114,7 @@ class Inventory:
             return False
         self._node_versions.deleted(name, resource_version)
         self._not_ready.pop(name, None)
+        self._gpu_memory.pop(name, None)
         self._nodes_changed()
         return self.nodes.pop(name, None) is not None
 
@@ -278,6 +282,9 @@ class Inventory:
     def pods_on_node(self, node: str) -> list[PodRecord]:
         """Pods bound or pinned to NODE."""
         return [self.pods[key] for key in self._pods_by_node.get(node, ())]
+
+    def gpu_memory_mib(self, node: str) -> int:
+        return self._gpu_memory.get(node, 0)
 
     def used_gpus(self, node: str) -> int:
         return self._used.get(node, 0)

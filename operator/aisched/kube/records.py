@@ -30,6 +30,8 @@ from aisched.policy.cluster import Node, NodeLabelKeys, Taint, node_from_labels
 
 log = logging.getLogger(__name__)
 
+GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
+
 PodKey = tuple[str, str]
 """(namespace, name) of a pod."""
 
@@ -94,6 +96,8 @@ class NodeRecord:
     not_ready_since: datetime | None = None
     """When its Ready condition last changed, for a node that is not Ready; None if unknown."""
     resource_version: str = field(default="", compare=False)
+    gpu_memory_mib: int = 0
+    """MiB of memory of each of its GPUs (GPU Feature Discovery's nvidia.com/gpu.memory); 0: unknown."""
 
 
 def slim_object(obj: dict[str, Any]) -> dict[str, Any]:
@@ -124,7 +128,14 @@ def read_node(obj: dict[str, Any], keys: NodeLabelKeys, gpu_resource: str) -> No
         keys=keys,
     )
     since = None if ready else _timestamp(condition.get("lastTransitionTime"))
-    return NodeRecord(node, ready, since, _text(metadata.get("resourceVersion")) or "")
+    memory = _string_map(metadata.get("labels")).get(GPU_MEMORY_LABEL, "")
+    return NodeRecord(
+        node,
+        ready,
+        since,
+        _text(metadata.get("resourceVersion")) or "",
+        int(memory) if memory.isascii() and memory.isdigit() and len(memory) <= 9 else 0,
+    )
 
 
 def read_pod(obj: dict[str, Any], gpu_resource: str) -> PodRecord:

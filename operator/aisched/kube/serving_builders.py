@@ -150,7 +150,8 @@ def build_replica_pod(
     template = copy.deepcopy(service.spec.template)
     spec: dict[str, Any] = template.get("spec", {})
     metadata: dict[str, Any] = template.get("metadata", {})
-    request_gpus(spec["containers"], gpu_resource, service.spec.gpus_per_replica)
+    if service.spec.gpu_share is None:  # a share is the claim's or the MIG instance's (controller/sharing.py)
+        request_gpus(spec["containers"], gpu_resource, service.spec.gpus_per_replica)
     set_priority(spec, priority_class_name)
     spec["nodeSelector"] = {**spec.get("nodeSelector", {}), HOSTNAME_LABEL: slot.node}
     if slot.capacity_type == CapacityType.SPOT and spot_grace_seconds is not None:
