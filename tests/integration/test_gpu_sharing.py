@@ -10,6 +10,7 @@ tenant's own DRA claim in a template is refused by its queue's podPolicy, and no
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import pytest
@@ -77,7 +78,7 @@ def test_workers_and_a_replica_share_the_gpu_the_operator_chose(cluster: LocalCl
         device = pod["metadata"]["annotations"][SHARE_ANNOTATION].split(",")[0]
         assert pod["metadata"]["annotations"][SHARE_ANNOTATION].split(",")[1] == "300"
         assert not pod["spec"]["containers"][0]["resources"].get("limits", {}).get("nvidia.com/gpu")
-        allocated = wait_for(lambda p=pod: _allocated_device(cluster, namespace, p), TIMEOUT, "the claim's device")
+        allocated = wait_for(partial(_allocated_device, cluster, namespace, pod), TIMEOUT, "the claim's device")
         assert allocated == device, f"{pod['metadata']['name']}: planned {device}, allocated {allocated}"
     assert len(workers(cluster, namespace, "shared")) == 2
 

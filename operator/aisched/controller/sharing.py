@@ -42,6 +42,11 @@ class GpuShares:
     assumed: dict[PodKey, tuple[str, PodShare]] = field(default_factory=dict)
     """Shares handed to pods the inventory has not seen yet, by pod: (node, share)."""
 
+    def forget(self, pods: Sequence[dict[str, Any]]) -> None:
+        """PODS were not created after all: what they were handed is free again."""
+        for pod in pods:
+            self.assumed.pop((pod["metadata"]["namespace"], pod["metadata"]["name"]), None)
+
     def gpus(self, node: str) -> list[Gpu]:
         """NODE's GPUs as its DRA driver publishes them: `gpu-<index>` for each allocatable GPU."""
         record = self.inventory.nodes.get(node)

@@ -74,3 +74,13 @@ def test_a_mig_profile_asks_the_device_plugin_and_no_share_leaves_pods_alone() -
     assert claims == [] and pods[0]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/mig-1g.10gb": "1"}
     plain = [_pod("p", "n1", gpus=1)]
     assert shares.shared_pods(None, plain, OWNER) == ([], plain)
+
+
+def test_a_share_handed_to_a_pod_that_was_not_made_is_free_again() -> None:
+    shares = _shares()
+    _, pods = shares.shared_pods(GpuShare(compute_percent=60), [_pod("a", "n2")], OWNER)
+    with pytest.raises(ShareDoesNotFitError):
+        shares.shared_pods(GpuShare(compute_percent=60), [_pod("b", "n2")], OWNER)
+    shares.forget(pods)
+    _, again = shares.shared_pods(GpuShare(compute_percent=60), [_pod("b", "n2")], OWNER)
+    assert again[0]["metadata"]["annotations"][SHARE_ANNOTATION].startswith("gpu-0,600,")

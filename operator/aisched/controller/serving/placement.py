@@ -147,6 +147,8 @@ class ReplicaPlacement:
             await asyncio.gather(*(self.kube.create(claim) for claim in claims))
         outcomes = await asyncio.gather(*(self.kube.create(pod) for pod in pods), return_exceptions=True)
         made = [(pod, start) for pod, start, outcome in zip(pods, starts, outcomes, strict=True) if outcome is None]
+        if self.shares is not None:
+            self.shares.forget([pod for pod, outcome in zip(pods, outcomes, strict=True) if outcome is not None])
         self.replicas.created([pod for pod, _ in made])
         if made:
             self.refused.pop(key, None)

@@ -206,8 +206,12 @@ class JobReconciler(WorkerReleases):
                 [pod for pod in to_create if pod["metadata"]["name"] not in existing],
                 owner_reference(job),
             )
-            await asyncio.gather(*(self.kube.create(claim) for claim in claims))
-            await asyncio.gather(*service, *(self.kube.create(pod) for pod in missing))
+            try:
+                await asyncio.gather(*(self.kube.create(claim) for claim in claims))
+                await asyncio.gather(*service, *(self.kube.create(pod) for pod in missing))
+            except ApiException:
+                self.shares.forget(missing)  # a worker the next attempt makes is handed its share again
+                raise
         except ShareDoesNotFitError as full:
             raise WorkersRefusedError(f"a worker's GPU share does not fit: {full}") from None
         except ApiException as error:
