@@ -40,6 +40,9 @@ CLIENT_QPS=200
 # lifecycle controller's grace period (50 s by default) must outlast a renewal.
 NODE_LEASE_SECONDS="${AISCHED_NODE_LEASE_SECONDS:-40}"
 NODE_GRACE_SECONDS=$((NODE_LEASE_SECONDS > 40 ? NODE_LEASE_SECONDS : 50))
+# Parts of one GPU shared by DRA claims (alpha in 1.35): the API server keeps the
+# fields, kube-scheduler counts what each claim consumes of a device.
+FEATURE_GATES="${AISCHED_FEATURE_GATES:-DRAConsumableCapacity=true}"
 
 usage() { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
 
@@ -232,7 +235,7 @@ start_apiserver() {
     --service-cluster-ip-range "${SERVICE_CIDR}" \
     --kubelet-client-certificate "${pki}/apiserver-kubelet-client.crt" --kubelet-client-key "${pki}/apiserver-kubelet-client.key" \
     --kubelet-preferred-address-types InternalIP,Hostname \
-    --allow-privileged --profiling=false
+    --allow-privileged --profiling=false --feature-gates "${FEATURE_GATES}"
 }
 
 start_controller_manager() {
@@ -246,7 +249,7 @@ start_controller_manager() {
     --service-cluster-ip-range "${SERVICE_CIDR}" --cluster-name aisched-local \
     --leader-elect=false --profiling=false --cert-dir "${CLUSTER_DIR}/serving" \
     --node-monitor-grace-period "${NODE_GRACE_SECONDS}s" \
-    --kube-api-qps "${CLIENT_QPS}" --kube-api-burst "$((2 * CLIENT_QPS))"
+    --kube-api-qps "${CLIENT_QPS}" --kube-api-burst "$((2 * CLIENT_QPS))" --feature-gates "${FEATURE_GATES}"
 }
 
 start_scheduler() {
@@ -255,7 +258,7 @@ start_scheduler() {
     --kubeconfig "${kc}" --authentication-kubeconfig "${kc}" --authorization-kubeconfig "${kc}" \
     --bind-address 127.0.0.1 --secure-port "${SCHEDULER_PORT}" \
     --leader-elect=false --profiling=false --cert-dir "${CLUSTER_DIR}/serving" \
-    --kube-api-qps "${CLIENT_QPS}" --kube-api-burst "$((2 * CLIENT_QPS))"
+    --kube-api-qps "${CLIENT_QPS}" --kube-api-burst "$((2 * CLIENT_QPS))" --feature-gates "${FEATURE_GATES}"
 }
 
 start_kwok() {
@@ -277,6 +280,14 @@ create_nodes() {
     pids+=("$!")
   done
   for pid in "${pids[@]}"; do wait "${pid}" || die "creating the nodes failed"; done
+}
+
+# create_devices DESCRIPTION: the fake DRA driver's DeviceClass and one
+# ResourceSlice per GPU node (aisched.testing.devices).
+create_devices() {
+  PYTHONPATH="${REPO_ROOT}/operator" "${PYTHON}" -m aisched.testing.devices "$1" |
+    kubectl_admin apply --server-side --field-manager aisched-cluster -f - >/dev/null ||
+    die "publishing the GPU devices failed"
 }
 
 # -- commands ----------------------------------------------------------------
@@ -382,6 +393,8 @@ EOF
   create_nodes "${description}" "${nodes}"
   log "created ${nodes} nodes; waiting for them to be Ready"
   wait_for "${nodes} Ready nodes" kwok nodes_ready "${nodes}"
+  log "publishing the GPUs as DRA devices"
+  create_devices "${description}"
   wait_for "the default ServiceAccount" kube-controller-manager default_serviceaccount
   if ((REAL_NODES > 0)); then AISCHED_CLUSTER_DIR="${CLUSTER_DIR}" "${HACK_DIR}/real-nodes.sh" up "${REAL_NODES}"; fi
   trap - EXIT

@@ -39,6 +39,10 @@ class _Builder:
         node[leaf] = value
         return self
 
+    def gpu_share(self, **share: Any) -> Self:
+        """Part of one GPU: computePercent / memoryMiB / migProfile, e.g. .gpu_share(computePercent=25)."""
+        return self.set("gpuShare", share)
+
     def obj(self) -> dict[str, Any]:
         return copy.deepcopy(self._object)
 

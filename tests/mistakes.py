@@ -295,4 +295,45 @@ MISTAKES: list[Mistake] = [
     Mistake("zero queue weight", a_queue().weight(0).obj(), "greater than or equal to 1"),
     Mistake("negative minimum run", a_queue().time_slicing(-1).obj(), "greater than or equal to 0"),
     *(Mistake(*mistake) for mistake in TEMPLATE_BOUNDS),
+    Mistake(
+        "fraction of a multi-GPU worker",
+        a_training_job().gpus(2).gpu_share(computePercent=50).obj(),
+        "gpuShare is a part of one GPU: gpusPerReplica must be 1",
+    ),
+    Mistake(
+        "MIG profile the GPU type does not have",
+        a_training_job().gpu_type("NVIDIA-A100-SXM4-40GB").gpu_share(migProfile="1g.10gb").obj(),
+        "gpuShare.migProfile must be a profile gpuType has",
+    ),
+    Mistake(
+        "MIG profile on a GPU without MIG",
+        an_inference_service().set("gpuType", "NVIDIA-L4").gpu_share(migProfile="1g.10gb").obj(),
+        "gpuShare.migProfile must be a profile gpuType has",
+    ),
+    Mistake(
+        "no MIG profile of any model",
+        a_training_job().gpu_share(migProfile="5g.50gb").obj(),
+        "gpuShare.migProfile must be one of",
+    ),
+    Mistake(
+        "fraction and MIG profile at once",
+        an_inference_service().gpu_share(computePercent=50, migProfile="1g.10gb").obj(),
+        "gpuShare asks for either a migProfile or a fraction",
+    ),
+    Mistake(
+        "empty GPU share",
+        a_training_job().gpu_share().obj(),
+        "gpuShare asks for either a migProfile or a fraction",
+    ),
+    Mistake(
+        "whole GPU in the template beside a share",
+        a_training_job()
+        .gpu_share(memoryMiB=20000)
+        .set(
+            "template",
+            {"spec": {"containers": [{"name": "t", "image": "i", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}},
+        )
+        .obj(),
+        "with gpuShare no container of the template may ask for nvidia.com/gpu",
+    ),
 ]

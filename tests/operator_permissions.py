@@ -44,6 +44,7 @@ OPERATOR_PERMISSIONS: tuple[Permission, ...] = (
     ),
     _p("", "pods", "list watch create delete patch", "workers; the inventory counts every pod's GPUs"),
     _p("", "services", "create patch", "headless Services of gangs, Services of models"),
+    _p("resource.k8s.io", "resourceclaimtemplates", "create", "a GPU share's claim, one per pod (gpuShare)"),
     _p("", "nodes", "list watch", "GPU capacity, topology, spot labels, interruption taints"),
     _p("", "events", "create", "explain decisions in kubectl describe"),
     _p("apiextensions.k8s.io", "customresourcedefinitions", "list watch", "kopf notices CRD changes"),
@@ -73,6 +74,8 @@ CLIENT_CALLS: dict[str, tuple[Need, ...]] = {
     "delete_namespaced_pod": (("", "pods", "delete"),),
     "patch_namespaced_pod": (("", "pods", "patch"),),
     "create_namespaced_service": (("", "services", "create"),),
+    # A pod's GPU share: its ResourceClaimTemplate (the only custom object the operator creates).
+    "create_namespaced_custom_object": (("resource.k8s.io", "resourceclaimtemplates", "create"),),
     "patch_namespaced_service": (("", "services", "patch"),),  # server-side apply
     "create_namespaced_event": (("", "events", "create"),),
     "patch_namespaced_custom_object_status": (

@@ -26,6 +26,7 @@ from aisched.api.common import (
 )
 from aisched.api.pod_priority import PRIORITY_RULES, check_priority_rules
 from aisched.api.pod_template import TEMPLATE_RULES, PodTemplate, check_template_rules
+from aisched.api.sharing import SHARE_RULES, GpuShare, check_share_rules
 
 # Its Service takes its name, its replica pods are `<name>-<hash>-<n>`.
 _NAME_RULE, _NAME_MESSAGE = name_rule("InferenceService", "its Service and replica pods are named after it")
@@ -120,7 +121,7 @@ class RolloutSpec(ApiModel):
 
 
 class InferenceServiceSpec(ApiModel):
-    model_config = validated_by(*TEMPLATE_RULES, *PRIORITY_RULES)
+    model_config = validated_by(*TEMPLATE_RULES, *SHARE_RULES, *PRIORITY_RULES)
 
     replicas: int = Field(default=1, ge=0, le=1000, description="Model server pods (scale).")
     gpus_per_replica: int = Field(ge=1, le=64)
@@ -129,6 +130,10 @@ class InferenceServiceSpec(ApiModel):
         max_length=63,
         pattern=LABEL_VALUE_PATTERN,
         description="GPU product (node label nvidia.com/gpu.product), e.g. NVIDIA-L4.",
+    )
+    gpu_share: GpuShare | None = Field(
+        default=None,
+        description="Part of one GPU instead of whole ones (gpusPerReplica 1): a fraction or a MIG profile.",
     )
     template: PodTemplate
     port: int = Field(default=8080, ge=1, le=65535, description="Port the Service forwards to.")
@@ -144,6 +149,7 @@ class InferenceServiceSpec(ApiModel):
     @model_validator(mode="after")
     def _template_rules(self) -> InferenceServiceSpec:
         check_template_rules(self.template, self.gpus_per_replica)
+        check_share_rules(self.gpu_share, self.gpus_per_replica, self.gpu_type, self.template)
         check_priority_rules(self.template)
         return self
 

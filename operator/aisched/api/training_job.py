@@ -30,6 +30,7 @@ from aisched.api.common import (
 )
 from aisched.api.pod_priority import PRIORITY_RULES, check_priority_rules
 from aisched.api.pod_template import MAX_PATH_LENGTH, TEMPLATE_RULES, PodTemplate, check_template_rules
+from aisched.api.sharing import SHARE_RULES, GpuShare, check_share_rules
 
 # The most workers a gang may have; a placement names a node for each.
 MAX_REPLICAS = 4096
@@ -168,6 +169,7 @@ class RunPolicy(ApiModel):
 
 _SPEC_RULES = [
     *TEMPLATE_RULES,
+    *SHARE_RULES,
     *PRIORITY_RULES,
     cel(
         "has(self.minReplicas) == has(self.maxReplicas)",
@@ -219,6 +221,10 @@ class TrainingJobSpec(ApiModel):
         pattern=LABEL_VALUE_PATTERN,
         description="GPU product (node label nvidia.com/gpu.product), e.g. NVIDIA-H100-80GB-HBM3.",
     )
+    gpu_share: GpuShare | None = Field(
+        default=None,
+        description="Part of one GPU instead of whole ones (gpusPerReplica 1): a fraction or a MIG profile.",
+    )
     template: PodTemplate
     topology: TopologySpec = defaulted_to(TopologySpec)
     queue: Name = Field(default="default", description="The Queue this job is admitted through.")
@@ -262,6 +268,7 @@ class TrainingJobSpec(ApiModel):
     @model_validator(mode="after")
     def _template_rules(self) -> TrainingJobSpec:
         check_template_rules(self.template, self.gpus_per_replica)
+        check_share_rules(self.gpu_share, self.gpus_per_replica, self.gpu_type, self.template)
         check_priority_rules(self.template)
         return self
 

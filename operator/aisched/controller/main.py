@@ -171,6 +171,7 @@ async def _operate(settings: Settings, standalone: bool) -> int:
         inventory,
         cluster_snapshot=jobs.cluster_snapshot,
         in_flight=jobs.in_flight,
+        shares=jobs.shares,  # one record of the GPU shares handed out, as of the GPUs promised
         prometheus=_prometheus(settings.autoscaler),
         metrics=metrics,
         queues=jobs.queues,  # one watch of Queues; the tenancy of replicas is read from it too

@@ -202,7 +202,8 @@ def build_worker_pod(job: TrainingJob, launch: GangLaunch, slot: WorkerSlot) -> 
     env = _env(job, launch, slot.rank)
     for container in spec["containers"]:
         _with_env(container, env)
-    request_gpus(spec["containers"], launch.gpu_resource, job.spec.gpus_per_replica)
+    if job.spec.gpu_share is None:  # a share is the claim's or the MIG instance's (controller/sharing.py)
+        request_gpus(spec["containers"], launch.gpu_resource, job.spec.gpus_per_replica)
     spec["restartPolicy"] = "Never"  # the operator restarts the whole gang, never one worker
     set_priority(spec, launch.priority_class_name)
     spec["hostname"] = worker_hostname(name, slot.rank)

@@ -244,6 +244,10 @@ class KubeClient:
         try:
             if obj["kind"] == "Pod":
                 await self._send(self.core.create_namespaced_pod, namespace, obj)
+            elif obj["kind"] == "ResourceClaimTemplate":  # a GPU share's (kube/claims.py)
+                group, version = obj["apiVersion"].split("/")
+                create = self.custom.create_namespaced_custom_object
+                await self._send(create, group, version, namespace, "resourceclaimtemplates", obj)
             else:
                 await self._send(self.core.create_namespaced_service, namespace, obj)
         except ApiException as error:

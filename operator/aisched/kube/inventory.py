@@ -57,6 +57,10 @@ class Inventory:
     holds while it stays the same."""
     _node_versions: VersionLedger[str] = field(default_factory=VersionLedger)
     _pod_versions: VersionLedger[PodKey] = field(default_factory=VersionLedger)
+    _gpu_memory: dict[str, int] = field(default_factory=dict)
+    """MiB of each of a node's GPUs (label nvidia.com/gpu.memory), for the shares of its GPUs."""
+    _sharing: dict[str, dict[str, int]] = field(default_factory=dict)
+    """Per node, per GPU device: how many pods hold a share of it (a GPU shared by any is used)."""
 
     def __post_init__(self) -> None:
         self._label_keys = NodeLabelKeys(
@@ -91,6 +95,7 @@ class Inventory:
         if changed:
             self._nodes_changed()
         self.nodes[name] = record.node
+        self._gpu_memory[name] = record.gpu_memory_mib
         if record.ready:
             self._not_ready.pop(name, None)
         else:
@@ -103,6 +108,7 @@ class Inventory:
             return False
         self._node_versions.deleted(name, resource_version)
         self._not_ready.pop(name, None)
+        self._gpu_memory.pop(name, None)
         self._nodes_changed()
         return self.nodes.pop(name, None) is not None
 
@@ -235,9 +241,15 @@ class Inventory:
 
     def _hold(self, record: PodRecord, sign: int) -> None:
         """Count RECORD's GPUs on its node (SIGN +1) or stop counting them (-1), in the snapshot kept too."""
-        if not record.holds_gpus or not record.gpus or record.gpu_node is None:
+        if not record.holds_gpus or record.gpu_node is None:
             return
-        node, delta = record.gpu_node, sign * record.gpus
+        node = record.gpu_node
+        # Another DRA claim holds at least one GPU whole, as far as the operator can tell.
+        delta = sign * (record.gpus + record.claims)
+        if record.share is not None:
+            delta += self._share_holders(node, record.share.device, sign)
+        if not delta:
+            return
         used = self._used.get(node, 0) + delta
         if used:
             self._used[node] = used
@@ -246,12 +258,28 @@ class Inventory:
         if self._base is not None and node in self._base:
             self._base.allocate({node: delta})
 
+    def _share_holders(self, node: str, device: str, sign: int) -> int:
+        """Count one more (SIGN +1) or one fewer holder of DEVICE's shares; the change in GPUs in use (0 or SIGN)."""
+        holders = self._sharing.setdefault(node, {})
+        before = holders.get(device, 0)
+        after = before + sign
+        if after > 0:
+            holders[device] = after
+        else:
+            holders.pop(device, None)
+            if not holders:
+                del self._sharing[node]
+        return sign if (before == 0) != (after <= 0) else 0
+
     def pods_of_job(self, namespace: str, name: str) -> list[PodRecord]:
         return [self.pods[key] for key in sorted(self._pods_by_job.get((namespace, name), ()))]
 
     def pods_on_node(self, node: str) -> list[PodRecord]:
         """Pods bound or pinned to NODE."""
         return [self.pods[key] for key in self._pods_by_node.get(node, ())]
+
+    def gpu_memory_mib(self, node: str) -> int:
+        return self._gpu_memory.get(node, 0)
 
     def used_gpus(self, node: str) -> int:
         return self._used.get(node, 0)

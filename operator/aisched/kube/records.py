@@ -17,10 +17,20 @@ from datetime import datetime
 from typing import Any
 
 from aisched.kube import labels
+from aisched.kube.claims import (
+    CLAIM_NAME,
+    MIG_RESOURCE_PREFIX,
+    SHARE_ANNOTATION,
+    PodShare,
+    mig_slices_milli,
+    read_share,
+)
 from aisched.kube.quantities import whole_gpus
 from aisched.policy.cluster import Node, NodeLabelKeys, Taint, node_from_labels
 
 log = logging.getLogger(__name__)
+
+GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
 
 PodKey = tuple[str, str]
 """(namespace, name) of a pod."""
@@ -49,7 +59,18 @@ class PodRecord:
     """The deletionTimestamp: when a deleted pod's grace runs out and its kubelet should have stopped it."""
 
     pinned_node: str | None = None  # nodeSelector kubernetes.io/hostname: where it will bind
+    share: PodShare | None = None
+    """Ours only: the part of one GPU the operator gave it through a DRA claim."""
+    mig_milli: int = 0
+    """GPU-equivalents (thousandths) of the MIG instances it asks of the device plugin."""
+    claims: int = 0
+    """DRA claims it names that are not the operator's share: each counts as a whole GPU."""
     resource_version: str = field(default="", compare=False)
+
+    @property
+    def gpu_milli(self) -> int:
+        """Every GPU it holds, in GPU-equivalents (thousandths): whole, share, MIG instances, other claims."""
+        return (self.gpus + self.claims) * 1000 + (self.share.milli if self.share else 0) + self.mig_milli
 
     @property
     def gpu_node(self) -> str | None:
@@ -75,6 +96,8 @@ class NodeRecord:
     not_ready_since: datetime | None = None
     """When its Ready condition last changed, for a node that is not Ready; None if unknown."""
     resource_version: str = field(default="", compare=False)
+    gpu_memory_mib: int = 0
+    """MiB of memory of each of its GPUs (GPU Feature Discovery's nvidia.com/gpu.memory); 0: unknown."""
 
 
 def slim_object(obj: dict[str, Any]) -> dict[str, Any]:
@@ -105,7 +128,14 @@ def read_node(obj: dict[str, Any], keys: NodeLabelKeys, gpu_resource: str) -> No
         keys=keys,
     )
     since = None if ready else _timestamp(condition.get("lastTransitionTime"))
-    return NodeRecord(node, ready, since, _text(metadata.get("resourceVersion")) or "")
+    memory = _string_map(metadata.get("labels")).get(GPU_MEMORY_LABEL, "")
+    return NodeRecord(
+        node,
+        ready,
+        since,
+        _text(metadata.get("resourceVersion")) or "",
+        int(memory) if memory.isascii() and memory.isdigit() and len(memory) <= 9 else 0,
+    )
 
 
 def read_pod(obj: dict[str, Any], gpu_resource: str) -> PodRecord:
@@ -128,6 +158,9 @@ def read_pod(obj: dict[str, Any], gpu_resource: str) -> PodRecord:
         exit_code=exit_code,
         termination_message=message if ours else None,
         pinned_node=_pinned_node(spec, ours),
+        share=_share(metadata, ours),
+        mig_milli=_requested_mig_milli(spec),
+        claims=_other_claims(spec, ours),
         unschedulable_since=_timestamp(scheduled.get("lastTransitionTime")) if unschedulable else None,
         unschedulable_message=_text(scheduled.get("message")) if unschedulable and ours else None,
         tracked=labels.REPORT_FINALIZER in _strings(metadata.get("finalizers")),
@@ -168,6 +201,31 @@ def _requested_gpus(spec: dict[str, Any], resource: str) -> int:
         else:
             init_peak = max(init_peak, sidecars + requested(container))
     return max(sum(requested(c) for c in _items(spec.get("containers"))) + sidecars, init_peak)
+
+
+def _share(metadata: dict[str, Any], ours: dict[str, str]) -> PodShare | None:
+    """The share the operator wrote on a pod of its own; anyone else's annotation means nothing."""
+    if labels.JOB_KIND not in ours:
+        return None
+    return read_share(_mapping(metadata.get("annotations")).get(SHARE_ANNOTATION))
+
+
+def _requested_mig_milli(spec: dict[str, Any]) -> int:
+    """GPU-equivalents of the `nvidia.com/mig-*` the pod's containers ask (init containers as if beside the others:
+    never less than kube-scheduler counts)."""
+    total = 0
+    for container in [*_items(spec.get("containers")), *_items(spec.get("initContainers"))]:
+        resources = _mapping(container.get("resources"))
+        asked = {**_mapping(resources.get("limits")), **_mapping(resources.get("requests"))}
+        for resource, amount in asked.items():
+            if isinstance(resource, str) and resource.startswith(MIG_RESOURCE_PREFIX):
+                total += mig_slices_milli(resource, whole_gpus(amount, round_up=True))
+    return total
+
+
+def _other_claims(spec: dict[str, Any], ours: dict[str, str]) -> int:
+    """The pod's DRA claims other than the operator's share (which only a pod of ours has)."""
+    return sum(1 for c in _items(spec.get("resourceClaims")) if not (ours and c.get("name") == CLAIM_NAME))
 
 
 def _termination(status: dict[str, Any]) -> tuple[int | None, str | None]:

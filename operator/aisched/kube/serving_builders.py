@@ -20,6 +20,7 @@ from aisched.api.common import CapacityType
 from aisched.api.inference_service import InferenceService
 from aisched.kube import labels
 from aisched.kube.builders import owner_reference, request_gpus, set_priority
+from aisched.kube.records import read_pod
 
 KIND: Final = "InferenceService"
 # A label of its own, not the TrainingJob's job-name: a TrainingJob and an
@@ -61,6 +62,12 @@ class ServingPod:
     unschedulable_since: datetime | None = None
     resource_version: str = ""
     """Compared only to keep the newer of a relist and a watch event (`kube.versions`); empty for a pod we built."""
+    gpu_milli: int | None = None
+    """Every GPU it holds in GPU-equivalents (thousandths: whole, share, MIG, claims); None: `gpus` whole."""
+
+    @property
+    def held_milli(self) -> int:
+        return self.gpus * 1000 if self.gpu_milli is None else self.gpu_milli
 
     @property
     def finished(self) -> bool:
@@ -143,7 +150,8 @@ def build_replica_pod(
     template = copy.deepcopy(service.spec.template)
     spec: dict[str, Any] = template.get("spec", {})
     metadata: dict[str, Any] = template.get("metadata", {})
-    request_gpus(spec["containers"], gpu_resource, service.spec.gpus_per_replica)
+    if service.spec.gpu_share is None:  # a share is the claim's or the MIG instance's (controller/sharing.py)
+        request_gpus(spec["containers"], gpu_resource, service.spec.gpus_per_replica)
     set_priority(spec, priority_class_name)
     spec["nodeSelector"] = {**spec.get("nodeSelector", {}), HOSTNAME_LABEL: slot.node}
     if slot.capacity_type == CapacityType.SPOT and spot_grace_seconds is not None:
@@ -205,4 +213,5 @@ def serving_pod_from_object(obj: dict[str, Any], gpu_resource: str = "nvidia.com
         gpus=requested_gpus(spec, gpu_resource),
         unschedulable_since=datetime.fromisoformat(since) if unschedulable and since else None,
         resource_version=metadata.get("resourceVersion") or "",
+        gpu_milli=read_pod(obj, gpu_resource).gpu_milli,
     )

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from aisched.policy.sharing.template_devices import GPU_ASKED_THROUGH_SPEC, template_devices
+
 POD_POLICY_VIOLATION = "PodPolicyViolation"
 
 
@@ -147,6 +149,8 @@ def _violations(policy: PodPolicy, template: Mapping[str, Any]) -> Iterator[Viol
     if _list(spec.get("ephemeralContainers")):
         yield Violation(f"{pod}.ephemeralContainers", "ephemeral containers", "nothing (never allowed in a template)")
     yield from _identity(policy, spec, pod)
+    for path, what in template_devices(spec, pod):
+        yield Violation(path, what, GPU_ASKED_THROUGH_SPEC)
     if policy.level == PodSecurityLevel.PRIVILEGED:
         return
     restricted = policy.level == PodSecurityLevel.RESTRICTED

@@ -377,7 +377,18 @@ def _mutations() -> list[tuple[str, Callable[[dict[str, Any]], str]]]:
         ports.append({"containerPort": 22, "hostPort": 2222})
         return f"{POD}.containers[0].ports[{len(ports) - 1}].hostPort"
 
+    def container_resources(field: str, value: Any, suffix: str) -> Callable[[dict[str, Any]], str]:
+        def add(spec: dict[str, Any]) -> str:
+            spec["containers"][0].setdefault("resources", {})[field] = value
+            return f"{POD}.containers[0].resources.{suffix}"
+
+        return add
+
     return [
+        ("resourceClaims", pod_field("resourceClaims", [{"name": "g", "resourceClaimTemplateName": "mine"}])),
+        ("container claims", container_resources("claims", [{"name": "g"}], "claims")),
+        ("MIG instance", container_resources("limits", {"nvidia.com/mig-1g.10gb": 1}, "limits")),
+        ("time-sliced GPU", container_resources("requests", {"nvidia.com/gpu.shared": 1}, "requests")),
         ("hostNetwork", pod_field("hostNetwork", True)),
         ("hostPID", pod_field("hostPID", True)),
         ("hostIPC", pod_field("hostIPC", True)),
@@ -403,3 +414,21 @@ def test_adding_any_forbidden_field_to_a_taken_template_gets_it_refused_at_that_
     assert violation is not None and violation.path == path, mutation[0]
     refused = Tenancy().refusal("q", "ns", 0, [], mutated)
     assert refused is not None and refused.reason == POD_POLICY_VIOLATION and refused.message.startswith(path)
+
+
+def test_a_gpu_the_template_takes_for_itself_is_refused_even_at_the_privileged_level() -> None:
+    privileged = PodPolicy(level=PodSecurityLevel.PRIVILEGED)
+    claims = {"spec": {"containers": [{"name": "c", "image": "i"}], "resourceClaims": [{"name": "g"}]}}
+    violation = privileged.violation(claims)
+    assert violation is not None and violation.path == f"{POD}.resourceClaims"
+    assert "spec.gpuShare" in violation.message("q", PodSecurityLevel.PRIVILEGED)
+    init_mig = {
+        "spec": {
+            "containers": [{"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": 1}}}],
+            "initContainers": [{"name": "i", "image": "i", "resources": {"requests": {"nvidia.com/mig-3g.40gb": 2}}}],
+        }
+    }
+    violation = privileged.violation(init_mig)
+    assert violation is not None and violation.path == f"{POD}.initContainers[0].resources.requests"
+    whole = {"spec": {"containers": [{"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}
+    assert privileged.violation(whole) is None

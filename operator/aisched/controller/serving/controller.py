@@ -43,6 +43,7 @@ from aisched.controller.serving.placement import ReplicaPlacement
 from aisched.controller.serving.queue_share import QueueShare
 from aisched.controller.serving.replica_pods import ReplicaPods, ServiceKey
 from aisched.controller.serving.status_writer import ServiceStatusWriter
+from aisched.controller.sharing import GpuShares
 from aisched.controller.tenancy import TenancyBook
 from aisched.controller.workqueue import RefusedError, WorkQueue
 from aisched.kube.client import KubeClient
@@ -99,6 +100,8 @@ class InferenceServiceController:
     queue_share: QueueShare = field(default_factory=QueueShare)
     """Each queue's room for replicas, as the scheduling cycle leaves it."""
     tenancy: TenancyBook = field(default_factory=TenancyBook)
+    shares: GpuShares | None = None
+    """The GPU shares handed out, the TrainingJob controller's (one record of them); None: a record of its own."""
 
     def __post_init__(self) -> None:
         self.queue = WorkQueue(
@@ -107,7 +110,9 @@ class InferenceServiceController:
             max_batch=self.settings.reconciles_per_pass,
         )
         self.replicas = ReplicaPods(self.settings.gpu_resource)
-        self.placement = ReplicaPlacement(self.settings, self.kube, self.replicas, self.in_flight)
+        self.placement = ReplicaPlacement(
+            self.settings, self.kube, self.replicas, self.in_flight, shares=self.shares or GpuShares(self.inventory)
+        )
         self.autoscaler = ServiceAutoscaler(self.settings, self.kube, self.prometheus, self.metrics, self._scaled)
         self.front = ServiceFront(self.kube, self.settings.relist_seconds, time.monotonic)
         self.status_writer = ServiceStatusWriter(self.kube, self.replicas, self.metrics)

@@ -18,7 +18,9 @@ from aisched.api.common import CapacityType
 from aisched.api.inference_service import InferenceService
 from aisched.controller.in_flight import InFlightPlacements, gpus_by_node
 from aisched.controller.serving.replica_pods import ReplicaPods, ServiceKey
+from aisched.controller.sharing import GpuShares, ShareDoesNotFitError
 from aisched.kube.api_errors import namespace_closing, refused_create
+from aisched.kube.builders import owner_reference
 from aisched.kube.client import KubeClient
 from aisched.kube.serving_builders import ReplicaSlot, ServingPod, build_replica_pod, free_pod_names, template_hash
 from aisched.policy.cluster import ClusterSnapshot, Toleration
@@ -46,6 +48,8 @@ class ReplicaPlacement:
     refused: dict[ServiceKey, str] = field(default_factory=dict)
     """What the API server said refusing a service's last new replica (admission, an invalid
     template); gone once one is created."""
+    shares: GpuShares | None = None
+    """Which GPU each replica of a service with gpuShare gets, and its claim."""
 
     async def clear_out(self, obj: dict[str, Any], pods: Sequence[ServingPod], now: datetime) -> None:
         """Pods that ended, or that kube-scheduler could not bind to their node, go."""
@@ -133,8 +137,18 @@ class ReplicaPlacement:
             )
             for pod_name, start in zip(names, starts, strict=True)
         ]
+        if self.shares is not None and service.spec.gpu_share is not None:
+            try:
+                claims, pods = self.shares.shared_pods(service.spec.gpu_share, pods, owner_reference(service))
+            except ShareDoesNotFitError as full:
+                self.kube.post_event(obj, "Warning", "ShareDoesNotFit", str(full))
+                self.waiting_for_capacity.add(key)
+                return
+            await asyncio.gather(*(self.kube.create(claim) for claim in claims))
         outcomes = await asyncio.gather(*(self.kube.create(pod) for pod in pods), return_exceptions=True)
         made = [(pod, start) for pod, start, outcome in zip(pods, starts, outcomes, strict=True) if outcome is None]
+        if self.shares is not None:
+            self.shares.forget([pod for pod, outcome in zip(pods, outcomes, strict=True) if outcome is not None])
         self.replicas.created([pod for pod, _ in made])
         if made:
             self.refused.pop(key, None)

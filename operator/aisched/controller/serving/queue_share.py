@@ -43,11 +43,14 @@ class QueueShare:
         """What the replica PODS hold, by queue and their nodes' GPU type, for the cycle to charge;
         what was started is counted there from now on."""
         self._started_since_cycle.clear()
-        held = []
+        # In GPU-equivalents, summed per queue and GPU type, then rounded up: three replicas with a
+        # third of a GPU each are charged one GPU, and a part of one never goes uncharged.
+        milli: dict[tuple[str, str | None], int] = {}
         for queue, pod in pods_by_queue:
             node = pod.node or pod.pinned_node
-            if pod.finished or not pod.gpus or node is None:
+            if pod.finished or not pod.held_milli or node is None:
                 continue
             record = nodes.get(node)
-            held.append(HeldGpus(queue, pod.gpus, record.gpu_product if record is not None else None))
-        return held
+            key = (queue, record.gpu_product if record is not None else None)
+            milli[key] = milli.get(key, 0) + pod.held_milli
+        return [HeldGpus(queue, -(-total // 1000), product) for (queue, product), total in milli.items()]

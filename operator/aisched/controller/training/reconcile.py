@@ -15,12 +15,13 @@ from kubernetes.client.exceptions import ApiException
 
 from aisched.api import TrainingJob, TrainingJobPhase
 from aisched.api.training_job import TrainingJobStatus
+from aisched.controller.sharing import ShareDoesNotFitError
 from aisched.controller.training.releases import WorkerReleases
 from aisched.controller.training.state import PLURAL, JobKey
 from aisched.controller.workqueue import RefusedError
 from aisched.kube import labels
 from aisched.kube.api_errors import namespace_closing, refused_create
-from aisched.kube.builders import GangLaunch, WorkerSlot, build_headless_service, build_worker_pod
+from aisched.kube.builders import GangLaunch, WorkerSlot, build_headless_service, build_worker_pod, owner_reference
 from aisched.kube.inventory import PodRecord
 from aisched.policy.checkpoint_grace import checkpoint_grace_condition
 from aisched.policy.checkpoint_reports import REPORT_REJECTED, ReportReading, read_report, rejection_message
@@ -200,9 +201,19 @@ class JobReconciler(WorkerReleases):
         # Only a gang needs the Service to rendezvous; a lone worker is its own master.
         service = [self.kube.create(build_headless_service(job))] if launch.world_size > 1 else []
         try:
-            await asyncio.gather(
-                *service, *(self.kube.create(pod) for pod in to_create if pod["metadata"]["name"] not in existing)
+            claims, missing = self.shares.shared_pods(
+                job.spec.gpu_share,
+                [pod for pod in to_create if pod["metadata"]["name"] not in existing],
+                owner_reference(job),
             )
+            try:
+                await asyncio.gather(*(self.kube.create(claim) for claim in claims))
+                await asyncio.gather(*service, *(self.kube.create(pod) for pod in missing))
+            except ApiException:
+                self.shares.forget(missing)  # a worker the next attempt makes is handed its share again
+                raise
+        except ShareDoesNotFitError as full:
+            raise WorkersRefusedError(f"a worker's GPU share does not fit: {full}") from None
         except ApiException as error:
             if namespace_closing(error):
                 self._namespace_closed(job.metadata["namespace"])

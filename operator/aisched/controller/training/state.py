@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from aisched.api import DEFAULT_QUEUE, TrainingJob
 from aisched.api.training_job import TrainingJobStatus
 from aisched.controller.in_flight import InFlightPlacements
+from aisched.controller.sharing import GpuShares
 from aisched.controller.tenancy import TenancyBook
 from aisched.controller.training.requests import RequestBook
 from aisched.controller.workqueue import FailureBackoff, WorkQueue
@@ -105,10 +106,13 @@ class TrainingJobState:
     _rejected_reports_told: dict[JobKey, frozenset[str]] = field(default_factory=dict)
     # What each queue refuses of each job, until either object changes.
     tenancy: TenancyBook = field(default_factory=TenancyBook)
+    shares: GpuShares = field(init=False)
+    """Which GPU each worker of a job with gpuShare gets, and its claim."""
     # Namespaces the API server said are being deleted, with when (monotonic) that is next asked again.
     _closing_namespaces: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        self.shares = GpuShares(self.inventory)
         self.pools = PoolTracker(
             InterruptionPrior.per_hour(
                 self.settings.spot_prior_interruptions_per_hour, self.settings.spot_prior_weight_hours

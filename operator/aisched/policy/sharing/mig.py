@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 
+from aisched.api.sharing import MIG_PROFILES
+
 SLOTS = 8
 COMPUTE_SLICES = 7
 
@@ -38,11 +40,10 @@ def _profiles(memory: Mapping[str, str]) -> dict[str, MigProfile]:
     return {kind: MigProfile(f"{kind}.{memory[kind]}", kind, *shapes[kind]) for kind in shapes}
 
 
-# NVIDIA's MIG user guide, "Supported MIG profiles" (A100-SXM4-40GB and H100-SXM5-80GB); the
-# 1g profiles with double memory (1g.10gb on A100, 1g.20gb on H100) are left out of requests.
+# The profile names of each model are the API's data (aisched.api.sharing.MIG_PROFILES).
 MIG_MODELS: dict[str, dict[str, MigProfile]] = {
-    "A100-40GB": _profiles({"1g": "5gb", "2g": "10gb", "3g": "20gb", "4g": "20gb", "7g": "40gb"}),
-    "H100-80GB": _profiles({"1g": "10gb", "2g": "20gb", "3g": "40gb", "4g": "40gb", "7g": "80gb"}),
+    model: _profiles({name.split(".", 1)[0]: name.split(".", 1)[1] for name in names})
+    for model, names in MIG_PROFILES.items()
 }
 KINDS = ("1g", "2g", "3g", "4g", "7g")
 
