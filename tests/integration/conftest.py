@@ -8,6 +8,7 @@ torn down when the session ends, Ctrl-C included. Each test gets its own namespa
 from __future__ import annotations
 
 import atexit
+import functools
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 from kubernetes import client, config
 
 from aisched.testing.cluster import (
+    TIMEOUT,
     ClusterError,
     Kubectl,
     LocalCluster,
@@ -95,9 +97,14 @@ def crds_installed(cluster: LocalCluster) -> None:
     crds = Path(__file__).resolve().parents[2] / "crds"
     applied = cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crds))
     assert applied.returncode == 0, applied.stderr
-    for crd in ("trainingjobs", "inferenceservices", "queues"):
-        ready = cluster.kubectl("wait", "--for=condition=established", "--timeout=60s", f"crd/{crd}.aisched.io")
-        assert ready.returncode == 0, ready.stderr
+
+    # Polled rather than `kubectl wait`, which gives up at once while a new CRD has no conditions yet.
+    def established(crd: str) -> bool:
+        jsonpath = 'jsonpath={.status.conditions[?(@.type=="Established")].status}'
+        return cluster.kubectl("get", f"crd/{crd}", "-o", jsonpath).stdout.strip() == "True"
+
+    for crd in ("trainingjobs.aisched.io", "inferenceservices.aisched.io", "queues.aisched.io"):
+        wait_for(functools.partial(established, crd), TIMEOUT, f"CRD {crd} to be established")
 
 
 @pytest.fixture(scope="session")
