@@ -85,6 +85,8 @@ RESOURCES: tuple[ResourceDefinition, ...] = (
             PrinterColumn("Message", "string", ".status.message", "Details.", priority=1),
             PrinterColumn("Deferred-Until", "date", ".status.deferral.until", "Planned start.", priority=1),
             PrinterColumn("Checkpoint", "integer", ".status.lastCheckpoint.step", "Last step saved.", priority=1),
+            PrinterColumn("Share-%", "integer", ".spec.gpuShare.computePercent", "Compute of one GPU.", priority=1),
+            PrinterColumn("MIG", "string", ".spec.gpuShare.migProfile", "MIG profile of each worker.", priority=1),
         ),
     ),
     ResourceDefinition(
@@ -100,6 +102,8 @@ RESOURCES: tuple[ResourceDefinition, ...] = (
             PrinterColumn("Metric", "number", ".status.currentMetricValue", "Metric per replica."),
             AGE,
             PrinterColumn("Last-Scaling", "string", ".status.lastScaling.reason", "Why.", priority=1),
+            PrinterColumn("Share-%", "integer", ".spec.gpuShare.computePercent", "Compute of one GPU.", priority=1),
+            PrinterColumn("MIG", "string", ".spec.gpuShare.migProfile", "MIG profile of each replica.", priority=1),
         ),
     ),
     ResourceDefinition(
