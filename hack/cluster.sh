@@ -275,6 +275,10 @@ start_kwok() {
 # Karpenter's KWOK provider (hack/build-k8s-binaries.sh builds it and copies its CRDs out of
 # the Go module cache): the CRDs, then its node class and NodePools once they are served, then
 # the controller. Its nodes carry the annotation our kwok manages, so kwok runs them and their pods.
+karpenter_crds_established() {
+  [[ "$(kubectl_admin get crd nodepools.karpenter.sh nodeclaims.karpenter.sh kwoknodeclasses.karpenter.kwok.sh \
+    -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Established")].status}{"\n"}{end}' | grep -c '^True$')" -eq 3 ]]
+}
 karpenter_ready() { curl -fsS "http://127.0.0.1:${KARPENTER_HEALTH_PORT}/readyz"; }
 nodepools_ready() {
   [[ "$(kubectl_admin get nodepools -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | grep -c '^True$')" -ge 2 ]]
@@ -283,8 +287,8 @@ nodepools_ready() {
 start_karpenter() {
   local crds="${AISCHED_BIN_DIR}/karpenter-crds"
   kubectl_admin apply --server-side -f "${crds}" >/dev/null
-  kubectl_admin wait --for condition=established --timeout 60s \
-    crd/nodepools.karpenter.sh crd/nodeclaims.karpenter.sh crd/kwoknodeclasses.karpenter.kwok.sh >/dev/null
+  # Not `kubectl wait`: on a CRD whose status has no conditions yet it fails rather than waits.
+  wait_for "Karpenter's CRDs to be established" kube-apiserver karpenter_crds_established
   kubectl_admin apply --server-side -f "${HACK_DIR}/karpenter/fleet.yaml" >/dev/null
   # A copy in the state dir: its path on the command line is how `running` knows the process is ours.
   cp "${HACK_DIR}/karpenter/instance-types.json" "${CLUSTER_DIR}/karpenter-instance-types.json"

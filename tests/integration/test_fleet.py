@@ -154,9 +154,13 @@ def test_a_gang_on_a_cluster_without_gpus_gets_its_nodes_in_one_zone_runs_and_th
         make_pod_exit(fleet_api, pod["metadata"]["name"], namespace, "Succeeded")
     wait_phase(fleet, namespace, "big", "Succeeded")
     finished = time.monotonic()
-    wait_for(lambda: not set(placed) & set(nodes(fleet)), 120, "the gang's empty nodes to go")
-    print(f"its four nodes gone {time.monotonic() - finished:.1f}s after it finished")
-    assert claims_for(fleet, namespace, "big") == []
+    # Karpenter consolidates them (consolidateAfter 10 s in hack/karpenter/fleet.yaml).
+    wait_for(
+        lambda: not set(placed) & set(nodes(fleet)) and not claims_for(fleet, namespace, "big"),
+        150,
+        "the gang's empty nodes to go",
+    )
+    print(f"its four nodes consolidated away {time.monotonic() - finished:.1f}s after it finished")
 
 
 def test_a_gang_over_its_queues_quota_gets_no_nodes(fleet: LocalCluster, namespace: str) -> None:
@@ -176,3 +180,33 @@ def test_a_gang_over_its_queues_quota_gets_no_nodes(fleet: LocalCluster, namespa
     finally:
         fleet.kubectl("delete", "trainingjobs", "--all", "-n", namespace, "--wait=false")
         fleet.kubectl("delete", "queue", f"tight-{namespace}", "--wait=false")
+
+
+def test_a_node_karpenter_takes_from_a_running_gang_goes_through_the_interruption_path(
+    fleet: LocalCluster, namespace: str
+) -> None:
+    apply(fleet, namespace, gang("spotty", 2))
+    status = wait_phase(fleet, namespace, "spotty", "Running", timeout=PROVISIONED)["status"]
+    first, generation = status["placement"]["nodes"], status.get("gangGeneration") or 1
+    # Its nodes may be ones asked for another gang (still up, empty): any NodeClaim of the node.
+    listed = json.loads(fleet.kubectl("get", "nodeclaims", "-o", "json").stdout)["items"]
+    (doomed,) = [c["metadata"]["name"] for c in listed if c.get("status", {}).get("nodeName") == first[0]]
+    # Deleting the NodeClaim is Karpenter's own path for a node it takes away: it taints the node
+    # karpenter.sh/disrupted and drains it (our workers, do-not-disrupt, it leaves to us).
+    started = time.monotonic()
+    deleted = fleet.kubectl("delete", "nodeclaim", doomed, "--wait=false")
+    assert deleted.returncode == 0, deleted.stderr
+    status = wait_for(
+        lambda: (
+            (s := job(fleet, namespace, "spotty")["status"]).get("phase") == "Running"
+            and (s.get("gangGeneration") or 0) > generation
+            and s
+        ),
+        PROVISIONED,
+        "the gang to run again",
+    )
+    print(f"\ngang stopped and running again on new capacity {time.monotonic() - started:.1f}s after the disruption")
+    assert status["interruptions"] >= 1
+    assert first[0] not in status["placement"]["nodes"]
+    assert len({nodes(fleet)[n]["topology.kubernetes.io/zone"] for n in status["placement"]["nodes"]}) == 1
+    wait_for(lambda: first[0] not in nodes(fleet), 60, "the disrupted node to go")

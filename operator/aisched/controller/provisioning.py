@@ -9,10 +9,11 @@ leave its node until consolidation; a NodeClaim deleted is a node not launched.
 
 Each claim carries the label `aisched.io/provisioned-for` (a hash: label values are short) and
 the annotation of the same name with the job's namespace/name; it belongs to the NodePool of its
-capacity type, so the pool's limits and disruption settings apply to its node. A claim nothing
-runs on and no waiting gang needs is deleted; one under a running gang is never (its workers
-carry `karpenter.sh/do-not-disrupt`); once its gang is done and no GPU is held there, it is
-withdrawn like any other (Karpenter's consolidation would take it too, later).
+capacity type, so the pool's limits and disruption settings apply to its node. A claim no waiting
+gang needs is deleted while its node boots. Once the node is up it is left to Karpenter: under a
+running gang its workers carry `karpenter.sh/do-not-disrupt`; empty, Karpenter's consolidation
+takes it (tainting it first, so that the scheduler places nothing there meanwhile). Deleting an
+up node ourselves would race the cycle that places a gang on it.
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ class NodeProvisioner:
         # hold nothing (they stay until their report is read).
         occupied = bool(node) and (node in held or self.inventory.used_gpus(node) > 0)
         gpus = next((o.gpus for o in self.offerings if o.instance_type == instance_type), 0)
-        return Claim(str(meta.get("name")), gang, instance_type, zone, capacity, gpus, occupied)
+        return Claim(str(meta.get("name")), gang, instance_type, zone, capacity, gpus, occupied, registered=bool(node))
 
     def node_claim(self, request: NodeRequest) -> dict[str, Any]:
         offering, provisioning = request.offering, self.settings.provisioning

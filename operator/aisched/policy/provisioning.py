@@ -7,7 +7,8 @@ running jobs will make room for sooner than nodes can boot (the scheduler's rese
 known durations) gets none; nor one its queue's quota and borrowing could not admit once its
 nodes are there: the GPUs of the gangs already given nodes are counted first. Requests are
 recomputed every cycle from what is asked for now, so a request never outlives its need: nodes
-asked for a gang that no longer waits, and that nothing runs on, are withdrawn.
+asked for a gang that no longer waits are withdrawn while they boot; once up and empty, they are
+the node autoscaler's to consolidate.
 
 Pure: the offerings, the requests already made and the time are parameters.
 """
@@ -63,6 +64,11 @@ class Claim:
     gpus: int
     held: bool
     """GPUs are held on its node, or a gang's placement names it: never withdrawn."""
+    registered: bool = False
+    """Its node is up. Such a claim is never withdrawn either: the scheduler may be placing a gang
+    on its node in this very cycle. Once the node is empty, Karpenter's consolidation takes it,
+    which taints the node (karpenter.sh/disrupted) first, so nothing new lands there meanwhile,
+    and gives up on a node a pod was bound to."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +168,7 @@ def plan_provisioning(
         if missing > 0:
             create.append(NodeRequest(job.key, offering, missing))
     keep_names = {name for names in kept.values() for name in names}
-    withdraw = tuple(sorted(c.name for c in claims if not c.held and c.name not in keep_names))
+    withdraw = tuple(sorted(c.name for c in claims if not (c.held or c.registered or c.name in keep_names)))
     return ProvisioningPlan(tuple(create), withdraw, kept)
 
 

@@ -68,12 +68,14 @@ def waits(key: str = "team/a", reason: str = INSUFFICIENT_GPUS, start: datetime 
 
 def claim(
     name: str,
+    *,
     gang: str = "team/a",
     zone: str = "us-east-1a",
     held: bool = False,
     capacity: CapacityType = CapacityType.SPOT,
+    registered: bool = False,
 ) -> Claim:
-    return Claim(name, gang, "p5.48xlarge", zone, capacity, 8, held)
+    return Claim(name, gang, "p5.48xlarge", zone, capacity, 8, held, registered)
 
 
 def test_the_instance_types_file_reads_as_gpu_offerings_in_every_zone_on_both_capacity_types() -> None:
@@ -164,10 +166,14 @@ def test_asked_once_claims_coming_are_kept_and_only_the_missing_asked_for() -> N
     assert again.create == () and again.withdraw == ()
 
 
-def test_claims_no_waiting_gang_needs_are_withdrawn_unless_something_runs_there() -> None:
-    claims = [claim("idle", gang="team/gone"), claim("busy", gang="team/gone", held=True)]
+def test_claims_no_waiting_gang_needs_are_withdrawn_while_they_boot() -> None:
+    claims = [
+        claim("booting", gang="team/gone"),
+        claim("busy", gang="team/gone", held=True),
+        claim("up", gang="team/gone", registered=True),  # Karpenter's to consolidate, tainting it first
+    ]
     plan = plan_provisioning(ScheduleResult(), [], catalog(), claims, now=NOW, boot=BOOT)
-    assert plan.withdraw == ("idle",)
+    assert plan.withdraw == ("booting",)
     # A gang now waiting on its quota does not keep what was asked for it.
     quota = plan_provisioning(
         result(waits(reason=QUOTA_EXCEEDED)), [job()], catalog(), [claim("c1")], now=NOW, boot=BOOT
