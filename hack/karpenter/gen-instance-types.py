@@ -35,25 +35,34 @@ def main():
             for capacity, price in (("spot", on_demand * spot_share), ("on-demand", on_demand)):
                 # Offering requirements with one value become labels of the node (KWOK's
                 # addInstanceLabels): this is how its nodes get the labels GFD would put there.
-                offerings.append({
-                    "Price": round(price, 4),
-                    "Available": True,
-                    "Requirements": [
-                        requirement("karpenter.sh/capacity-type", capacity),
-                        requirement("topology.kubernetes.io/zone", zone),
-                        requirement("nvidia.com/gpu.product", product),
-                        requirement("nvidia.com/gpu.count", str(gpus)),
-                        requirement("nvidia.com/gpu.memory", str(memory_mib)),
-                    ],
-                })
-        types.append({
-            "name": name,
-            "offerings": offerings,
-            "architecture": "amd64",
-            "operatingSystems": ["linux"],
-            "resources": {"cpu": cpu, "memory": memory, "pods": "110", "ephemeral-storage": "1Ti",
-                          "nvidia.com/gpu": str(gpus)},
-        })
+                offerings.append(
+                    {
+                        "Price": round(price, 4),
+                        "Available": True,
+                        "Requirements": [
+                            requirement("karpenter.sh/capacity-type", capacity),
+                            requirement("topology.kubernetes.io/zone", zone),
+                            requirement("nvidia.com/gpu.product", product),
+                            requirement("nvidia.com/gpu.count", str(gpus)),
+                            requirement("nvidia.com/gpu.memory", str(memory_mib)),
+                        ],
+                    }
+                )
+        types.append(
+            {
+                "name": name,
+                "offerings": offerings,
+                "architecture": "amd64",
+                "operatingSystems": ["linux"],
+                "resources": {
+                    "cpu": cpu,
+                    "memory": memory,
+                    "pods": "110",
+                    "ephemeral-storage": "1Ti",
+                    "nvidia.com/gpu": str(gpus),
+                },
+            }
+        )
     json.dump(types, sys.stdout, indent=1)
     sys.stdout.write("\n")
 
