@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -148,13 +148,18 @@ def plan_provisioning(
     wanting.sort(key=lambda j: (-j.priority, not j.set_back, j.created, j.key))
     create: list[NodeRequest] = []
     kept: dict[str, tuple[str, ...]] = {}
-    for job in wanting:
-        gpus = job.replicas * job.gpus_per_replica
-        if job.queue not in room:
+    for waiting_job in wanting:
+        if waiting_job.queue not in room:
             continue  # a queue the cycle did not know
-        left = room[job.queue]
-        if left is not None and gpus > left:
+        left = room[waiting_job.queue]
+        # An elastic job the room cannot hold whole gets nodes for the most replicas it can (at
+        # least its minimum); the scheduler has already shrunk whatever it shrinks before this.
+        whole = waiting_job.replicas
+        fits = whole if left is None else min(whole, left // waiting_job.gpus_per_replica)
+        if fits < (waiting_job.min_replicas or whole):
             continue  # its quota and borrowing could not admit it: no nodes for it
+        job = replace(waiting_job, replicas=fits)
+        gpus = job.replicas * job.gpus_per_replica
         own = [c for c in of_gang.get(job.key, ()) if not c.held]
         choice = _choose(job, offerings, own)
         if choice is None:

@@ -44,6 +44,7 @@ def job(
     gpu_type: str | None = H100,
     capacity_types: tuple[CapacityType, ...] = (CapacityType.SPOT,),
     required_level: TopologyLevel | None = None,
+    min_replicas: int | None = None,
 ) -> JobRequest:
     return JobRequest(
         key,
@@ -52,6 +53,8 @@ def job(
         NOW,
         gpus,
         replicas,
+        min_replicas=min_replicas,
+        max_replicas=replicas if min_replicas is not None else None,
         gpu_type=gpu_type,
         capacity_types=capacity_types,
         required_level=required_level,
@@ -134,6 +137,13 @@ def test_nothing_beyond_the_quota_and_the_room_is_taken_in_priority_order() -> N
     assert [r.gang for r in plan.create] == ["team/high"]  # 32 of 40 GPUs: the second gang does not fit
     none = plan_provisioning(result(waits(), room=24), [job()], catalog(), [], now=NOW, boot=BOOT)
     assert none.create == ()
+
+
+def test_an_elastic_gang_gets_nodes_for_what_its_room_holds_down_to_its_minimum() -> None:
+    elastic = job(replicas=4, min_replicas=2)
+    (request,) = plan_provisioning(result(waits(), room=24), [elastic], catalog(), [], now=NOW, boot=BOOT).create
+    assert request.count == 3  # 3 x 8 of its 4 x 8 fit the room
+    assert plan_provisioning(result(waits(), room=8), [elastic], catalog(), [], now=NOW, boot=BOOT).create == ()
 
 
 def test_no_nodes_for_a_gang_waiting_on_its_quota_a_rack_or_sooner_room() -> None:
