@@ -8,6 +8,7 @@ operator with provisioning on. Every GPU node here is one Karpenter made for a g
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import time
 import uuid
@@ -76,9 +77,9 @@ def fleet_operator(
 ) -> Iterator[OperatorProcess]:
     applied = fleet.kubectl("apply", "--server-side", "-f", str(REPO / "crds"))
     assert applied.returncode == 0, applied.stderr
-    for crd in ("trainingjobs", "inferenceservices", "queues"):
-        ready = fleet.kubectl("wait", "--for=condition=established", "--timeout=60s", f"crd/{crd}.aisched.io")
-        assert ready.returncode == 0, ready.stderr
+    # Not `kubectl wait`: on a CRD whose status has no conditions yet it fails rather than waits.
+    for crd in ("trainingjobs.aisched.io", "inferenceservices.aisched.io", "queues.aisched.io"):
+        wait_for(functools.partial(established, fleet, crd), 60, f"the {crd} CRD to be established")
     open_default_queue(fleet_api)
     process = OperatorProcess(
         fleet,
@@ -94,6 +95,11 @@ def fleet_operator(
         yield process
     finally:
         process.stop()
+
+
+def established(fleet: LocalCluster, crd: str) -> bool:
+    jsonpath = 'jsonpath={.status.conditions[?(@.type=="Established")].status}'
+    return fleet.kubectl("get", "crd", crd, "-o", jsonpath).stdout == "True"
 
 
 @pytest.fixture
