@@ -8,6 +8,8 @@ BIN := $(VENV)/bin
 PRESET ?= small
 # Real nodes (kubelet + containerd, root only) beside the fake ones: make cluster-up REAL_NODES=2
 REAL_NODES ?= 0
+# Karpenter's KWOK provider beside it, growing the fleet from zero: make cluster-up PRESET=empty KARPENTER=1
+KARPENTER ?= 0
 # Seconds one test of each tier may take before it fails (pytest-timeout), so a hang names its
 # test instead of eating CI's time; generous, since a loaded machine is slow, not stuck.
 UNIT_TEST_TIMEOUT ?= 120
@@ -51,8 +53,8 @@ release: node-packages k8s-binaries ## dist/: the chart package and the operator
 	hack/release.sh
 
 .PHONY: cluster-up
-cluster-up: k8s-binaries ## start the local GPU cluster (PRESET=small|large, REAL_NODES=N real kubelets)
-	AISCHED_REAL_NODES=$(REAL_NODES) hack/cluster.sh up $(PRESET)
+cluster-up: k8s-binaries ## start the local GPU cluster (PRESET=small|large|empty, REAL_NODES=N real kubelets, KARPENTER=1)
+	AISCHED_REAL_NODES=$(REAL_NODES) AISCHED_KARPENTER=$(KARPENTER) hack/cluster.sh up $(PRESET)
 
 .PHONY: cluster-down
 cluster-down: ## stop the demo operator and the local GPU cluster, and remove its state

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the local control plane from the Go module proxy and cache it outside
 # the repository: kube-apiserver, kube-controller-manager, kube-scheduler and
-# kubectl (k8s.io/kubernetes), the node components kubelet and kube-proxy
+# kubectl (k8s.io/kubernetes), Karpenter's KWOK provider (karpenter-kwok, with
+# its CRDs beside it in karpenter-crds/), the node components kubelet and kube-proxy
 # (hack/real-nodes.sh runs them, with the fake GPU device plugin and pause of
 # hack/node-tools), etcd, kwok and helm, at the versions pinned in
 # hack/versions.env. Idempotent: a binary whose --version already matches is
@@ -113,6 +114,28 @@ build_helm() {
   "${AISCHED_BIN_DIR}/helm" version --short >&2
 }
 
+# Karpenter's KWOK provider: `go install`ed (the module has no replace directives) with the
+# toolchain its go.mod asks for, renamed so that it does not replace KWOK's own binary. Its
+# CRDs are copied out of the Go module cache beside it, for hack/cluster.sh to apply.
+build_karpenter() {
+  local v="${KARPENTER_VERSION}" crds="${AISCHED_BIN_DIR}/karpenter-crds" tmp dir
+  if [[ -x "${AISCHED_BIN_DIR}/karpenter-kwok" && "$(cat "${crds}/.version" 2>/dev/null)" == "${v}" ]]; then
+    log "karpenter ${v}: cached"; return
+  fi
+  log "karpenter ${v}: building its KWOK provider (with ${KARPENTER_GO_TOOLCHAIN}, fetched if missing)"
+  tmp="$(mktemp -d)"
+  GOTOOLCHAIN="${KARPENTER_GO_TOOLCHAIN}" GOBIN="${tmp}" go install -trimpath -ldflags "-s -w" \
+    "sigs.k8s.io/karpenter/kwok@${v}"
+  mv "${tmp}/kwok" "${AISCHED_BIN_DIR}/karpenter-kwok"
+  rmdir "${tmp}"
+  dir="$(GOTOOLCHAIN="${KARPENTER_GO_TOOLCHAIN}" go mod download -json "sigs.k8s.io/karpenter@${v}" |
+    sed -n 's/^\s*"Dir": "\(.*\)",\?$/\1/p')"
+  [[ -d "${dir}/kwok/charts/crds" ]] || die "no kwok/charts/crds in sigs.k8s.io/karpenter@${v} (${dir})"
+  rm -rf "${crds}" && mkdir -p "${crds}"
+  cp "${dir}"/kwok/charts/crds/*.yaml "${dir}"/kwok/apis/crds/*.yaml "${crds}/"
+  echo "${v}" >"${crds}/.version"
+}
+
 # The real nodes' fake GPU device plugin and pod sandbox (hack/node-tools),
 # rebuilt when their sources change.
 build_node_tools() {
@@ -135,6 +158,7 @@ main() {
   build_kwok
   build_helm
   build_kubernetes
+  build_karpenter
   build_node_tools
   log "all binaries ready in $((SECONDS - start))s"
   echo "${AISCHED_BIN_DIR}"

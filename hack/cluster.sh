@@ -3,7 +3,7 @@
 # kube-controller-manager, kube-scheduler) run as local processes, with fake
 # GPU nodes and pod lifecycles simulated by kwok. No Docker needed.
 #
-#   hack/cluster.sh up [small|large|xlarge|PATH.yaml]   start it (default small) and wait until it is ready
+#   hack/cluster.sh up [small|large|xlarge|empty|PATH.yaml]   start it (default small) and wait until it is ready
 #   hack/cluster.sh down                         stop what `up` started and remove its state
 #   hack/cluster.sh status                       tell what runs
 #
@@ -13,6 +13,10 @@
 #   AISCHED_APISERVER_PORT (6443)  AISCHED_ETCD_CLIENT_PORT (2379)  AISCHED_ETCD_PEER_PORT (2380)
 #   AISCHED_CONTROLLER_MANAGER_PORT (10257)  AISCHED_SCHEDULER_PORT (10259)
 # AISCHED_REAL_NODES=N adds N real nodes (kubelet, containerd; hack/real-nodes.sh).
+# AISCHED_KARPENTER=1 runs Karpenter's KWOK provider beside it (hack/karpenter/: a node class,
+# a GPU NodePool per capacity type, GPU instance types with prices), out of cluster: a pod
+# nothing holds, or a NodeClaim, gets new fake GPU nodes (the `empty` preset: from zero).
+# Its metrics and health ports: AISCHED_KARPENTER_METRICS_PORT (8090), AISCHED_KARPENTER_HEALTH_PORT (8091).
 # AISCHED_CLUSTER_TIMEOUT (seconds, default 300) bounds each wait of `up`;
 # AISCHED_KWOK_LOG_LEVEL=INFO logs every stage kwok plays (default WARN: at
 # INFO it logs each node's Lease renewal). AISCHED_NODE_LEASE_SECONDS (default
@@ -91,7 +95,7 @@ stop() {
 
 # Clients first, so that nothing logs errors about a vanished API server.
 stop_all() {
-  stop kwok kube-scheduler kube-controller-manager
+  stop karpenter-kwok kwok kube-scheduler kube-controller-manager
   stop kube-apiserver
   stop etcd
 }
@@ -163,6 +167,8 @@ subjectAltName=DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernete
   # kwok acts as the kubelet of every fake node at once, which the Node
   # authorizer (one identity per node) cannot express.
   client_cert kwok "/O=system:masters/CN=kwok"
+  # Karpenter reads and writes nodes, pods, its own kinds and evictions cluster-wide.
+  client_cert karpenter "/O=system:masters/CN=karpenter"
   # The front proxy: kube-apiserver's identity towards aggregated API servers
   # (metrics adapters), which kube-controller-manager and kube-scheduler also
   # expect to find in kube-system/extension-apiserver-authentication.
@@ -269,6 +275,34 @@ start_kwok() {
     --v "${AISCHED_KWOK_LOG_LEVEL:-WARN}"
 }
 
+# Karpenter's KWOK provider (hack/build-k8s-binaries.sh builds it and copies its CRDs out of
+# the Go module cache): the CRDs, then its node class and NodePools once they are served, then
+# the controller. Its nodes carry the annotation our kwok manages, so kwok runs them and their pods.
+karpenter_crds_established() {
+  [[ "$(kubectl_admin get crd nodepools.karpenter.sh nodeclaims.karpenter.sh kwoknodeclasses.karpenter.kwok.sh \
+    -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Established")].status}{"\n"}{end}' | grep -c '^True$')" -eq 3 ]]
+}
+karpenter_ready() { curl -fsS "http://127.0.0.1:${KARPENTER_HEALTH_PORT}/readyz"; }
+nodepools_ready() {
+  [[ "$(kubectl_admin get nodepools -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' | grep -c '^True$')" -ge 2 ]]
+}
+
+start_karpenter() {
+  local crds="${AISCHED_BIN_DIR}/karpenter-crds"
+  kubectl_admin apply --server-side -f "${crds}" >/dev/null
+  # Not `kubectl wait`: on a CRD whose status has no conditions yet it fails rather than waits.
+  wait_for "Karpenter's CRDs to be established" kube-apiserver karpenter_crds_established
+  kubectl_admin apply --server-side -f "${HACK_DIR}/karpenter/fleet.yaml" >/dev/null
+  # A copy in the state dir: its path on the command line is how `running` knows the process is ours.
+  cp "${HACK_DIR}/karpenter/instance-types.json" "${CLUSTER_DIR}/karpenter-instance-types.json"
+  KUBECONFIG="${CLUSTER_DIR}/karpenter.kubeconfig" SYSTEM_NAMESPACE=kube-system DISABLE_LEADER_ELECTION=true \
+    METRICS_PORT="${KARPENTER_METRICS_PORT}" HEALTH_PROBE_PORT="${KARPENTER_HEALTH_PORT}" \
+    BATCH_IDLE_DURATION=1s BATCH_MAX_DURATION=3s LOG_LEVEL=info \
+    start karpenter-kwok --instance-types-file-path "${CLUSTER_DIR}/karpenter-instance-types.json"
+  wait_for "Karpenter /readyz" karpenter-kwok karpenter_ready
+  wait_for "the NodePools to be Ready" karpenter-kwok nodepools_ready
+}
+
 # create_nodes DESCRIPTION COUNT: one creation takes a round trip of tens of
 # milliseconds, so a thousand nodes go in up to 8 parallel streams.
 create_nodes() {
@@ -294,7 +328,7 @@ create_devices() {
 
 description_file() {
   case "$1" in
-    small | large | xlarge) echo "${HACK_DIR}/clusters/$1.yaml" ;;
+    small | large | xlarge | empty) echo "${HACK_DIR}/clusters/$1.yaml" ;;
     *) [[ -f "$1" ]] || die "no cluster description '$1' (a preset: small, large, xlarge; or a YAML file)"
        realpath "$1" ;;
   esac
@@ -302,8 +336,10 @@ description_file() {
 
 ensure_binaries() {
   local c
-  for c in "${COMPONENTS[@]}" kubectl; do
-    [[ -x "${AISCHED_BIN_DIR}/${c}" ]] && continue
+  local needed=("${COMPONENTS[@]}" kubectl)
+  ((KARPENTER == 0)) || needed+=(karpenter-crds/.version)
+  for c in "${needed[@]}"; do
+    [[ -e "${AISCHED_BIN_DIR}/${c}" ]] && continue
     log "${c} is not in ${AISCHED_BIN_DIR}: building the binaries"
     "${HACK_DIR}/build-k8s-binaries.sh" >/dev/null
     return
@@ -314,7 +350,9 @@ port_free() { ! ss -Htln "sport = :$1" | grep -q .; }
 
 check_ports() {
   local var
-  for var in APISERVER_PORT ETCD_CLIENT_PORT ETCD_PEER_PORT CONTROLLER_MANAGER_PORT SCHEDULER_PORT; do
+  local vars=(APISERVER_PORT ETCD_CLIENT_PORT ETCD_PEER_PORT CONTROLLER_MANAGER_PORT SCHEDULER_PORT)
+  ((KARPENTER == 0)) || vars+=(KARPENTER_METRICS_PORT KARPENTER_HEALTH_PORT)
+  for var in "${vars[@]}"; do
     port_free "${!var}" || die "port ${!var} is in use (another cluster?); choose another with AISCHED_${var}"
   done
 }
@@ -328,6 +366,9 @@ ports_from_env() {
   CONTROLLER_MANAGER_PORT="${AISCHED_CONTROLLER_MANAGER_PORT:-10257}"
   SCHEDULER_PORT="${AISCHED_SCHEDULER_PORT:-10259}"
   REAL_NODES="${AISCHED_REAL_NODES:-0}"
+  KARPENTER="${AISCHED_KARPENTER:-0}"
+  KARPENTER_METRICS_PORT="${AISCHED_KARPENTER_METRICS_PORT:-8090}"
+  KARPENTER_HEALTH_PORT="${AISCHED_KARPENTER_HEALTH_PORT:-8091}"
 }
 
 load_ports() {
@@ -336,6 +377,7 @@ load_ports() {
     # shellcheck source=/dev/null
     source "${STATE_FILE}"
   fi
+  ((KARPENTER == 0)) || COMPONENTS+=(karpenter-kwok)
 }
 
 print_usage_hint() {
@@ -376,11 +418,14 @@ ETCD_PEER_PORT=${ETCD_PEER_PORT}
 CONTROLLER_MANAGER_PORT=${CONTROLLER_MANAGER_PORT}
 SCHEDULER_PORT=${SCHEDULER_PORT}
 REAL_NODES=${REAL_NODES}
+KARPENTER=${KARPENTER}
+KARPENTER_METRICS_PORT=${KARPENTER_METRICS_PORT}
+KARPENTER_HEALTH_PORT=${KARPENTER_HEALTH_PORT}
 EOF
   trap up_failed EXIT
   log "cluster state in ${CLUSTER_DIR}; ${nodes} nodes from ${description}"
   make_pki
-  for c in admin kube-controller-manager kube-scheduler kwok; do kubeconfig "${c}"; done
+  for c in admin kube-controller-manager kube-scheduler kwok karpenter; do kubeconfig "${c}"; done
 
   start_etcd
   wait_for "etcd" etcd etcd_healthy
@@ -397,6 +442,7 @@ EOF
   create_devices "${description}"
   wait_for "the default ServiceAccount" kube-controller-manager default_serviceaccount
   if ((REAL_NODES > 0)); then AISCHED_CLUSTER_DIR="${CLUSTER_DIR}" "${HACK_DIR}/real-nodes.sh" up "${REAL_NODES}"; fi
+  if ((KARPENTER > 0)); then start_karpenter; fi
   trap - EXIT
   log "cluster up in $((SECONDS - started))s: ${nodes} GPU nodes, ${REAL_NODES} of them real"
   print_usage_hint

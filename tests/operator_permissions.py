@@ -59,6 +59,11 @@ OPERATOR_PERMISSIONS: tuple[Permission, ...] = (
     ),
 )
 
+# Granted only with provisioning.enabled (settings.provisioning): Karpenter NodeClaims for whole gangs.
+PROVISIONING_PERMISSIONS: tuple[Permission, ...] = (
+    _p("karpenter.sh", "nodeclaims", "list create delete", "nodes for whole waiting gangs, withdrawn when unneeded"),
+)
+
 Need = tuple[str, str, str]  # group, resource, verb
 
 # Every method of the official client the operator calls, and what each needs. A call that is
@@ -67,7 +72,14 @@ CLIENT_CALLS: dict[str, tuple[Need, ...]] = {
     "list_node": (("", "nodes", "list"),),
     "list_pod_for_all_namespaces": (("", "pods", "list"),),
     # The relist: TrainingJobs and InferenceServices deleted while a watch was away.
-    "list_cluster_custom_object": (("aisched.io", "trainingjobs", "list"), ("aisched.io", "inferenceservices", "list")),
+    # And Karpenter's NodeClaims the operator made (provisioning).
+    "list_cluster_custom_object": (
+        ("aisched.io", "trainingjobs", "list"),
+        ("aisched.io", "inferenceservices", "list"),
+        ("karpenter.sh", "nodeclaims", "list"),
+    ),
+    "create_cluster_custom_object": (("karpenter.sh", "nodeclaims", "create"),),
+    "delete_cluster_custom_object": (("karpenter.sh", "nodeclaims", "delete"),),
     # A TrainingJob kept without its large template's process settings is read again at its launch.
     "list_namespaced_custom_object": (("aisched.io", "trainingjobs", "list"),),
     "create_namespaced_pod": (("", "pods", "create"),),

@@ -254,6 +254,37 @@ class AutoscalerSettings(BaseSettings):
     )
 
 
+class ProvisioningSettings(BaseSettings):
+    """Nodes for whole gangs from Karpenter (NodeClaims); off unless enabled."""
+
+    model_config = SettingsConfigDict(env_prefix="AISCHED_PROVISIONING_", extra="forbid")
+
+    enabled: bool = Field(
+        default=False,
+        description="Ask Karpenter for NodeClaims for whole waiting gangs (one zone, spot first); needs "
+        "Karpenter's CRDs, the instance types file and RBAC on karpenter.sh nodeclaims.",
+    )
+    instance_types_file: Path | None = Field(
+        default=None,
+        description="What nodes can be had: Karpenter's KWOK instance-types JSON format (name, resources with "
+        "the GPU count, offerings with Price and In-requirements on capacity type, zone and GPU product).",
+    )
+    node_pools: dict[str, str] = Field(
+        default={"Spot": "gpu-spot", "OnDemand": "gpu-on-demand"},
+        description="The NodePool of each capacity type (Spot, OnDemand) that new NodeClaims belong to.",
+    )
+    node_class_group: str = Field(default="karpenter.kwok.sh", description="API group of the node class.")
+    node_class_kind: str = Field(default="KWOKNodeClass", description="Kind of the node class (EC2NodeClass on AWS).")
+    node_class_name: str = Field(default="default", description="Name of the node class new NodeClaims use.")
+    boot_seconds: float = Field(
+        default=300.0,
+        ge=0,
+        le=86_400,
+        description="Expected time from asking to a Ready GPU node: no nodes for a gang that running jobs of "
+        "known duration make room for sooner.",
+    )
+
+
 class Settings(BaseSettings):
     """Everything the operator can be told at start-up."""
 
@@ -337,6 +368,7 @@ class Settings(BaseSettings):
     topology: TopologySettings = Field(default_factory=TopologySettings)
     carbon: CarbonSettings = Field(default_factory=CarbonSettings)
     autoscaler: AutoscalerSettings = Field(default_factory=AutoscalerSettings)
+    provisioning: ProvisioningSettings = Field(default_factory=ProvisioningSettings)
     spot_labels: dict[str, str] = Field(
         default_factory=lambda: dict(DEFAULT_SPOT_LABELS),
         description="Node label key -> value that marks spot capacity.",
@@ -444,7 +476,8 @@ class Settings(BaseSettings):
 
 
 _MODELS: dict[str, type[BaseSettings]] = {
-    model.__name__: model for model in (Settings, TopologySettings, CarbonSettings, AutoscalerSettings)
+    model.__name__: model
+    for model in (Settings, TopologySettings, CarbonSettings, AutoscalerSettings, ProvisioningSettings)
 }
 
 
@@ -483,7 +516,12 @@ def describe_settings_error(error: ValidationError | SettingsError, environ: Map
         # pydantic-settings could not parse a JSON-valued variable (a list or a mapping) and names the field.
         match = re.search(r'field "([^"]+)"', str(error))
         field = match.group(1) if match else "*"
-        nested = field in ("topology", "carbon", "autoscaler")  # AISCHED_CARBON__...: which one, it does not say
+        nested = field in (
+            "topology",
+            "carbon",
+            "autoscaler",
+            "provisioning",
+        )  # AISCHED_CARBON__...: which one, it does not say
         variable = f"AISCHED_{field.upper()}" + ("__*" if nested else "")
         cause = error.__cause__
         detail = f" ({cause})" if isinstance(cause, json.JSONDecodeError) else ""

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from aisched.api.queue import QueueSpec
 from aisched.settings import Settings
-from tests.operator_permissions import OPERATOR_PERMISSIONS
+from tests.operator_permissions import OPERATOR_PERMISSIONS, PROVISIONING_PERMISSIONS
 from tests.paths import CHART, DASHBOARDS, INSTALL_MANIFEST, REPO_ROOT, RULES_FILE
 from tests.tools.binaries import by_kind, helm, kubernetes_version, render, template
 
@@ -503,3 +503,30 @@ def test_install_bundle_enforces_restricted_pod_security_on_its_namespace() -> N
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
     assert documents[0]["kind"] == "Namespace"
     assert the(documents, "Deployment")["metadata"]["namespace"] == namespace["metadata"]["name"]
+
+
+def test_provisioning_adds_its_grant_its_instance_types_file_and_its_settings(
+    clean_environment: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    values = tmp_path / "values.yaml"
+    instance_types = json.loads((REPO_ROOT / "hack" / "karpenter" / "instance-types.json").read_text())
+    values.write_text(json.dumps({"provisioning": {"enabled": True, "instanceTypes": instance_types[:1]}}))
+    args = ("template", "aisched", str(CHART), "--namespace", "aisched-system", "-f", str(values))
+    output = helm(*args, "--kube-version", kubernetes_version()).stdout
+    objects = [doc for doc in yaml.safe_load_all(output) if doc]
+    granted = {
+        (group, resource, verb)
+        for _, rule in _rules(objects)
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+    extra = {(p.group, p.resource, verb) for p in PROVISIONING_PERMISSIONS for verb in p.verbs}
+    assert extra <= granted
+    config_map = next(o for o in by_kind(objects, "ConfigMap") if o["metadata"]["name"].endswith("-provisioning"))
+    assert json.loads(config_map["data"]["instance-types.json"]) == instance_types[:1]
+    (mount,) = [m for m in container(objects)["volumeMounts"] if m["name"] == "provisioning"]
+    settings = _settings_from(container(objects)["env"], clean_environment)
+    assert settings.provisioning.enabled
+    assert settings.provisioning.instance_types_file == Path(mount["mountPath"]) / "instance-types.json"
+    assert settings.provisioning.node_pools == {"Spot": "gpu-spot", "OnDemand": "gpu-on-demand"}

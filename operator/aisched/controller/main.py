@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry
 from aisched.controller.collector_pacing import CollectorPacing
 from aisched.controller.handlers import register
 from aisched.controller.process_tuning import tune_process
+from aisched.controller.provisioning import NodeProvisioner
 from aisched.controller.relist import relist
 from aisched.controller.serving import InferenceServiceController
 from aisched.controller.training import TrainingJobController
@@ -164,6 +165,9 @@ async def _operate(settings: Settings, standalone: bool) -> int:
         metrics=metrics,
         carbon=build_carbon_source(settings.carbon, carbon_client),
         energy=_gpu_energy(settings),
+        provisioner=(
+            NodeProvisioner.from_settings(settings, kube, inventory) if settings.provisioning.enabled else None
+        ),
     )
     serving = InferenceServiceController(
         settings,

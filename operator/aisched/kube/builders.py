@@ -188,6 +188,9 @@ def set_priority(spec: dict[str, Any], priority_class_name: str) -> None:
         spec["priorityClassName"] = priority_class_name
 
 
+DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+
+
 def build_worker_pod(job: TrainingJob, launch: GangLaunch, slot: WorkerSlot) -> dict[str, Any]:
     name = str(job.metadata["name"])
     template = copy.deepcopy(job.spec.template)
@@ -223,7 +226,9 @@ def build_worker_pod(job: TrainingJob, launch: GangLaunch, slot: WorkerSlot) -> 
             "name": worker_pod_name(name, launch.generation, slot.rank),
             "namespace": job.metadata["namespace"],
             "labels": pod_labels,
-            "annotations": metadata.get("annotations", {}),
+            # Karpenter never consolidates or drifts a node away under a worker: a gang loses a node
+            # only to an interruption, which it checkpoints on. Whatever the template says.
+            "annotations": {**metadata.get("annotations", {}), DO_NOT_DISRUPT: "true"},
             "ownerReferences": [owner_reference(job)],
             "finalizers": [labels.REPORT_FINALIZER],
         },

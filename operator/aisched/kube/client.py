@@ -308,6 +308,31 @@ class KubeClient:
             if error.status != 404:  # deleted meanwhile: nothing to report to
                 raise
 
+    # -- other controllers' cluster-scoped kinds (Karpenter's NodeClaims) ----
+
+    async def list_cluster_objects(self, group: str, version: str, plural: str, selector: str) -> list[dict[str, Any]]:
+        """Objects of a cluster-scoped kind, by label selector (a few: one page)."""
+        response = await self._call(
+            self.custom.list_cluster_custom_object,
+            group,
+            version,
+            plural,
+            label_selector=selector,
+            _preload_content=False,
+        )
+        items: list[dict[str, Any]] = json.loads(response.data).get("items") or []
+        return items
+
+    async def create_cluster_object(self, group: str, version: str, plural: str, obj: dict[str, Any]) -> None:
+        await self._send(self.custom.create_cluster_custom_object, group, version, plural, obj)
+
+    async def delete_cluster_object(self, group: str, version: str, plural: str, name: str) -> None:
+        try:
+            await self._send(self.custom.delete_cluster_custom_object, group, version, plural, name)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
     async def delete_custom(self, plural: str, namespace: str, name: str) -> None:
         try:
             await self._send(

@@ -32,6 +32,9 @@ HACK_DIR = REPO_ROOT / "hack"
 CLUSTER_SCRIPT = HACK_DIR / "cluster.sh"
 BUILD_SCRIPT = HACK_DIR / "build-k8s-binaries.sh"
 CLUSTER_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kubectl")
+# Karpenter's KWOK provider and the CRDs the build copies beside it (start_cluster(karpenter=True)).
+KARPENTER_BINARIES = ("karpenter-kwok", "karpenter-crds/.version")
+KARPENTER_PORT_VARIABLES = ("AISCHED_KARPENTER_METRICS_PORT", "AISCHED_KARPENTER_HEALTH_PORT")
 
 # Annotations read by the pod stages in hack/kwok/stages.yaml.
 FAKE_EXIT = "aisched.io/fake-exit"
@@ -77,10 +80,11 @@ def bin_dir() -> Path:
     return Path(out.stdout.strip())
 
 
-def ensure_binaries() -> Path:
+def ensure_binaries(karpenter: bool = False) -> Path:
     """The binary directory, building what is missing (a cold build takes several minutes)."""
     binaries = bin_dir()
-    if all((binaries / name).exists() for name in CLUSTER_BINARIES):
+    wanted = CLUSTER_BINARIES + (KARPENTER_BINARIES if karpenter else ())
+    if all((binaries / name).exists() for name in wanted):
         return binaries
     if shutil.which("go") is None:
         raise ClusterError(
@@ -142,16 +146,21 @@ class LocalCluster:
         return self.run("kubectl", *args, timeout=timeout, **kwargs)
 
 
-def start_cluster(state_dir: Path, preset: str = "small", real_nodes: int = 0) -> LocalCluster:
+def start_cluster(
+    state_dir: Path, preset: str = "small", real_nodes: int = 0, *, karpenter: bool = False
+) -> LocalCluster:
     """`hack/cluster.sh up PRESET` on free ports in STATE_DIR; returns once the cluster is ready.
 
-    REAL_NODES adds that many real nodes (kubelet and containerd, hack/real-nodes.sh; root only).
+    REAL_NODES adds that many real nodes (kubelet and containerd, hack/real-nodes.sh; root only);
+    KARPENTER runs Karpenter's KWOK provider beside it (built first if it is not in the cache).
     """
-    binaries = ensure_binaries()
+    binaries = ensure_binaries(karpenter)
     output = ""
+    variables = PORT_VARIABLES + (KARPENTER_PORT_VARIABLES if karpenter else ())
     for _ in range(2):  # a port may be taken between choosing and binding it
-        ports = dict(zip(PORT_VARIABLES, map(str, free_ports(len(PORT_VARIABLES))), strict=True))
+        ports = dict(zip(variables, map(str, free_ports(len(variables))), strict=True))
         env = {**os.environ, **ports, "AISCHED_CLUSTER_DIR": str(state_dir), "AISCHED_REAL_NODES": str(real_nodes)}
+        env["AISCHED_KARPENTER"] = "1" if karpenter else "0"
         result = subprocess.run(
             [str(CLUSTER_SCRIPT), "up", preset], capture_output=True, text=True, env=env, check=False
         )

@@ -9,7 +9,13 @@ from __future__ import annotations
 
 import re
 
-from tests.operator_permissions import CLIENT_CALLS, KOPF_NEEDS, OPERATOR_PERMISSIONS, OWNER_NEEDS
+from tests.operator_permissions import (
+    CLIENT_CALLS,
+    KOPF_NEEDS,
+    OPERATOR_PERMISSIONS,
+    OWNER_NEEDS,
+    PROVISIONING_PERMISSIONS,
+)
 from tests.paths import REPO_ROOT
 
 PACKAGE = REPO_ROOT / "operator" / "aisched"
@@ -37,6 +43,7 @@ def test_every_client_call_of_the_operator_is_accounted_for() -> None:
 
 def test_the_grants_are_exactly_what_the_calls_kopf_and_owner_references_need() -> None:
     needed = {need for needs in CLIENT_CALLS.values() for need in needs} | set(KOPF_NEEDS) | set(OWNER_NEEDS)
-    granted = {(p.group, p.resource, verb) for p in OPERATOR_PERMISSIONS for verb in p.verbs}
+    every = (*OPERATOR_PERMISSIONS, *PROVISIONING_PERMISSIONS)
+    granted = {(p.group, p.resource, verb) for p in every for verb in p.verbs}
     assert granted - needed == set(), "granted but used by nothing"
     assert needed - granted == set(), "used but not granted"

@@ -76,6 +76,22 @@
 - name: AISCHED_AUTOSCALER__PROMETHEUS_URL
   value: {{ . | quote }}
 {{- end }}
+{{- if .Values.provisioning.enabled }}
+- name: AISCHED_PROVISIONING__ENABLED
+  value: "true"
+- name: AISCHED_PROVISIONING__INSTANCE_TYPES_FILE
+  value: /etc/aisched/provisioning/instance-types.json
+- name: AISCHED_PROVISIONING__NODE_POOLS
+  value: {{ .Values.provisioning.nodePools | toJson | quote }}
+- name: AISCHED_PROVISIONING__NODE_CLASS_GROUP
+  value: {{ .Values.provisioning.nodeClass.group | quote }}
+- name: AISCHED_PROVISIONING__NODE_CLASS_KIND
+  value: {{ .Values.provisioning.nodeClass.kind | quote }}
+- name: AISCHED_PROVISIONING__NODE_CLASS_NAME
+  value: {{ .Values.provisioning.nodeClass.name | quote }}
+- name: AISCHED_PROVISIONING__BOOT_SECONDS
+  value: {{ .Values.provisioning.bootSeconds | quote }}
+{{- end }}
 - name: AISCHED_AUTOSCALER__INTERVAL_SECONDS
   value: {{ .Values.autoscaler.intervalSeconds | quote }}
 - name: AISCHED_CARBON__PROVIDER

@@ -74,9 +74,25 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         # They wait on the API server, not on the decision, so they are not part of its time.
         await _at_most(CONCURRENT_RECONCILES, writes)
         await self._carry_out_cycle(result, parsed, capacity_of, now=now, elapsed=elapsed)
+        await self._provision(result, requests, now)
         await self._report_queues(result)
         if result.deferred:
             self.queue.wake()  # the jobs this cycle did not reach have the next one, at once
+
+    async def _provision(self, result: ScheduleResult, requests: list[JobRequest], now: datetime) -> None:
+        """Nodes for whole gangs left waiting for capacity (`controller.provisioning`), when it is on.
+
+        On its own: a failure here (Karpenter's CRDs missing, the API server refusing) is logged and
+        the next cycle tries again; the decisions of this one are carried out already."""
+        if self.provisioner is None:
+            return
+        held = {node for r in requests if r.placement is not None for node in r.placement.nodes}
+        held.update(node for a in result.admitted for node in a.placement.nodes)
+        held.update(node for r in result.resized for node in r.placement.nodes)
+        try:
+            await self.provisioner.after_cycle(result, requests, held, now)
+        except Exception:
+            log.exception("asking for nodes failed; the next cycle tries again")
 
     async def _requests(
         self, snapshot: ClusterSnapshot, now: datetime
@@ -394,7 +410,10 @@ class SchedulingCycle(CarbonDeferral, Reporting):
             fits = self._spot_fits.get(on_spot)
             if fits is None:
                 fits = self._spot_fits[on_spot] = gang_fits(on_spot, snapshot)
-            spot_fits = fits
+            # A fleet that grows has spot whenever it offers it: nodes are asked for after the cycle.
+            spot_fits = fits or (
+                self.provisioner is not None and self.provisioner.offers(CapacityType.SPOT, spec.gpu_type)
+            )
         capacity = next((c for c in job.status.conditions if c.type == "Capacity"), None)
         pinned = None
         if capacity is not None and capacity.reason == DEADLINE_NEEDS_ON_DEMAND:

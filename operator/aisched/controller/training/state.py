@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from aisched.api import DEFAULT_QUEUE, TrainingJob
 from aisched.api.training_job import TrainingJobStatus
 from aisched.controller.in_flight import InFlightPlacements
+from aisched.controller.provisioning import NodeProvisioner
 from aisched.controller.sharing import GpuShares
 from aisched.controller.tenancy import TenancyBook
 from aisched.controller.training.requests import RequestBook
@@ -59,6 +60,7 @@ class TrainingJobState:
     inventory: Inventory
     metrics: Metrics = field(default_factory=lambda: Metrics(CollectorRegistry(), process_metrics=False))
     carbon: CachedCarbonSource | None = None
+    provisioner: NodeProvisioner | None = None  # new nodes for whole gangs (settings.provisioning)
     energy: GpuEnergySource | None = None  # DCGM's energy counters, where Prometheus has them
     _emissions_marks: dict[JobKey, datetime] = field(default_factory=dict)
     clock: Callable[[], datetime] = utc_now
