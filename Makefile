@@ -17,6 +17,7 @@ TOOLS_TEST_TIMEOUT ?= 300
 INTEGRATION_TEST_TIMEOUT ?= 900
 E2E_TEST_TIMEOUT ?= 1200
 CRD_DIRS := crds helm/aisched/templates/crds
+KARPENTER_LOG_DIR ?= $(HOME)/.cache/aisched
 GENERATED := $(CRD_DIRS) helm/aisched/dashboards manifests/install.yaml manifests/prometheus-rules.yaml
 
 .PHONY: help
@@ -38,7 +39,18 @@ tools: ## install the system tools tests use for real (Prometheus, promtool) if 
 
 .PHONY: k8s-binaries
 k8s-binaries: ## build (or reuse from ~/.cache/aisched) etcd, kube-*, kubelet, kube-proxy, kubectl, kwok, helm
-	hack/build-k8s-binaries.sh
+	hack/build-k8s-binaries.sh base
+
+.PHONY: karpenter
+karpenter: ## build (or reuse) Karpenter's KWOK provider; waits for a build already under way
+	hack/build-k8s-binaries.sh karpenter
+
+# Karpenter's build (minutes of Go on a cold cache) overlaps the tiers that need no cluster, which
+# run on one core; `karpenter` waits for it before the integration tier.
+.PHONY: karpenter-background
+karpenter-background:
+	@mkdir -p $(KARPENTER_LOG_DIR)
+	@nohup hack/build-k8s-binaries.sh karpenter >$(KARPENTER_LOG_DIR)/karpenter-build.log 2>&1 &
 
 .PHONY: node-packages
 node-packages: ## install containerd, runc, CNI plugins, buildah, mmdebstrap, umoci, skopeo from Debian if missing
@@ -53,7 +65,7 @@ release: node-packages k8s-binaries ## dist/: the chart package and the operator
 	hack/release.sh
 
 .PHONY: cluster-up
-cluster-up: k8s-binaries ## start the local GPU cluster (PRESET=small|large|empty, REAL_NODES=N real kubelets, KARPENTER=1)
+cluster-up: k8s-binaries $(if $(filter 1,$(KARPENTER)),karpenter) ## start the local GPU cluster (PRESET=small|large|empty, REAL_NODES=N real kubelets, KARPENTER=1)
 	AISCHED_REAL_NODES=$(REAL_NODES) AISCHED_KARPENTER=$(KARPENTER) hack/cluster.sh up $(PRESET)
 
 .PHONY: cluster-down
@@ -105,7 +117,7 @@ test-tools: venv tools k8s-binaries ## tests that drive real helm and promtool (
 	$(BIN)/pytest tests/tools -q --timeout=$(TOOLS_TEST_TIMEOUT) --durations=5; rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 .PHONY: test-integration
-test-integration: venv tools k8s-binaries ## integration tests against the local GPU cluster (small preset)
+test-integration: venv tools k8s-binaries karpenter ## integration tests against the local GPU cluster (small preset)
 	$(BIN)/pytest tests/integration -q --timeout=$(INTEGRATION_TEST_TIMEOUT) --durations=15; rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 .PHONY: test-e2e
@@ -113,7 +125,7 @@ test-e2e: venv tools node-packages images ## e2e tests: two real nodes, the char
 	$(BIN)/pytest tests/e2e -q --timeout=$(E2E_TEST_TIMEOUT) --durations=10; rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 .PHONY: test
-test: verify test-unit test-tools test-integration ## everything CI runs: verify, unit, tools, integration, and e2e when root
+test: karpenter-background verify test-unit test-tools test-integration ## everything CI runs: verify, unit, tools, integration, and e2e when root
 	@if [ "$$(id -u)" -eq 0 ]; then $(MAKE) --no-print-directory test-e2e; \
 	else echo "e2e tier skipped: real nodes need root (network namespaces, mounts, cgroups); run 'sudo make test-e2e'"; fi
 

@@ -151,16 +151,32 @@ build_node_tools() {
   echo "${key}" >"${AISCHED_BIN_DIR}/.node-tools.key"
 }
 
-main() {
-  local start=${SECONDS}
-  log "cache: ${AISCHED_BIN_DIR}"
-  build_etcd
-  build_kwok
-  build_helm
-  build_kubernetes
+# One Karpenter build at a time: `make test` starts one in the background (hack/build-k8s-binaries.sh
+# karpenter) while the tiers that need no cluster run, and a later call waits for it here.
+build_karpenter_once() {
+  exec 9>"${AISCHED_CACHE_DIR}/.karpenter-build.lock"
+  flock 9
   build_karpenter
-  build_node_tools
-  log "all binaries ready in $((SECONDS - start))s"
+  exec 9>&-
+}
+
+# hack/build-k8s-binaries.sh [all|base|karpenter]: base is all but Karpenter's provider.
+main() {
+  local start=${SECONDS} what="${1:-all}"
+  log "cache: ${AISCHED_BIN_DIR}"
+  case "${what}" in
+    all | base)
+      build_etcd
+      build_kwok
+      build_helm
+      build_kubernetes
+      build_node_tools
+      [[ "${what}" == base ]] || build_karpenter_once
+      ;;
+    karpenter) build_karpenter_once ;;
+    *) die "usage: $0 [all|base|karpenter]" ;;
+  esac
+  log "${what}: ready in $((SECONDS - start))s"
   echo "${AISCHED_BIN_DIR}"
 }
 
