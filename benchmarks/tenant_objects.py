@@ -45,6 +45,7 @@ from kubernetes.client.exceptions import ApiException
 
 from aisched.api import GROUP, VERSION
 from aisched.api.pod_template import MAX_ARGS, MAX_COMMAND, MAX_CONTAINERS, MAX_ENV
+from aisched.controller.main import WATCH_PAGE, WORKER_IDLE_SECONDS
 from aisched.testing.cluster import LocalCluster, start_cluster, stop_cluster, wait_for
 from aisched.testing.operator import OperatorProcess
 from benchmarks.common import REPO_ROOT, add_output_arguments, run_reporting_input_errors, write_figures
@@ -247,7 +248,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def measure_and_report(args: argparse.Namespace) -> int:
     result = run(args)
-    result["settings"] = {"threads": args.threads, "settle_seconds": args.settle_seconds, "page": "kopf 16"}
+    result["settings"] = {
+        "threads": args.threads,
+        "settle_seconds": args.settle_seconds,
+        "page": f"kopf {WATCH_PAGE}",
+        "worker_idle_seconds": WORKER_IDLE_SECONDS,
+    }
     print(report(result))
     write_figures(result, args.output, args.update_results, "tenant_objects.json")
     return 0 if result["peak_fraction_of_limit"] < 1 else 1
