@@ -36,9 +36,10 @@ from aisched.sources.prometheus import MetricNames, PrometheusSource
 
 log = logging.getLogger(__name__)
 HEARTBEAT_STALE_SECONDS = 60.0
-# Objects per page of the lists kopf makes when a watch (re)starts: 16 of the largest TrainingJobs
-# the CRD admits are about 320 MiB parsed; 100,000 pods are 6,250 pages, served from the API server's cache.
-WATCH_PAGE = 16
+# Objects per page of the lists kopf makes when a watch (re)starts, the most it holds parsed at once:
+# 8 of the largest TrainingJobs the CRD admits are 160 MiB parsed (16 were 320 MiB, a third of the
+# chart's limit); 100,000 pods are 12,500 pages, served from the API server's cache.
+WATCH_PAGE = 8
 # How long kopf's worker for one object waits for its next event before it ends (kopf's default:
 # 5 s). Waiting, it still holds the last event's body: a restart's first list of TrainingJobs
 # (a few pages a second, up to 20 MiB each parsed) was held whole, 848 MiB for 48 of them; ended
