@@ -14,7 +14,7 @@ from aisched.api import GROUP, VERSION
 from aisched.controller.serving import InferenceServiceController
 from aisched.controller.training import TrainingJobController
 from aisched.kube.inventory import Inventory
-from aisched.kube.records import slim_object
+from aisched.kube.records import release_template, slim_object
 
 
 def register(
@@ -48,6 +48,7 @@ def register(
             jobs.job_gone(namespace or "", name)
         else:
             jobs.job_seen(slim_object(dict(event["object"])))
+        release_template(event["object"])
 
     @kopf.on.event(GROUP, VERSION, "queues", registry=registry)
     async def queue_event(event: kopf.RawEvent, name: str, **_: Any) -> None:
