@@ -6,7 +6,7 @@ plain functions in worker threads, where they would race the loops over the cach
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import kopf
 
@@ -48,7 +48,7 @@ def register(
             jobs.job_gone(namespace or "", name)
         else:
             jobs.job_seen(slim_object(dict(event["object"])))
-        release_template(event["object"])
+        release_template(cast(dict[str, Any], event["object"]))  # kopf's RawBody: the parsed JSON
 
     @kopf.on.event(GROUP, VERSION, "queues", registry=registry)
     async def queue_event(event: kopf.RawEvent, name: str, **_: Any) -> None:

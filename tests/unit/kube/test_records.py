@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import gc
 import weakref
-from typing import Any
+from typing import Any, cast
 
-from kopf._cogs.structs.bodies import Body
+from kopf._cogs.structs.bodies import Body, RawBody
 
 from aisched.kube.records import release_template, slim_object
 from tests.builders import a_training_job
@@ -21,7 +21,7 @@ def test_a_handled_events_template_is_freed_though_kopfs_body_still_holds_the_ob
     raw["spec"]["template"] = template = _Template(raw["spec"]["template"])
     template_alive = weakref.ref(template)
     del template
-    body = Body(raw)  # kopf's wrapper: a reference cycle, freed by the cyclic collector only
+    body = Body(cast(RawBody, raw))  # kopf's wrapper: a reference cycle, freed by the cyclic collector only
     gc.disable()  # as after a large parse, when the collector has no reason to run for long
     try:
         release_template(raw)
