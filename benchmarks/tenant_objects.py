@@ -38,12 +38,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import urllib3
 import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from aisched.api import GROUP, VERSION
 from aisched.api.pod_template import MAX_ARGS, MAX_COMMAND, MAX_CONTAINERS, MAX_ENV
+from aisched.controller.main import WATCH_PAGE, WORKER_IDLE_SECONDS
 from aisched.testing.cluster import LocalCluster, start_cluster, stop_cluster, wait_for
 from aisched.testing.operator import OperatorProcess
 from benchmarks.common import REPO_ROOT, add_output_arguments, run_reporting_input_errors, write_figures
@@ -139,15 +141,26 @@ def create_largest(custom: client.CustomObjectsApi, names: list[str], object_byt
             size = int(size * 0.9)
             print(f"  refused as too large; trying {size} bytes", flush=True)
     with ThreadPoolExecutor(threads) as pool:
-        list(
-            pool.map(
-                lambda n: custom.create_namespaced_custom_object(
-                    GROUP, VERSION, NAMESPACE, "trainingjobs", largest_job(n, size)
-                ),
-                names[1:],
-            )
-        )
+        list(pool.map(lambda n: create_patiently(custom, largest_job(n, size)), names[1:]))
     return json_bytes(largest_job(names[0], size))
+
+
+def create_patiently(custom: client.CustomObjectsApi, job: dict[str, Any], attempts: int = 5) -> None:
+    """Create JOB, again after the API server timed out over it (a loaded machine takes a minute
+    over an object of a MiB and more); one the timed-out attempt created is there (409)."""
+    for attempt in range(attempts):
+        try:
+            custom.create_namespaced_custom_object(GROUP, VERSION, NAMESPACE, "trainingjobs", job)
+            return
+        except ApiException as error:
+            if error.status == 409 and attempt > 0:
+                return
+            if error.status not in (429, 500, 503, 504) or attempt == attempts - 1:
+                raise
+        except urllib3.exceptions.HTTPError:
+            if attempt == attempts - 1:
+                raise
+        print(f"  creating {job['metadata']['name']} timed out; again", flush=True)
 
 
 def jobs_seen(operator: OperatorProcess) -> int:
@@ -235,7 +248,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def measure_and_report(args: argparse.Namespace) -> int:
     result = run(args)
-    result["settings"] = {"threads": args.threads, "settle_seconds": args.settle_seconds, "page": "kopf 16"}
+    result["settings"] = {
+        "threads": args.threads,
+        "settle_seconds": args.settle_seconds,
+        "page": f"kopf {WATCH_PAGE}",
+        "worker_idle_seconds": WORKER_IDLE_SECONDS,
+    }
     print(report(result))
     write_figures(result, args.output, args.update_results, "tenant_objects.json")
     return 0 if result["peak_fraction_of_limit"] < 1 else 1

@@ -6,7 +6,7 @@ plain functions in worker threads, where they would race the loops over the cach
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import kopf
 
@@ -14,7 +14,7 @@ from aisched.api import GROUP, VERSION
 from aisched.controller.serving import InferenceServiceController
 from aisched.controller.training import TrainingJobController
 from aisched.kube.inventory import Inventory
-from aisched.kube.records import slim_object
+from aisched.kube.records import release_template, slim_object
 
 
 def register(
@@ -48,6 +48,7 @@ def register(
             jobs.job_gone(namespace or "", name)
         else:
             jobs.job_seen(slim_object(dict(event["object"])))
+        release_template(cast(dict[str, Any], event["object"]))  # kopf's RawBody: the parsed JSON
 
     @kopf.on.event(GROUP, VERSION, "queues", registry=registry)
     async def queue_event(event: kopf.RawEvent, name: str, **_: Any) -> None:

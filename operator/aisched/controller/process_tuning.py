@@ -24,22 +24,38 @@ GC_YOUNG_THRESHOLD = 10_000
 # arenas. Two: the event loop's and one shared by the API threads, who mostly wait on sockets.
 MALLOC_ARENAS = 2
 _M_ARENA_MAX = -8  # mallopt's parameter number for the arena cap (glibc's malloc.h)
+# Blocks from this size up are mapped for themselves and unmapped when freed. glibc's own
+# threshold starts at 128 KiB but rises to the largest block freed (up to 32 MiB): after the
+# first list page (MiBs of JSON, item arrays of 100,000s) every later one came from the heap,
+# whose free memory stays the process's. Fixed, the pages of a restart's first list of the
+# largest TrainingJobs left 26 MiB fewer behind per 16 (benchmarks/tenant_objects.py).
+MMAP_THRESHOLD_BYTES = 128 * 1024
+_M_MMAP_THRESHOLD = -3
 
 
 def tune_process() -> None:
     """The collector's threshold and the allocator's arena cap; call before any thread starts."""
     _, *older = gc.get_threshold()
     gc.set_threshold(GC_YOUNG_THRESHOLD, *older)
-    if not cap_malloc_arenas(MALLOC_ARENAS):
-        log.debug("the C library has no mallopt arena cap; memory is allocated as it allocates")
+    if not cap_malloc_arenas(MALLOC_ARENAS) or not fix_mmap_threshold(MMAP_THRESHOLD_BYTES):
+        log.debug("the C library has no mallopt; memory is allocated as it allocates")
+
+
+def fix_mmap_threshold(size: int) -> bool:
+    """Blocks of SIZE bytes and more mapped apart and given back when freed (glibc); False elsewhere."""
+    return _mallopt(_M_MMAP_THRESHOLD, size)
 
 
 def cap_malloc_arenas(arenas: int) -> bool:
     """At most ARENAS malloc arenas from now on (glibc); False where the C library has no such cap."""
+    return _mallopt(_M_ARENA_MAX, arenas)
+
+
+def _mallopt(parameter: int, value: int) -> bool:
     try:
         mallopt = ctypes.CDLL(None).mallopt  # the C library the interpreter is linked with
     except (OSError, AttributeError):
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
-    return bool(mallopt(_M_ARENA_MAX, arenas))
+    return bool(mallopt(parameter, value))

@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import json
+import tracemalloc
+
 import pytest
 
 from aisched.api import TrainingJob
 from aisched.api.crd import all_crds
 from aisched.api.pod_template import MAX_ARGS, MAX_CONTAINERS, MAX_ENV
+from aisched.controller.main import WATCH_PAGE
 from aisched.controller.training.templates import elided, template_bytes
 from benchmarks import tenant_objects
-from benchmarks.tenant_objects import json_bytes, largest_job, memory_limit_mib, quantity_mib, summarize
+from benchmarks.tenant_objects import (
+    DEFAULT_OBJECT_BYTES,
+    json_bytes,
+    largest_job,
+    memory_limit_mib,
+    quantity_mib,
+    summarize,
+)
 from tests.unit.api.server_like import server_rejections
 
 CRD = next(crd for crd in all_crds() if crd["spec"]["names"]["kind"] == "TrainingJob")
@@ -40,6 +51,22 @@ def test_the_operator_keeps_a_few_kib_of_the_largest_job() -> None:
     kept = elided(largest_job("big", 1_400_000))
     assert kept is not None
     assert template_bytes(kept["spec"]["template"]) < 4096
+
+
+def test_a_watch_page_of_the_largest_jobs_parsed_is_a_sixth_of_the_chart_limit() -> None:
+    # kopf holds at most a page of its list parsed (its workers let go of a body once handled):
+    # that page, not the number of jobs, is what a restart's first list costs over the records.
+    text = json.dumps(largest_job("big", DEFAULT_OBJECT_BYTES), separators=(",", ":"))
+    tracemalloc.start()
+    try:
+        parsed = json.loads(text)
+        parsed_bytes, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert parsed["metadata"]["name"] == "big"
+    assert parsed_bytes > 10 * len(text)  # small objects: the most memory per byte the CRD admits
+    limit_bytes = memory_limit_mib(tenant_objects.VALUES.read_text()) * 2**20
+    assert WATCH_PAGE * parsed_bytes < limit_bytes / 6
 
 
 def test_quantities_in_mib() -> None:

@@ -51,3 +51,38 @@ def heaps(mode: str) -> int:
 def test_threads_share_at_most_two_malloc_arenas_once_capped() -> None:
     assert heaps("uncapped") > 2  # what the cap is for: by default, new threads get arenas of their own
     assert heaps("capped") <= 2
+
+
+LARGE_BLOCKS_KEPT_MIB = textwrap.dedent(
+    """
+    import sys
+    from aisched.controller.process_tuning import fix_mmap_threshold
+    def rss_mib():
+        with open("/proc/self/status") as status:
+            return next(int(line.split()[1]) for line in status if line.startswith("VmRSS")) / 1024
+    if sys.argv[1] == "fixed":
+        assert fix_mmap_threshold(128 * 1024)
+    first = bytearray(8 << 20)  # a list's first page: glibc's own threshold rises past it once freed
+    del first
+    before = rss_mib()
+    pages, kept = [], []
+    for _ in range(64):
+        pages.append(bytearray(1 << 20))
+        kept.append(bytearray(1024))  # what a page leaves behind, above it in the heap
+    del pages
+    print(rss_mib() - before)
+    """
+)
+
+
+def large_blocks_kept_mib(mode: str) -> float:
+    run = subprocess.run(
+        [sys.executable, "-c", LARGE_BLOCKS_KEPT_MIB, mode], capture_output=True, text=True, check=True
+    )
+    return float(run.stdout)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_large_blocks_are_given_back_once_freed_with_the_threshold_fixed() -> None:
+    assert large_blocks_kept_mib("default") > 32  # what it is for: freed pages stayed in the heap
+    assert large_blocks_kept_mib("fixed") < 8
