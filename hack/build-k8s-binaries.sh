@@ -113,6 +113,21 @@ build_helm() {
   "${AISCHED_BIN_DIR}/helm" version --short >&2
 }
 
+# Cluster DNS for the real nodes (hack/real-nodes.sh): pods reach each other by the
+# names of their job's headless Service, as torchrun's master address is given.
+# CoreDNS with only the plugins it needs there (hack/coredns, its version pinned in
+# that go.mod), rebuilt when those files change.
+build_coredns() {
+  local src="${HACK_DIR}/coredns" key
+  key="$(cat "${src}/go.mod" "${src}/go.sum" "${src}/main.go" | sha256sum | cut -c1-16)"
+  if [[ -x "${AISCHED_BIN_DIR}/coredns" && "$(cat "${AISCHED_BIN_DIR}/.coredns.key" 2>/dev/null)" == "${key}" ]]; then
+    log "coredns: cached"; return
+  fi
+  log "coredns: building"
+  (cd "${src}" && GOFLAGS="-mod=mod -buildvcs=false" go build -trimpath -ldflags "-s -w" -o "${AISCHED_BIN_DIR}/coredns" .)
+  echo "${key}" >"${AISCHED_BIN_DIR}/.coredns.key"
+}
+
 # The real nodes' fake GPU device plugin and pod sandbox (hack/node-tools),
 # rebuilt when their sources change.
 build_node_tools() {
@@ -136,6 +151,7 @@ main() {
   build_helm
   build_kubernetes
   build_node_tools
+  build_coredns
   log "all binaries ready in $((SECONDS - start))s"
   echo "${AISCHED_BIN_DIR}"
 }
