@@ -45,12 +45,12 @@ k8s-binaries: ## build (or reuse from ~/.cache/aisched) etcd, kube-*, kubelet, k
 karpenter: ## build (or reuse) Karpenter's KWOK provider; waits for a build already under way
 	hack/build-k8s-binaries.sh karpenter
 
-# Karpenter's build (minutes of Go on a cold cache) overlaps the tiers that need no cluster, which
-# run on one core; `karpenter` waits for it before the integration tier.
+# Karpenter's build and CoreDNS's (minutes of Go on a cold cache) overlap the tiers that need no
+# cluster, which run on one core; `karpenter` waits for the first before the integration tier.
 .PHONY: karpenter-background
 karpenter-background:
 	@mkdir -p $(KARPENTER_LOG_DIR)
-	@nohup hack/build-k8s-binaries.sh karpenter >$(KARPENTER_LOG_DIR)/karpenter-build.log 2>&1 &
+	@nohup hack/build-k8s-binaries.sh karpenter coredns >$(KARPENTER_LOG_DIR)/karpenter-build.log 2>&1 &
 
 .PHONY: node-packages
 node-packages: ## install containerd, runc, CNI plugins, buildah, mmdebstrap, umoci, skopeo from Debian if missing

@@ -3,7 +3,7 @@
 # registry and cached in $AISCHED_CACHE_DIR/images as docker archives that
 # `hack/real-nodes.sh import` loads into each node's containerd:
 #
-#   hack/build-images.sh [pause|base|operator|training|all]   (default all)
+#   hack/build-images.sh [pause|base|operator|training|torch|all]   (default all)
 #
 #   pause     aisched.local/pause:latest, the pod sandbox (hack/node-tools/pause)
 #   base      aisched.local/python:3.11-bookworm: Debian bookworm's python3 and
@@ -12,6 +12,9 @@
 #   operator  aisched.local/aisched:dev: the project's Dockerfile on that base
 #   training  aisched.local/training:dev: the example training image
 #             (manifests/examples/real-training), with the workload SDK and numpy only
+#   torch     aisched.local/torch-training:dev: PyPI's torch on CPU (gloo) with the
+#             SDK and a DDP script for torchrun (manifests/examples/torch-training);
+#             about 3 GiB, so not part of `all`: `all torch` builds both
 #
 # Each image is rebuilt only when its inputs change (a hash of them is kept
 # beside the archive); buildah's layer cache makes a rebuild after a code
@@ -119,23 +122,32 @@ build_operator() {
     "$(tree_key Dockerfile pyproject.toml README.md operator)"
 }
 
+build_torch() {
+  bud torch aisched.local/torch-training:dev "${REPO_ROOT}/manifests/examples/torch-training/Dockerfile" "${REPO_ROOT}" \
+    "$(tree_key manifests/examples/torch-training operator/workload-sdk operator/aisched/workload operator/aisched/__init__.py)"
+}
+
 build_training() {
   bud training aisched.local/training:dev "${REPO_ROOT}/manifests/examples/real-training/Dockerfile" "${REPO_ROOT}" \
     "$(tree_key manifests/examples/real-training operator/workload-sdk operator/aisched/workload operator/aisched/__init__.py)"
 }
 
 main() {
-  local target="${1:-all}" started=${SECONDS}
+  local target started=${SECONDS}
   ((EUID == 0)) || die "building images here needs root (buildah's storage, mmdebstrap)"
   mkdir -p "${IMAGES_DIR}"
-  case "${target}" in
-    pause) build_pause ;;
-    base) build_base ;;
-    operator) build_operator ;;
-    training) build_training ;;
-    all) build_pause; build_base; build_operator; build_training ;;
-    *) usage ;;
-  esac
+  (($#)) || set -- all
+  for target in "$@"; do
+    case "${target}" in
+      pause) build_pause ;;
+      base) build_base ;;
+      operator) build_operator ;;
+      training) build_training ;;
+      torch) build_torch ;;
+      all) build_pause; build_base; build_operator; build_training ;;
+      *) usage ;;
+    esac
+  done
   log "images ready in $((SECONDS - started))s (${IMAGES_DIR})"
 }
 

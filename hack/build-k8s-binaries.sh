@@ -136,6 +136,21 @@ build_karpenter() {
   echo "${v}" >"${crds}/.version"
 }
 
+# Cluster DNS for the real nodes (hack/real-nodes.sh): pods reach each other by the
+# names of their job's headless Service, as torchrun's master address is given.
+# CoreDNS with only the plugins it needs there (hack/coredns, its version pinned in
+# that go.mod), rebuilt when those files change.
+build_coredns() {
+  local src="${HACK_DIR}/coredns" key
+  key="$(cat "${src}/go.mod" "${src}/go.sum" "${src}/main.go" | sha256sum | cut -c1-16)"
+  if [[ -x "${AISCHED_BIN_DIR}/coredns" && "$(cat "${AISCHED_BIN_DIR}/.coredns.key" 2>/dev/null)" == "${key}" ]]; then
+    log "coredns: cached"; return
+  fi
+  log "coredns: building"
+  (cd "${src}" && GOFLAGS="-mod=mod -buildvcs=false" go build -trimpath -ldflags "-s -w" -o "${AISCHED_BIN_DIR}/coredns" .)
+  echo "${key}" >"${AISCHED_BIN_DIR}/.coredns.key"
+}
+
 # The real nodes' fake GPU device plugin and pod sandbox (hack/node-tools),
 # rebuilt when their sources change.
 build_node_tools() {
@@ -160,23 +175,27 @@ build_karpenter_once() {
   exec 9>&-
 }
 
-# hack/build-k8s-binaries.sh [all|base|karpenter]: base is all but Karpenter's provider.
+# hack/build-k8s-binaries.sh [all|base|karpenter|coredns]...: base is all but Karpenter's
+# provider and CoreDNS (the real nodes' cluster DNS), which only some tiers need.
 main() {
-  local start=${SECONDS} what="${1:-all}"
+  local start=${SECONDS} what
   log "cache: ${AISCHED_BIN_DIR}"
-  case "${what}" in
-    all | base)
-      build_etcd
-      build_kwok
-      build_helm
-      build_kubernetes
-      build_node_tools
-      [[ "${what}" == base ]] || build_karpenter_once
-      ;;
-    karpenter) build_karpenter_once ;;
-    *) die "usage: $0 [all|base|karpenter]" ;;
-  esac
-  log "${what}: ready in $((SECONDS - start))s"
+  for what in "${@:-all}"; do
+    case "${what}" in
+      all | base)
+        build_etcd
+        build_kwok
+        build_helm
+        build_kubernetes
+        build_node_tools
+        if [[ "${what}" == all ]]; then build_coredns; build_karpenter_once; fi
+        ;;
+      karpenter) build_karpenter_once ;;
+      coredns) build_coredns ;;
+      *) die "usage: $0 [all|base|karpenter|coredns]..." ;;
+    esac
+  done
+  log "${*:-all}: ready in $((SECONDS - start))s"
   echo "${AISCHED_BIN_DIR}"
 }
 

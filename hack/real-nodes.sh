@@ -14,6 +14,8 @@
 # cgroup subtree (/aisched-<net>-n<i>) holding everything it runs, containers
 # included, so that `down` finds every process. The namespaces are plumbed to
 # a host bridge; the API server is reached on the bridge's address.
+# Pods resolve names through CoreDNS on the bridge's address (the cluster DNS:
+# a job's headless Service gives its workers the names torchrun rendezvouses on).
 # Needs root, containerd, runc and the CNI plugins (hack/install-node-packages.sh).
 set -euo pipefail
 # shellcheck source=hack/lib.sh
@@ -90,7 +92,7 @@ node_config() {
   sed -e "s#@DIR@#${dir}#g" "${HACK_DIR}/real-node/containerd.toml" >"${dir}/containerd.toml"
   sed -e "s#@DIR@#${dir}#g" -e "s#@POD_CIDR@#$(pod_cidr "$i")#g" \
     "${HACK_DIR}/real-node/cni.conflist" >"${dir}/cni/10-aisched.conflist"
-  sed -e "s#@DIR@#${dir}#g" -e "s#@IP@#${ip}#g" -e "s#@CA@#${PKI}/ca.crt#g" \
+  sed -e "s#@DIR@#${dir}#g" -e "s#@IP@#${ip}#g" -e "s#@CA@#${PKI}/ca.crt#g" -e "s#@DNS@#${HOST_IP}#g" \
     -e "s#@CGROUP@#/$(node_cgroup "$i")#g" -e "s#@POD_CIDR@#$(pod_cidr "$i")#g" \
     "${HACK_DIR}/real-node/kubelet.yaml" >"${dir}/kubelet.yaml"
   sed -e "s#@DIR@#${dir}#g" -e "s#@NAME@#$(node_name "$i")#g" -e "s#@CLUSTER_CIDR@#${POD_SUPERNET}#g" \
@@ -111,6 +113,31 @@ node_labels() {
   )
   local IFS=,
   echo "${labels[*]}"
+}
+
+# -- the cluster DNS -----------------------------------------------------------
+
+dns_cgroup() { echo "aisched-${NODE_NET}-dns"; }
+
+# CoreDNS on the host bridge's address, answering for cluster.local only (no
+# forwarding: the pods here need no other names), from the API server's
+# Services and EndpointSlices, in a cgroup of its own so that `down` finds it.
+start_dns() {
+  local corefile="${NODES_DIR}/Corefile"
+  cat >"${corefile}" <<EOF
+cluster.local:53 {
+  bind ${HOST_IP}
+  errors
+  kubernetes cluster.local {
+    kubeconfig ${CLUSTER_DIR}/admin.kubeconfig
+  }
+}
+EOF
+  make_node_cgroup "$(dns_cgroup)"
+  # shellcheck disable=SC2016,SC2046  # expanded by the inner shell; one hierarchy a word
+  setsid bash -c 'for h in "${@:3}"; do echo $$ >"${h}/$1/cgroup.procs"; done; exec "$2" -conf "$0"' \
+    "${corefile}" "$(dns_cgroup)" "${AISCHED_BIN_DIR}/coredns" $(cgroup_hierarchies) \
+    </dev/null >"${CLUSTER_DIR}/logs/coredns.log" 2>&1 &
 }
 
 # -- running a node ----------------------------------------------------------
@@ -191,7 +218,7 @@ cmd_up() {
   for c in containerd runc ctr nsenter unshare iptables conntrack; do command -v "$c" >/dev/null || missing+=("$c"); done
   [[ -x "${CNI_BIN_DIR}/bridge" ]] || missing+=("${CNI_BIN_DIR}/bridge")
   ((${#missing[@]} == 0)) || die "missing ${missing[*]}: run hack/install-node-packages.sh"
-  for c in kubelet kube-proxy fake-gpu-plugin pause; do
+  for c in kubelet kube-proxy fake-gpu-plugin pause coredns; do
     [[ -x "${AISCHED_BIN_DIR}/${c}" ]] || { "${HACK_DIR}/build-k8s-binaries.sh" >/dev/null; break; }
   done
   [[ -f "${AISCHED_CACHE_DIR}/images/pause.tar" ]] || "${HACK_DIR}/build-images.sh" pause
@@ -200,6 +227,7 @@ cmd_up() {
   # it outlives the cluster, as checkpoints do.
   mkdir -p "${SHARED_DIR}" && chmod 1777 "${SHARED_DIR}"
   make_host_bridge
+  start_dns
   for ((i = 1; i <= count; i++)); do start_node "$i"; done
   local deadline=$((SECONDS + ${AISCHED_CLUSTER_TIMEOUT:-300}))
   until real_nodes_ready "${count}" 2>/dev/null; do
@@ -223,6 +251,7 @@ cmd_down() {
     kill_cgroup "$(node_cgroup "$i")"
     remove_node_netns "$i"
   done
+  kill_cgroup "$(dns_cgroup)"
   remove_host_bridge
   rm -rf "${NODES_DIR}"
   log "real nodes down"

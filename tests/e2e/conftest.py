@@ -24,6 +24,7 @@ from kubernetes import client, config
 
 from aisched.testing.cluster import (
     HACK_DIR,
+    INTERRUPTION_TAINTS,
     REPO_ROOT,
     ClusterError,
     LocalCluster,
@@ -37,6 +38,7 @@ RELEASE = "aisched"
 OPERATOR_NAMESPACE = "aisched-system"
 OPERATOR_IMAGE = "aisched.local/aisched:dev"
 TRAINING_IMAGE = "aisched.local/training:dev"
+TORCH_IMAGE = "aisched.local/torch-training:dev"
 REAL_NODE_LABEL = "aisched.io/real-node"
 REAL_NODE_TOLERATION = {"key": REAL_NODE_LABEL, "operator": "Exists", "effect": "NoSchedule"}
 # What a worker gets to see the pods come and go: the operator's resync, shortened.
@@ -57,10 +59,11 @@ def ok(result: subprocess.CompletedProcess[str]) -> str:
 
 @pytest.fixture(scope="session")
 def images() -> Path:
-    """The pause, operator and training images (hack/build-images.sh; cached between runs)."""
+    """The pause, operator, training and torch images (hack/build-images.sh; cached between runs)."""
     if os.geteuid() != 0:
         pytest.skip("the e2e tier needs root: real nodes use network namespaces, mounts and cgroups")
-    result = subprocess.run([str(HACK_DIR / "build-images.sh"), "all"], capture_output=True, text=True, check=False)
+    build = [str(HACK_DIR / "build-images.sh"), "all", "torch"]
+    result = subprocess.run(build, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         pytest.exit(f"hack/build-images.sh failed:\n{result.stderr[-3000:]}")
     cache = subprocess.run(
@@ -84,7 +87,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, images: Path) -> Iterator[
         raise
     atexit.register(stop_cluster, state_dir)
     try:
-        archives = [str(images / f"{name}.tar") for name in ("operator", "training")]
+        archives = [str(images / f"{name}.tar") for name in ("operator", "training", "torch")]
         ok(
             subprocess.run(
                 [str(HACK_DIR / "real-nodes.sh"), "import", *archives],
@@ -202,3 +205,14 @@ def get_json(cluster: LocalCluster, *args: str) -> dict[str, Any]:
     result = cluster.kubectl("get", *args, "-o", "json")
     loaded: dict[str, Any] = json.loads(result.stdout) if result.returncode == 0 else {}
     return loaded
+
+
+@pytest.fixture
+def interrupted(cluster: LocalCluster) -> Iterator[list[str]]:
+    """Nodes a test announces the loss of; the notice is withdrawn afterwards (the node stays after all)."""
+    nodes: list[str] = []
+    yield nodes
+    key, _ = INTERRUPTION_TAINTS["aws"]
+    for node in nodes:
+        cluster.kubectl("taint", "node", node, f"{key}-")
+        cluster.kubectl("uncordon", node)

@@ -10,14 +10,12 @@ ends with exactly the weights of an uninterrupted run of the same seed.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from kubernetes import client
 
-from aisched.testing.cluster import INTERRUPTION_TAINTS, LocalCluster, job, taint_for_interruption, wait_for
+from aisched.testing.cluster import LocalCluster, job, taint_for_interruption, wait_for
 from tests.e2e.training import (
     CHECKPOINTED_EXIT_CODE,
     STEPS,
@@ -34,17 +32,6 @@ from tests.e2e.training import (
 # Enough steps trained before the notice that a resume from step 0 could not pass for one from the checkpoint.
 STEPS_BEFORE_NOTICE = 100
 RUN_TIMEOUT = 300
-
-
-@pytest.fixture
-def interrupted(cluster: LocalCluster) -> Iterator[list[str]]:
-    """Nodes a test announces the loss of; the notice is withdrawn afterwards (the node stays after all)."""
-    nodes: list[str] = []
-    yield nodes
-    key, _ = INTERRUPTION_TAINTS["aws"]
-    for node in nodes:
-        cluster.kubectl("taint", "node", node, f"{key}-")
-        cluster.kubectl("uncordon", node)
 
 
 def interrupt_and_resume(

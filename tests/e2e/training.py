@@ -24,14 +24,14 @@ MOUNT = "/checkpoints"
 _STEP_LINE = re.compile(r"step (\d+) loss")
 
 
-def _pod_spec(checkpoint_root: Path, args: list[str]) -> dict[str, Any]:
+def _pod_spec(checkpoint_root: Path, args: list[str], image: str = TRAINING_IMAGE) -> dict[str, Any]:
     return {
         "tolerations": [REAL_NODE_TOLERATION],
         "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [
             {
                 "name": "trainer",
-                "image": TRAINING_IMAGE,
+                "image": image,
                 "imagePullPolicy": "Never",
                 "args": args,
                 "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
