@@ -96,8 +96,11 @@ def crds_installed(cluster: LocalCluster) -> None:
     applied = cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crds))
     assert applied.returncode == 0, applied.stderr
     for crd in ("trainingjobs", "inferenceservices", "queues"):
-        ready = cluster.kubectl("wait", "--for=condition=established", "--timeout=60s", f"crd/{crd}.aisched.io")
-        assert ready.returncode == 0, ready.stderr
+        # `kubectl wait` errs rather than waits while the CRD has no conditions yet (just applied).
+        def established(name: str = f"crd/{crd}.aisched.io") -> bool:
+            return cluster.kubectl("wait", "--for=condition=established", "--timeout=5s", name).returncode == 0
+
+        wait_for(established, 60, f"{crd} to be established")
 
 
 @pytest.fixture(scope="session")
