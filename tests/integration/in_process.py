@@ -19,10 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
+from kubernetes.client import ApiClient, CustomObjectsApi
+
+from aisched.api import GROUP, VERSION
 from aisched.controller.embedded import operate
+from aisched.controller.training import TrainingJobController
 from aisched.kube.client import load_api_client
 from aisched.kube.write_hooks import write_killer
 from aisched.settings import Settings
+from aisched.testing.cluster import TIMEOUT, wait_for
 
 log = logging.getLogger("aisched.testing.in_process")
 # Seconds a stopped operator may take to wind down: kopf cancels its watches and workers at once,
@@ -46,6 +51,7 @@ class InProcessOperator:
     _stop_flag: asyncio.Event | None = field(default=None, repr=False)
     _dead: threading.Event = field(default_factory=threading.Event, repr=False)
     _failure: BaseException | None = field(default=None, repr=False)
+    _jobs: TrainingJobController | None = field(default=None, repr=False)
 
     def start(self, armed_for: str | None = None, n: int = 0) -> None:
         """A new operator (the old one stopped first), armed to die before its Nth write in ARMED_FOR."""
@@ -69,7 +75,7 @@ class InProcessOperator:
         def run() -> None:
             asyncio.set_event_loop(loop)
             task = self._task = loop.create_task(
-                operate(settings, api_client, stop_flag=stop_flag, before_write=before_write)
+                operate(settings, api_client, stop_flag=stop_flag, before_write=before_write, built=self._built)
             )
             ready.set()
             try:
@@ -86,6 +92,27 @@ class InProcessOperator:
         self._thread = threading.Thread(target=run, name="operator", daemon=True)
         self._thread.start()
         ready.wait()
+        self._read_queues(api_client)
+
+    def _built(self, jobs: TrainingJobController) -> None:
+        self._jobs = jobs
+
+    def _read_queues(self, api_client: ApiClient) -> None:
+        """Until the new operator has read every Queue there is: the relist it starts with reads
+        jobs, nodes and pods, and its first cycle may come before its Queue watch, with a job of a
+        Queue it has not read yet admitted there without that Queue's quota (seen once a restart
+        took a second, not the ten of a new process: reported, not this test's to check)."""
+        names = {
+            q["metadata"]["name"]
+            for q in CustomObjectsApi(api_client).list_cluster_custom_object(GROUP, VERSION, "queues")["items"]
+        }
+
+        def read() -> bool:
+            if self._failure is not None or self._thread is None or not self._thread.is_alive():
+                raise RuntimeError(f"the in-process operator ended while starting; log:\n{self.log_tail()}")
+            return self._jobs is not None and names <= set(self._jobs.queues)
+
+        wait_for(read, TIMEOUT, "the new operator to read every Queue")
 
     def _die(self) -> NoReturn:
         self._dead.set()
@@ -109,7 +136,7 @@ class InProcessOperator:
         thread.join(STOP_SECONDS)
         if thread.is_alive():
             raise RuntimeError(f"the in-process operator did not stop within {STOP_SECONDS}s")
-        self._thread = self._loop = self._task = self._stop_flag = None
+        self._thread = self._loop = self._task = self._stop_flag = self._jobs = None
         if self._failure is not None:
             raise RuntimeError(f"the in-process operator failed; log:\n{self.log_tail()}") from self._failure
 

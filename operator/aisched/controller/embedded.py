@@ -18,6 +18,7 @@ from kubernetes.client import ApiClient, Configuration
 from prometheus_client import CollectorRegistry
 
 from aisched.controller.main import Heartbeat, assemble, kube_client
+from aisched.controller.training import TrainingJobController
 from aisched.metrics import Metrics
 from aisched.settings import Settings
 
@@ -49,6 +50,7 @@ async def operate(
     *,
     stop_flag: asyncio.Event,
     before_write: Callable[[Callable[..., Any], tuple[Any, ...]], None] | None = None,
+    built: Callable[[TrainingJobController], None] | None = None,
 ) -> None:
     """Run the operator on this loop until STOP_FLAG is set or the task is cancelled."""
     kube = kube_client(settings, api_client, before_write=before_write)
@@ -59,6 +61,7 @@ async def operate(
             Metrics(CollectorRegistry()),
             Heartbeat(settings.liveness_pass_seconds),
             login=login_as(api_client.configuration),
+            built=built,
         )
         await kopf.operator(
             registry=registry,

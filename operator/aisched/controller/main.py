@@ -182,9 +182,11 @@ def assemble(
     heartbeat: Heartbeat,
     *,
     login: Callable[..., kopf.ConnectionInfo | None],
+    built: Callable[[TrainingJobController], None] | None = None,
 ) -> kopf.OperatorRegistry:
     """The controllers, and the kopf registry that feeds and runs them: the operator but its process
-    (health and metrics servers, leader election), so that tests can also build it in theirs."""
+    (health and metrics servers, leader election), so that tests can also build it in theirs
+    (BUILT: told of the training controller, whose caches a test may wait on)."""
     inventory = Inventory(settings)
     carbon_client = httpx.AsyncClient()
     jobs = TrainingJobController(
@@ -209,6 +211,8 @@ def assemble(
     # replicas start within what the cycle left.
     jobs.held_elsewhere = serving.gpus_held
     serving.queue_share.room = jobs.room_of
+    if built is not None:
+        built(jobs)
     return _kopf_registry(
         settings,
         kube,
