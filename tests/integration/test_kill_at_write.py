@@ -46,7 +46,11 @@ pytestmark = [
     # A killed operator leaves its API connections open, as a dead process would (to the garbage
     # collector here): not a leak of the operator's.
     pytest.mark.filterwarnings("ignore:unclosed <ssl.SSLSocket:ResourceWarning"),
+    pytest.mark.filterwarnings("ignore:unclosed transport:ResourceWarning"),
     pytest.mark.filterwarnings("ignore:Exception ignored in. <ssl.SSLSocket:pytest.PytestUnraisableExceptionWarning"),
+    pytest.mark.filterwarnings(
+        "ignore:Exception ignored in. <function _SelectorTransport.__del__:pytest.PytestUnraisableExceptionWarning"
+    ),
 ]
 
 HOOK = "AISCHED_TEST_EXIT_AT_WRITE"
