@@ -193,6 +193,13 @@ class CarbonSettings(BaseSettings):
         description="Shortest chunk an interruptible job is split into; each chunk after the first costs "
         "a checkpoint and a restart (restartOverheadSeconds).",
     )
+    emissions_period_seconds: int = Field(
+        default=60,
+        ge=1,
+        le=3600,
+        description="How often a running job's estimated emissions (status.estimatedEmissionsGrams) are "
+        "added up from its GPUs' power and the grid intensity seen.",
+    )
 
     dcgm_prometheus_url: str | None = Field(
         default=None,

@@ -1,11 +1,12 @@
 """Kill at each write (#16): the operator ends just before its Nth API write in a path, for every N.
 
-The test-only hook `AISCHED_TEST_EXIT_AT_WRITE=NAMESPACE:N` ends the process (exit 137, no
-cleanup) before its Nth write in NAMESPACE (events aside). Each N gets a namespace of its
-own; the next operator, started at once with the hook armed for the next N, must bring
+The operator runs in the test process (in_process.py), and its test-only write hook ends it
+before its Nth write in NAMESPACE (events aside): no write of it lands after that, nothing of
+it survives. Each N gets a namespace of its own; the next operator, built at once, must bring
 the job of the previous one to where it would have been: one gang generation, each rank
 once, the checkpoint the workers reported recorded and resumed from. N grows until the
-path completes without reaching it, so every write of the path is a kill point.
+path completes without reaching it, so every write of the path is a kill point. One launch is
+also killed for real: `aisched run` with `AISCHED_TEST_EXIT_AT_WRITE=NAMESPACE:N` exits 137.
 """
 
 from __future__ import annotations
@@ -38,21 +39,60 @@ from aisched.testing.cluster import (
 )
 from aisched.testing.operator import OperatorProcess
 from tests.builders import a_queue, a_training_job
+from tests.integration.in_process import InProcessOperator
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [
+    pytest.mark.integration,
+    # A killed operator leaves its API connections open, as a dead process would (to the garbage
+    # collector here): not a leak of the operator's.
+    pytest.mark.filterwarnings("ignore:unclosed <ssl.SSLSocket:ResourceWarning"),
+    pytest.mark.filterwarnings("ignore:unclosed transport:ResourceWarning"),
+    pytest.mark.filterwarnings("ignore:Exception ignored in. <ssl.SSLSocket:pytest.PytestUnraisableExceptionWarning"),
+    pytest.mark.filterwarnings(
+        "ignore:Exception ignored in. <function _SelectorTransport.__del__:pytest.PytestUnraisableExceptionWarning"
+    ),
+]
 
 HOOK = "AISCHED_TEST_EXIT_AT_WRITE"
 MOST_WRITES = 30  # a bound on any path's writes: the loop below ends well before it
 RESUME_STEP = 4200
 CHECKPOINTED_EXIT_CODE = "75"
 RESTART_OVERHEAD_SECONDS = 2
+# The real process's kill point in a launch: after its status and Service, before its workers.
+SMOKE_WRITE = 3
+# The operators' full relist, which repairs what their watches missed. A restarted operator can
+# miss a pod deleted between its first relist and its pod watch's first list (it then waits for
+# this relist; an interruption killed before its 5th write showed it, subprocess or not): the
+# bound after a kill is what the operator promises, this relist and a cycle.
+RELIST_SECONDS = 20
+
+
+@pytest.fixture(scope="module")
+def in_process(
+    cluster: LocalCluster, operator: OperatorProcess, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[InProcessOperator]:
+    """This file's operators run in the test process; the session's process is stopped meanwhile
+    (two operators would both act), and started again after."""
+    operator.stop()
+    embedded = InProcessOperator(
+        cluster.kubeconfig,
+        tmp_path_factory.mktemp("in-process") / "operator.log",
+        {"resync_seconds": 2, "relist_seconds": RELIST_SECONDS},
+    )
+    try:
+        with embedded.logging_to_file():
+            embedded.start()
+            yield embedded
+            embedded.stop()
+    finally:
+        operator.start()
 
 
 @dataclass
 class KillPoints:
     cluster: LocalCluster
     api: client.ApiClient
-    operator: OperatorProcess
+    operator: InProcessOperator
     namespaces: list[str]
     tainted: list[str]
     queues: list[str]
@@ -71,11 +111,7 @@ class KillPoints:
 
     def restart(self, armed_for: str | None = None, n: int = 0) -> None:
         """The operator again, armed to end before write N in namespace ARMED_FOR (or not armed)."""
-        self.operator.stop()
-        self.operator.extra_env.pop(HOOK, None)
-        if armed_for is not None:
-            self.operator.extra_env[HOOK] = f"{armed_for}:{n}"
-        self.operator.start()
+        self.operator.start(armed_for, n)
 
     def untaint(self) -> None:
         """The nodes announced lost stay after all: the node manager lifts its taint and uncordons them."""
@@ -103,12 +139,14 @@ class KillPoints:
         return "\n".join([*lines, "operator log:", self.operator.log_tail(120)])
 
     def ended(self) -> bool:
-        return self.operator.process is not None and self.operator.process.poll() is not None
+        return self.operator.ended()
 
 
 @pytest.fixture
-def kill_points(cluster: LocalCluster, api_client: client.ApiClient, operator: OperatorProcess) -> Iterator[KillPoints]:
-    points = KillPoints(cluster, api_client, operator, [], [], [])
+def kill_points(
+    cluster: LocalCluster, api_client: client.ApiClient, in_process: InProcessOperator
+) -> Iterator[KillPoints]:
+    points = KillPoints(cluster, api_client, in_process, [], [], [])
     try:
         yield points
     finally:
@@ -163,27 +201,55 @@ def each_kill_point(
         points.restart()
         try:
             # A restarted operator relists everything first; on a loaded machine that takes a while.
-            wait_for(path_done, TIMEOUT * 4, f"the path to complete after the kill before write {n}")
+            wait_for(path_done, TIMEOUT * 4 + RELIST_SECONDS, f"the path to complete after the kill before write {n}")
         except TimeoutError as error:
             raise TimeoutError(f"{error}\n{points.describe(namespace)}") from None
     raise AssertionError(f"the path did not complete within {MOST_WRITES} writes")
 
 
+def launch(cluster: LocalCluster, namespace: str) -> None:
+    apply(cluster, namespace, a_training_job("launch").replicas(2).gpus(1).obj())
+
+
+def launched(cluster: LocalCluster, namespace: str) -> bool:
+    status, pods = gang(cluster, namespace, "launch")
+    if status.get("phase") != "Running":
+        return False
+    assert_one_whole_gang(status, pods, 2)
+    return True
+
+
 def test_a_launch_killed_at_any_write_comes_up_as_one_gang(kill_points: KillPoints) -> None:
     cluster = kill_points.cluster
-
-    def launch(namespace: str, _: Any) -> None:
-        apply(cluster, namespace, a_training_job("launch").replicas(2).gpus(1).obj())
-
-    def running(namespace: str, _: Any) -> bool:
-        status, pods = gang(cluster, namespace, "launch")
-        if status.get("phase") != "Running":
-            return False
-        assert_one_whole_gang(status, pods, 2)
-        return True
-
-    points = each_kill_point(kill_points, lambda _: None, launch, running)
+    points = each_kill_point(
+        kill_points, lambda _: None, lambda ns, _: launch(cluster, ns), lambda ns, _: launched(cluster, ns)
+    )
     assert points >= 5, f"a launch writes its status, Service, workers and gates: only {points} writes seen"
+
+
+def test_a_launch_whose_operator_process_exits_at_a_write_comes_up_as_one_gang(
+    kill_points: KillPoints, operator: OperatorProcess
+) -> None:
+    """The smoke test of the in-process kills: `aisched run` itself ends (exit 137) before a write."""
+    cluster = kill_points.cluster
+    kill_points.operator.stop()
+    namespace = kill_points.namespace()
+    try:
+        operator.extra_env[HOOK] = f"{namespace}:{SMOKE_WRITE}"
+        operator.start()
+        launch(cluster, namespace)
+        wait_for(lambda: operator.process is not None and operator.process.poll() is not None, TIMEOUT, "the exit")
+        assert operator.process is not None and operator.process.returncode == 137, operator.log_tail()
+        del operator.extra_env[HOOK]
+        operator.start()
+        try:
+            wait_for(lambda: launched(cluster, namespace), TIMEOUT * 4, "the launch after the exit")
+        except TimeoutError as error:
+            raise TimeoutError(f"{error}\n{operator.log_tail(120)}") from None
+    finally:
+        operator.extra_env.pop(HOOK, None)
+        operator.stop()
+        kill_points.operator.start()
 
 
 def test_an_interruption_killed_at_any_write_loses_no_checkpoint(kill_points: KillPoints) -> None:
@@ -258,21 +324,17 @@ def test_a_preemption_killed_at_any_write_runs_one_gang_and_keeps_the_victims_ch
 def chunk_kill_points(kill_points: KillPoints, tmp_path: Path) -> Iterator[tuple[KillPoints, Path]]:
     """Kill points of an operator reading file forecasts from a directory, one {region}.csv per test namespace."""
     operator = kill_points.operator
-    saved = dict(operator.extra_env)
-    operator.extra_env.update(
-        {
-            "AISCHED_CARBON__PROVIDER": "file",
-            "AISCHED_CARBON__FILE_PATH": str(tmp_path / "{region}.csv"),
-            "AISCHED_CARBON__MIN_CHUNK_SECONDS": "10",
-            "AISCHED_RESTART_OVERHEAD_SECONDS": str(RESTART_OVERHEAD_SECONDS),
-        }
+    saved = dict(operator.settings)
+    operator.settings.update(
+        carbon={"provider": "file", "file_path": str(tmp_path / "{region}.csv"), "min_chunk_seconds": 10},
+        restart_overhead_seconds=RESTART_OVERHEAD_SECONDS,
     )
     kill_points.restart()
     try:
         yield kill_points, tmp_path
     finally:  # kill_points then restarts the operator as it was
-        operator.extra_env.clear()
-        operator.extra_env.update(saved)
+        operator.settings.clear()
+        operator.settings.update(saved)
 
 
 def test_a_chunk_end_killed_at_any_write_pauses_with_the_checkpoint(

@@ -251,6 +251,7 @@ def test_help_text_names_every_allowed_label_value(metrics: Metrics) -> None:
             assert "|".join(allowed) in family.documentation, f"{family.name}: help must list {label} values"
 
 
+@pytest.mark.loopback  # the server itself, on 127.0.0.1 (tests/unit/conftest.py)
 def test_serve_exposes_the_registry_over_http(metrics: Metrics) -> None:
     metrics.interruptions.record_checkpoint("Periodic")
     server, thread = serve(metrics, 0, address="127.0.0.1")

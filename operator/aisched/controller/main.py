@@ -149,14 +149,10 @@ async def _operate(settings: Settings, standalone: bool) -> int:
     metrics.record_leadership(False)
     api_client = load_api_client()
     elector = _elector(settings, api_client) if settings.leader_election and not standalone else None
-    kube = KubeClient(
+    kube = kube_client(
+        settings,
         api_client,
-        events_per_second=settings.events_per_second,
-        event_burst=settings.event_burst,
-        request_timeout_seconds=settings.api_request_timeout_seconds,
         fence=elector.may_write if elector is not None else None,
-        qps=settings.api_qps,
-        burst=settings.api_burst,
         before_write=write_killer(settings.test_exit_at_write) if settings.test_exit_at_write else None,
     )
     if elector is not None:
@@ -164,7 +160,43 @@ async def _operate(settings: Settings, standalone: bool) -> int:
     metrics.record_leadership(True)
     if elector is not None:
         metrics.follow_leadership(elector.may_write)
+    registry = assemble(settings, kube, metrics, heartbeat, login=kopf.login_via_client)
+    code = await _run_kopf(registry, settings, elector)
+    metrics.record_leadership(False)
+    return code
 
+
+def kube_client(
+    settings: Settings,
+    api_client: ApiClient,
+    *,
+    fence: Callable[[], bool] | None = None,
+    before_write: Callable[[Callable[..., Any], tuple[Any, ...]], None] | None = None,
+) -> KubeClient:
+    return KubeClient(
+        api_client,
+        events_per_second=settings.events_per_second,
+        event_burst=settings.event_burst,
+        request_timeout_seconds=settings.api_request_timeout_seconds,
+        fence=fence,
+        qps=settings.api_qps,
+        burst=settings.api_burst,
+        before_write=before_write,
+    )
+
+
+def assemble(
+    settings: Settings,
+    kube: KubeClient,
+    metrics: Metrics,
+    heartbeat: Heartbeat,
+    *,
+    login: Callable[..., kopf.ConnectionInfo | None],
+    built: Callable[[TrainingJobController], None] | None = None,
+) -> kopf.OperatorRegistry:
+    """The controllers, and the kopf registry that feeds and runs them: the operator but its process
+    (health and metrics servers, leader election), so that tests can also build it in theirs
+    (BUILT: told of the training controller, whose caches a test may wait on)."""
     inventory = Inventory(settings)
     carbon_client = httpx.AsyncClient()
     jobs = TrainingJobController(
@@ -193,12 +225,18 @@ async def _operate(settings: Settings, standalone: bool) -> int:
     # replicas start within what the cycle left.
     jobs.held_elsewhere = serving.gpus_held
     serving.queue_share.room = jobs.room_of
-    registry = _kopf_registry(
-        settings, kube, inventory, jobs=jobs, serving=serving, carbon_client=carbon_client, heartbeat=heartbeat
+    if built is not None:
+        built(jobs)
+    return _kopf_registry(
+        settings,
+        kube,
+        inventory,
+        jobs=jobs,
+        serving=serving,
+        carbon_client=carbon_client,
+        heartbeat=heartbeat,
+        login=login,
     )
-    code = await _run_kopf(registry, settings, elector)
-    metrics.record_leadership(False)
-    return code
 
 
 def _elector(settings: Settings, api_client: ApiClient) -> LeaseElector:
@@ -227,6 +265,7 @@ def _kopf_registry(
     serving: InferenceServiceController,
     carbon_client: httpx.AsyncClient,
     heartbeat: Heartbeat,
+    login: Callable[..., kopf.ConnectionInfo | None],
 ) -> kopf.OperatorRegistry:
     """Our handlers, and the hooks that fill the caches and run the controllers once kopf starts."""
     registry = kopf.OperatorRegistry()
@@ -234,9 +273,9 @@ def _kopf_registry(
     background: list[asyncio.Task[None]] = []
 
     @kopf.on.login(registry=registry)
-    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    def credentials(**kwargs: Any) -> kopf.ConnectionInfo | None:
         # Same credentials as our own client: in-cluster service account, else kubeconfig.
-        return kopf.login_via_client(**kwargs)
+        return login(**kwargs)
 
     @kopf.on.startup(registry=registry)
     async def start(settings: kopf.OperatorSettings, **_: object) -> None:

@@ -23,6 +23,7 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import urllib3
@@ -73,13 +74,18 @@ def api_retries() -> urllib3.Retry:
     )
 
 
-def load_api_client() -> client.ApiClient:
-    """In-cluster credentials when running in a pod, else the local kubeconfig."""
-    try:
-        config.load_incluster_config()
-    except config.ConfigException:
-        config.load_kube_config()
-    configuration = client.Configuration.get_default_copy()
+def load_api_client(kubeconfig: Path | None = None) -> client.ApiClient:
+    """In-cluster credentials when running in a pod, else the local kubeconfig (KUBECONFIG's
+    file unless one is given; given, the client library's default configuration is left alone)."""
+    if kubeconfig is not None:
+        configuration = client.Configuration()
+        config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+    else:
+        try:
+            config.load_incluster_config()
+        except config.ConfigException:
+            config.load_kube_config()
+        configuration = client.Configuration.get_default_copy()
     configuration.connection_pool_maxsize = API_THREADS  # gangs create many pods at once
     configuration.retries = api_retries()
     return client.ApiClient(configuration)
@@ -117,6 +123,11 @@ class KubeClient:
         self.custom = client.CustomObjectsApi(api_client)
         self._threads = ThreadPoolExecutor(API_THREADS, thread_name_prefix="kube-api")
         self.events = EventRecorder(self._create_event, per_second=events_per_second, burst=event_burst)
+
+    def close(self, *, wait: bool = False) -> None:
+        """No more calls: those queued are dropped, those under way end on their own deadline
+        (WAIT: waited for, so that every connection is back in the pool, to be closed with it)."""
+        self._threads.shutdown(wait=wait, cancel_futures=True)
 
     async def _throttle(self) -> None:
         loop = asyncio.get_running_loop()

@@ -1,6 +1,7 @@
 """Tests only: a hook the client calls before each write (`KubeClient.before_write`).
 
-Off unless the `test_exit_at_write` setting names a namespace and a count.
+Off unless the `test_exit_at_write` setting names a namespace and a count, or a test that runs
+the operator in its own process arms it (tests/integration/in_process.py).
 """
 
 from __future__ import annotations
@@ -8,15 +9,29 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 
-def write_killer(spec: str) -> Callable[[Callable[..., Any], tuple[Any, ...]], None]:
-    """Tests only: SPEC 'NAMESPACE:N' ends the process just before its Nth write in NAMESPACE.
+def _exit_now() -> NoReturn:
+    # `os._exit`: no cleanup, no flush, as when the node dies.
+    os._exit(137)
+
+
+def _to_stderr(line: str) -> None:
+    # Straight to the descriptor: logging.shutdown() could wait on a handler lock another
+    # thread holds (it hung once), and every later write would wait on ours.
+    os.write(2, f"{line}\n".encode())
+
+
+def write_killer(
+    spec: str, *, end: Callable[[], NoReturn] = _exit_now, say: Callable[[str], None] = _to_stderr
+) -> Callable[[Callable[..., Any], tuple[Any, ...]], None]:
+    """Tests only: SPEC 'NAMESPACE:N' ends the operator (END) just before its Nth write in NAMESPACE.
 
     Kill-at-each-write tests run the operator with every N in turn and check that, restarted,
     it converges as if nothing happened. Events are left out: they go out beside the loop, in
-    no fixed order. `os._exit`: no cleanup, no flush, as when the node dies.
+    no fixed order. Each write is named (SAY), so a path that does not converge shows which
+    writes came before the kill.
     """
     namespace, _, count = spec.rpartition(":")
     target, seen = int(count), 0
@@ -29,14 +44,11 @@ def write_killer(spec: str) -> Callable[[Callable[..., Any], tuple[Any, ...]], N
         with lock:
             seen += 1
             reached = seen == target
-        # Straight to the descriptor: logging.shutdown() could wait on a handler lock another
-        # thread holds (it hung once), and every later write would wait on ours. Each write is
-        # named, so a path that does not converge shows which writes came before the kill.
         name = getattr(method, "__name__", method)
         objects = " ".join(str(a) for a in args if isinstance(a, str) and a != namespace)
-        os.write(2, f"test hook: write {seen} in {namespace}: {name} {objects}\n".encode())
+        say(f"test hook: write {seen} in {namespace}: {name} {objects}")
         if reached:
-            os.write(2, f"test hook: exiting before write {target} in {namespace} ({name})\n".encode())
-            os._exit(137)
+            say(f"test hook: exiting before write {target} in {namespace} ({name})")
+            end()
 
     return before_write

@@ -51,7 +51,9 @@ class TwoTenants:
 def prometheus() -> tuple[PrometheusSource, TwoTenants]:
     handler = TwoTenants()
     client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
-    source = PrometheusSource("http://prometheus", client=client, timeout_seconds=5.0, retry=Retry(retries=0))
+    source = PrometheusSource(
+        "http://prometheus", client=client, timeout_seconds=5.0, retry=Retry(retries=0, clock=loop_clock)
+    )
     return source, handler
 
 

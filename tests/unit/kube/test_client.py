@@ -17,7 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from aisched.kube.client import KubeClient, NotLeadingError, api_retries
 
-pytestmark = [pytest.mark.asyncio]
+pytestmark = [pytest.mark.asyncio, pytest.mark.loopback]  # a server on 127.0.0.1 (tests/unit/conftest.py)
 
 
 def a_client(fence: Any = None) -> tuple[KubeClient, MagicMock]:

@@ -57,7 +57,7 @@ def test_events_are_sent_in_order_and_a_failed_post_does_not_stop_the_rest() -> 
         sent.append(event["involvedObject"]["name"])
 
     async def scenario() -> None:
-        recorder = EventRecorder(post=post, per_second=1000.0, burst=2)
+        recorder = EventRecorder(post=post, per_second=1000.0, burst=2, wall_clock=lambda: NOW)
         sender = asyncio.create_task(recorder.run())
         for name in ("a", "b", "c", "d"):
             recorder.record(_job(name), "Normal", "Admitted", "placed")

@@ -27,9 +27,12 @@ from aisched.sources.prometheus import (
     builtin_query,
 )
 
+pytestmark = pytest.mark.loopback  # a server on 127.0.0.1 (tests/unit/conftest.py)
+
 T = TypeVar("T")
 EVAL_TIME = 1_740_830_400.5
 NOW = datetime(2026, 11, 23, 12, tzinfo=UTC)
+AT_NOW = Retry(clock=lambda: NOW)  # the circuit's clock: a unit test reads no wall clock
 
 
 @dataclass
@@ -106,7 +109,7 @@ def run(coroutine: Coroutine[Any, Any, T]) -> T:
 
 
 async def ask(url: str, promql: str = "up", timeout_seconds: float = 2.0) -> MetricSample | None:
-    async with PrometheusSource(url, timeout_seconds=timeout_seconds) as source:
+    async with PrometheusSource(url, timeout_seconds=timeout_seconds, retry=AT_NOW) as source:
         return await source.query(promql)
 
 
@@ -245,7 +248,7 @@ async def _retried(prometheus: FakePrometheus) -> None:
     async def record(seconds: float) -> None:
         waits.append(seconds)
 
-    retry = Retry(retries=1, backoff_seconds=0.2, sleep=record, jitter=lambda: 0.5)
+    retry = Retry(retries=1, backoff_seconds=0.2, clock=lambda: NOW, sleep=record, jitter=lambda: 0.5)
     async with PrometheusSource(prometheus.url, retry=retry) as source:
         sample = await source.query("up")
     assert sample is not None and sample.value == 3
@@ -280,7 +283,7 @@ def test_path_prefix_and_evaluation_time_are_kept(prometheus: FakePrometheus) ->
     prometheus.answer(200, vector("1"))
 
     async def query() -> None:
-        async with PrometheusSource(prometheus.url + "/prometheus/") as source:
+        async with PrometheusSource(prometheus.url + "/prometheus/", retry=AT_NOW) as source:
             await source.query("up", at=datetime.fromtimestamp(EVAL_TIME, UTC))
 
     run(query())
@@ -293,7 +296,7 @@ def test_service_metric_sends_the_builtin_query(prometheus: FakePrometheus) -> N
     spec = MetricSpec(type=MetricType.REQUESTS_PER_SECOND, target_per_replica=5)
 
     async def query() -> MetricSample | None:
-        async with PrometheusSource(prometheus.url) as source:
+        async with PrometheusSource(prometheus.url, retry=AT_NOW) as source:
             return await source.service_metric(spec, "ml", ["svc-0", "svc-1"])
 
     sample = run(query())
@@ -305,7 +308,7 @@ def test_service_metric_sends_the_builtin_query(prometheus: FakePrometheus) -> N
 
 def test_service_without_pods_has_no_builtin_metric(prometheus: FakePrometheus) -> None:
     async def query() -> MetricSample | None:
-        async with PrometheusSource(prometheus.url) as source:
+        async with PrometheusSource(prometheus.url, retry=AT_NOW) as source:
             return await source.service_metric(MetricSpec(target_per_replica=5), "ml", [])
 
     assert run(query()) is None

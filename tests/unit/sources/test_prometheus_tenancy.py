@@ -48,9 +48,8 @@ def query_of(request: httpx.Request) -> str:
 
 
 def source(handler: Callable[[httpx.Request], httpx.Response], clock: Clock | None = None) -> PrometheusSource:
-    retry = Retry(retries=0, breaker=Breaker(threshold=3, open_for=timedelta(minutes=1)), sleep=no_sleep)
-    if clock is not None:
-        retry = Retry(retries=0, breaker=retry.breaker, clock=clock, sleep=no_sleep)
+    breaker = Breaker(threshold=3, open_for=timedelta(minutes=1))
+    retry = Retry(retries=0, breaker=breaker, clock=clock or (lambda: NOW), sleep=no_sleep)
     client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
     return PrometheusSource("http://prometheus", client=client, retry=retry)
 
@@ -141,7 +140,9 @@ async def test_one_tenant_holds_at_most_a_few_queries_in_flight() -> None:
         return httpx.Response(200, json=ONE)
 
     client = httpx.AsyncClient(transport=httpx.MockTransport(slow))
-    prometheus = PrometheusSource("http://prometheus", client=client, retry=Retry(retries=0, sleep=no_sleep))
+    prometheus = PrometheusSource(
+        "http://prometheus", client=client, retry=Retry(retries=0, clock=lambda: NOW, sleep=no_sleep)
+    )
     hanging = [asyncio.create_task(prometheus.service_metric(promql("sum(x)"), "team-b", [])) for _ in range(6)]
     await asyncio.sleep(0)
     for _ in range(3):

@@ -13,6 +13,7 @@ import pytest
 from aisched.workload import CHECKPOINTED_EXIT_CODE, Checkpointer, WorkerEnvironment, parse_checkpoint_report
 
 # The operator reads the reports later than they were written, whatever clock wrote them.
+WRITTEN_AT = datetime(2099, 12, 31, 23, tzinfo=UTC)
 READ_AT = datetime(2100, 1, 1, tzinfo=UTC)
 
 
@@ -27,6 +28,7 @@ def _checkpointer(tmp_path: Path, save: object, agree: object, **kwargs: object)
     environment = WorkerEnvironment(
         checkpoint_interval_seconds=100.0, termination_message_path=str(tmp_path / "termination-log")
     )
+    kwargs.setdefault("wall_clock", lambda: WRITTEN_AT)
     return Checkpointer(save, environment=environment, clock=lambda: 0.0, agree=agree, **kwargs)  # type: ignore[arg-type]
 
 

@@ -39,7 +39,6 @@ from aisched.sources.prometheus import PrometheusError
 
 log = logging.getLogger(__name__)
 Phase = TrainingJobPhase
-EMISSIONS_PERIOD = timedelta(minutes=1)  # how often running gangs' emissions are added up
 # Settings' provider names -> the source label values of aisched_carbon_source_errors_total.
 CARBON_SOURCE_NAMES = {
     "electricitymaps": "ElectricityMaps",
@@ -211,7 +210,7 @@ class CarbonDeferral(JobReconciler):
             await self.kube.patch_status(PLURAL, namespace, name, {"chunkEnd": None})
 
     async def _account_emissions(self, now: datetime) -> None:
-        """Add each running gang's emissions since the last minute: GPU power x grid intensity seen."""
+        """Add each running gang's emissions since its last period: GPU power x grid intensity seen."""
         if self.carbon is None:
             return
         intensities: dict[str, float | None] = {}
@@ -239,8 +238,9 @@ class CarbonDeferral(JobReconciler):
         intensities: dict[str, float | None],
     ) -> None:
         """JOB's emissions since its mark; INTENSITIES holds each region's, asked for once a pass."""
-        since = self._emissions_marks.setdefault(key, max(started, now - EMISSIONS_PERIOD))
-        if now - since < EMISSIONS_PERIOD:
+        period = timedelta(seconds=self.settings.carbon.emissions_period_seconds)
+        since = self._emissions_marks.setdefault(key, max(started, now - period))
+        if now - since < period:
             return
         region = job.spec.carbon.region or self.settings.carbon.region
         if region not in intensities:

@@ -26,6 +26,8 @@ from tests.unit.sources.carbon import payloads
 from tests.unit.sources.carbon.conftest import Reply, ScriptedServer
 from tests.unit.sources.carbon.running import FAST
 
+pytestmark = pytest.mark.loopback  # a server on 127.0.0.1 (tests/unit/conftest.py)
+
 T0 = datetime(2024, 5, 21, 10, tzinfo=UTC)
 ROWS = [(10, 0, 200.0, None), (10, 30, 180.0, None), (11, 0, 150.0, None), (11, 30, 120.0, None), (12, 0, 100.0, None)]
 

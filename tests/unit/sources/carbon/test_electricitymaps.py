@@ -19,6 +19,8 @@ from tests.unit.sources.carbon import payloads
 from tests.unit.sources.carbon.conftest import Reply, ScriptedServer
 from tests.unit.sources.carbon.running import FAST, call
 
+pytestmark = pytest.mark.loopback  # a server on 127.0.0.1 (tests/unit/conftest.py)
+
 START = datetime(2024, 5, 21, 10, 40, tzinfo=UTC)
 
 

@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 
 from aisched.sources.energy import GpuEnergySource
-from aisched.sources.prometheus import PrometheusError, PrometheusSource
+from aisched.sources.prometheus import PrometheusError, PrometheusSource, Retry
 from tests.unit.sources.carbon.conftest import Reply, ScriptedServer
+
+pytestmark = pytest.mark.loopback  # a server on 127.0.0.1 (tests/unit/conftest.py)
 
 END = datetime(2024, 5, 21, 10, 1, tzinfo=UTC)
 START = END - timedelta(minutes=1)
@@ -36,7 +38,7 @@ def _joules(source: GpuEnergySource, pods: list[str] = PODS, start: datetime = S
 
 
 def _source(server: ScriptedServer, **labels: str) -> GpuEnergySource:
-    return GpuEnergySource(PrometheusSource(server.url, timeout_seconds=2.0), **labels)
+    return GpuEnergySource(PrometheusSource(server.url, timeout_seconds=2.0, retry=Retry(clock=lambda: END)), **labels)
 
 
 def test_the_counter_increase_over_the_pods_is_the_energy_in_joules(server: ScriptedServer) -> None:

@@ -20,6 +20,8 @@ from aisched.sources.carbon.base import get_json
 from tests.unit.sources.carbon.conftest import Reply, ScriptedServer
 from tests.unit.sources.carbon.running import FAST
 
+pytestmark = pytest.mark.loopback  # a server on 127.0.0.1 (tests/unit/conftest.py)
+
 
 def top_jitter() -> float:
     """The jitter at its top: waits are the whole doubled backoff."""

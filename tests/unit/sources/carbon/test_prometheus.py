@@ -11,6 +11,8 @@ from tests.unit.sources.carbon import payloads
 from tests.unit.sources.carbon.conftest import Reply, ScriptedServer
 from tests.unit.sources.carbon.running import FAST, call
 
+pytestmark = pytest.mark.loopback  # a server on 127.0.0.1 (tests/unit/conftest.py)
+
 START = datetime(2024, 5, 21, 10, tzinfo=UTC)
 QUERY = 'grid_carbon_intensity_grams_per_kwh{region="{region}"} offset 1d'
 
