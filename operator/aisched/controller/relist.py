@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from aisched.api.common import GROUP, VERSION
 from aisched.controller.serving import InferenceServiceController
 from aisched.controller.serving.autoscaling import PLURAL as SERVICES
 from aisched.controller.training import TrainingJobController
@@ -28,6 +29,7 @@ from aisched.kube.serving_builders import ServingPod, serving_pod_from_object
 from aisched.kube.versions import is_newer
 
 log = logging.getLogger(__name__)
+QUEUES = "queues"
 ObjectKey = tuple[str, str]
 """(namespace, name) of a TrainingJob or an InferenceService."""
 
@@ -76,12 +78,15 @@ async def relist(
     *,
     page_size: int,
 ) -> None:
-    """List nodes, pods, TrainingJobs and InferenceServices; apply each list, and tell the controllers."""
+    """List Queues, nodes, pods, TrainingJobs and InferenceServices; apply each list, and tell the controllers."""
     gpu_resource = inventory.settings.gpu_resource
 
     def listed_pod(obj: dict[str, Any]) -> ListedPod:
         return ListedPod(inventory.pod_from_object(obj), serving_pod_from_object(obj, gpu_resource))
 
+    # Queues first: the first scheduling cycle after a start must not run on jobs whose queue's quota
+    # the Queue watch has not delivered yet (it admitted them uncharged; a kill-at-write test saw it).
+    jobs.queues_relisted(await kube.list_cluster_objects(GROUP, VERSION, QUEUES, ""))
     nodes = await kube.list_nodes(inventory.node_from_object, page_size=page_size)
     pods = await kube.list_pods(listed_pod, page_size=page_size)
     training_jobs = await kube.list_custom_metadata(TRAINING_JOBS, listed_object, page_size=page_size)

@@ -21,7 +21,7 @@ from aisched.kube.inventory import Inventory
 from aisched.kube.serving_builders import CAPACITY_TYPE, KIND, SERVICE_NAME
 from aisched.metrics import Metrics
 from aisched.settings import Settings
-from tests.builders import a_training_job, an_inference_service
+from tests.builders import a_queue, a_training_job, an_inference_service
 from tests.unit.controller.kube_double import KubeDouble
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.looptime]
@@ -94,6 +94,7 @@ def lists(
     pods: list[dict[str, Any]],
     jobs: list[dict[str, Any]] | None = None,
     services: list[dict[str, Any]] | None = None,
+    queues: list[dict[str, Any]] | None = None,
 ) -> None:
     """The cluster as a list at VERSION reads it."""
 
@@ -109,7 +110,12 @@ def lists(
             convert, page_size=page_size
         )
 
+    def cluster_objects(group: str, version: str, plural: str, selector: str) -> list[dict[str, Any]]:
+        assert (group, plural, selector) == ("aisched.io", "queues", "")
+        return queues or []
+
     kube.answer("list_nodes", serve(nodes)).answer("list_pods", serve(pods)).answer("list_custom_metadata", custom)
+    kube.answer("list_cluster_objects", cluster_objects)
 
 
 async def marked(controller: TrainingJobController | InferenceServiceController) -> set[Any]:
@@ -174,6 +180,22 @@ async def test_a_relist_marks_only_what_it_changed(kube: KubeDouble) -> None:
     await relist(kube.client, jobs.inventory, jobs, serving, page_size=500)
     assert await marked(jobs) == {("ns", "a")}
     assert jobs.inventory.doomed_nodes(datetime(2026, 1, 1, tzinfo=UTC)) == {"n1"}  # a notice: whenever
+
+
+async def test_a_relist_reads_the_queues_before_any_cycle_and_keeps_a_newer_one_the_watch_brought(
+    kube: KubeDouble,
+) -> None:
+    jobs, serving = controllers(kube)
+    listed = [a_queue(name, nominal_gpus=8).obj() for name in ("team-a", "team-b")]
+    for version, queue in enumerate(listed, start=10):
+        queue["metadata"]["resourceVersion"] = str(version)
+    newer = a_queue("team-b", nominal_gpus=16).obj()
+    newer["metadata"]["resourceVersion"] = "12"
+    jobs.queue_seen(newer)  # the watch was quicker than the list for this one
+    lists(kube, 11, nodes=[], pods=[], queues=listed)
+    await relist(kube.client, jobs.inventory, jobs, serving, page_size=500)
+    assert jobs.queues["team-a"] is listed[0]
+    assert jobs.queues["team-b"] is newer
 
 
 async def test_a_relist_sees_what_was_deleted_while_the_watch_was_away(kube: KubeDouble) -> None:

@@ -20,6 +20,7 @@ from aisched.controller.training.state import CONCURRENT_RECONCILES, JobKey, par
 from aisched.controller.training.templates import elided
 from aisched.kube import labels
 from aisched.kube.inventory import PodRecord
+from aisched.kube.versions import is_newer
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,16 @@ class TrainingJobController(SchedulingCycle):
 
     def queue_gone(self, name: str) -> None:
         self.queues.pop(name, None)
+
+    def queues_relisted(self, listed: Iterable[dict[str, Any]]) -> None:
+        """Queues as a list read them: each one newer than ours (or new to us) is taken, as a watch
+        event would be. A Queue missing from the list is left to the watch's delete event."""
+        for obj in listed:
+            held = self.queues.get(obj["metadata"]["name"])
+            if held is None or is_newer(
+                obj["metadata"].get("resourceVersion"), held["metadata"].get("resourceVersion")
+            ):
+                self.queue_seen(obj)
 
     def pod_changed(self, record: PodRecord | None) -> None:
         if record is not None and record.job_key and record.labels.get(labels.JOB_KIND) == "TrainingJob":
