@@ -11,7 +11,7 @@ from aisched.api import TrainingJob
 from aisched.api.crd import all_crds
 from aisched.api.pod_template import MAX_ARGS, MAX_CONTAINERS, MAX_ENV
 from aisched.controller.main import WATCH_PAGE
-from aisched.controller.training.templates import elided, template_bytes
+from aisched.controller.templates import elided, template_bytes
 from benchmarks import tenant_objects
 from benchmarks.tenant_objects import (
     DEFAULT_OBJECT_BYTES,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from aisched.controller.training.templates import KEPT_TEMPLATE_BYTES, elided, template_bytes
+from aisched.controller.templates import KEPT_TEMPLATE_BYTES, elided, template_bytes
 from tests.builders import a_training_job
 from tests.unit.controller.kube_double import KubeDouble
 from tests.unit.controller.test_training_loop import a_controller, a_node, reconcile_errors

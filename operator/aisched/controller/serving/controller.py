@@ -43,6 +43,7 @@ from aisched.controller.serving.placement import ReplicaPlacement
 from aisched.controller.serving.queue_share import QueueShare
 from aisched.controller.serving.replica_pods import ReplicaPods, ServiceKey
 from aisched.controller.serving.status_writer import ServiceStatusWriter
+from aisched.controller.serving.templates import ServiceTemplates
 from aisched.controller.sharing import GpuShares
 from aisched.controller.tenancy import TenancyBook
 from aisched.controller.workqueue import RefusedError, WorkQueue
@@ -52,7 +53,6 @@ from aisched.kube.serving_builders import (
     ServingPod,
     service_selector,
     serving_pod_from_object,
-    template_hash,
 )
 from aisched.metrics import Metrics
 from aisched.policy.cluster import ClusterSnapshot
@@ -96,6 +96,7 @@ class InferenceServiceController:
     placement: ReplicaPlacement = field(init=False)
     autoscaler: ServiceAutoscaler = field(init=False)
     front: ServiceFront = field(init=False)
+    templates: ServiceTemplates = field(init=False)
     status_writer: ServiceStatusWriter = field(init=False)
     queue_share: QueueShare = field(default_factory=QueueShare)
     """Each queue's room for replicas, as the scheduling cycle leaves it."""
@@ -110,8 +111,14 @@ class InferenceServiceController:
             max_batch=self.settings.reconciles_per_pass,
         )
         self.replicas = ReplicaPods(self.settings.gpu_resource)
+        self.templates = ServiceTemplates(self.kube)
         self.placement = ReplicaPlacement(
-            self.settings, self.kube, self.replicas, self.in_flight, shares=self.shares or GpuShares(self.inventory)
+            self.settings,
+            self.kube,
+            self.replicas,
+            self.in_flight,
+            self.templates,
+            shares=self.shares or GpuShares(self.inventory),
         )
         self.autoscaler = ServiceAutoscaler(self.settings, self.kube, self.prometheus, self.metrics, self._scaled)
         self.front = ServiceFront(self.kube, self.settings.relist_seconds, time.monotonic)
@@ -122,7 +129,7 @@ class InferenceServiceController:
     def service_seen(self, obj: dict[str, Any]) -> None:
         key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
         if not _is_older(obj, self.services.get(key)):
-            self.services[key] = obj
+            self.services[key] = self.templates.kept(obj)
         self.mark(key)
 
     def service_gone(self, namespace: str, name: str) -> None:
@@ -130,6 +137,7 @@ class InferenceServiceController:
         self.services.pop(key, None)
         self.autoscaler.forget(key)
         self.front.forget(key)
+        self.templates.forget(key)
         self.tenancy.forget(key)
         self.placement.waiting_for_capacity.discard(key)
         self.placement.refused.pop(key, None)
@@ -266,7 +274,7 @@ class InferenceServiceController:
             self.replicas.of(key),
             plan,
             now=now,
-            current_hash=template_hash(service),
+            current_hash=self.templates.current_hash(service),
             selector=service_selector(str(service.metadata["name"])),
         )
         refusal = self.placement.refused.get(key)

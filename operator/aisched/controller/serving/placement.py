@@ -18,11 +18,12 @@ from aisched.api.common import CapacityType
 from aisched.api.inference_service import InferenceService
 from aisched.controller.in_flight import InFlightPlacements, gpus_by_node
 from aisched.controller.serving.replica_pods import ReplicaPods, ServiceKey
+from aisched.controller.serving.templates import ServiceTemplates
 from aisched.controller.sharing import GpuShares, ShareDoesNotFitError
 from aisched.kube.api_errors import namespace_closing, refused_create
 from aisched.kube.builders import owner_reference
 from aisched.kube.client import KubeClient
-from aisched.kube.serving_builders import ReplicaSlot, ServingPod, build_replica_pod, free_pod_names, template_hash
+from aisched.kube.serving_builders import ReplicaSlot, ServingPod, build_replica_pod, free_pod_names
 from aisched.policy.cluster import ClusterSnapshot, Toleration
 from aisched.policy.rollout import plan_rollout
 from aisched.policy.serving import NewReplica, ServingPlan, ServingReplica, ServingRequest, plan_serving
@@ -43,6 +44,8 @@ class ReplicaPlacement:
     replicas: ReplicaPods
     in_flight: InFlightPlacements
     """Where new replicas' GPUs are promised until their pods are in `replicas`, which counts them then."""
+    templates: ServiceTemplates
+    """A service's template hash, and its whole template to build replicas from."""
     waiting_for_capacity: set[ServiceKey] = field(default_factory=set)
     """Services with replicas that fit nowhere: someone else's pod going may make room."""
     refused: dict[ServiceKey, str] = field(default_factory=dict)
@@ -84,7 +87,7 @@ class ReplicaPlacement:
         right before planning, with no wait between that and the promise of the new replicas' GPUs."""
         key = (service.metadata["namespace"], service.metadata["name"])
         pods = [p for p in self.replicas.of(key) if p.serving_candidate]
-        current_hash = template_hash(service)
+        current_hash = self.templates.current_hash(service)
         current = [_replica(p) for p in pods if p.template_hash == current_hash]
         old = [_replica(p) for p in pods if p.template_hash != current_hash]
         rollout = service.spec.rollout
@@ -125,6 +128,10 @@ class ReplicaPlacement:
         self, obj: dict[str, Any], service: InferenceService, current_hash: str, starts: Sequence[NewReplica]
     ) -> None:
         key = (service.metadata["namespace"], service.metadata["name"])
+        whole = await self.templates.whole(service)
+        if whole is None:
+            return  # deleted meanwhile
+        service = whole
         names = free_pod_names(key[1], current_hash, self.replicas.names_of(key), len(starts))
         grace = max(5, self.settings.spot_notice_seconds - SPOT_GRACE_MARGIN_SECONDS)
         pods = [

@@ -15,9 +15,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from aisched.controller.templates import elided
 from aisched.controller.training.scheduling import SchedulingCycle
 from aisched.controller.training.state import CONCURRENT_RECONCILES, JobKey, parse_job
-from aisched.controller.training.templates import elided
 from aisched.kube import labels
 from aisched.kube.inventory import PodRecord
 from aisched.kube.versions import is_newer

@@ -1,11 +1,12 @@
-"""What the controller keeps of a TrainingJob's pod template between the watch event and the launch.
+"""What the controllers keep of a TrainingJob's or an InferenceService's pod template between the
+watch event and the pods it makes.
 
-The operator holds every TrainingJob of the cluster; a tenant's template may be a MiB
+The operator holds every such object of the cluster; a tenant's template may be a MiB
 and more of JSON (etcd stores objects up to 1.5 MiB), ten times that once parsed, and
 kept for each job it was most of the operator's memory (issue #27: a hundred such jobs,
 1 GiB). Only the launch reads a container's environment, arguments and probes: a large
 template is kept without them (and without fields Kubernetes does not know, where a tenant
-could put anything), and the launch reads the job again from the API server.
+could put anything), and the launch reads the object again from the API server.
 A template of a usual size is kept whole, and launches with no extra read.
 """
 
