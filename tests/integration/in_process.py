@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -45,6 +47,9 @@ class InProcessOperator:
     log_path: Path
     settings: dict[str, Any] = field(default_factory=dict)
     """Settings fields (as Settings(**settings) takes them) over those the environment gives."""
+    clock_skew: timedelta = timedelta(0)
+    """How far ahead of the wall clock the next operators' clock runs: a path whose trigger is a
+    moment (a carbon chunk's end) is reached at once, rather than waited for at every kill point."""
     _thread: threading.Thread | None = field(default=None, repr=False)
     _loop: asyncio.AbstractEventLoop | None = field(default=None, repr=False)
     _task: asyncio.Task[None] | None = field(default=None, repr=False)
@@ -96,6 +101,8 @@ class InProcessOperator:
 
     def _built(self, jobs: TrainingJobController) -> None:
         self._jobs = jobs
+        if self.clock_skew:
+            jobs.clock = functools.partial(_skewed_now, self.clock_skew)
 
     def _read_queues(self, api_client: ApiClient) -> None:
         """Until the new operator has read every Queue there is: the relist it starts with reads
@@ -108,6 +115,8 @@ class InProcessOperator:
         }
 
         def read() -> bool:
+            if self._failure is None and self.ended():
+                return True  # its kill point came first, as it may when its path is due at once
             if self._failure is not None or self._thread is None or not self._thread.is_alive():
                 raise RuntimeError(f"the in-process operator ended while starting; log:\n{self.log_tail()}")
             return self._jobs is not None and names <= set(self._jobs.queues)
@@ -166,6 +175,10 @@ class InProcessOperator:
         if not self.log_path.exists():
             return ""
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _skewed_now(skew: timedelta) -> datetime:
+    return datetime.now(UTC) + skew
 
 
 def _wind_down(loop: asyncio.AbstractEventLoop) -> None:

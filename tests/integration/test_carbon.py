@@ -101,7 +101,9 @@ def test_a_job_starts_in_time_when_the_forecast_source_is_down(
     # No forecast file for this region: the source fails, and the job must not wait past its latest start.
     _apply(cluster, namespace, _deferrable("unforecast", region="NOWHERE"))
     wait_for(
-        lambda: _status(cluster, namespace, "unforecast").get("phase") == "Running", 60, "a start without forecast"
+        lambda: _status(cluster, namespace, "unforecast").get("phase") == "Running",
+        timeout=60,
+        what="a start without forecast",
     )
 
 
@@ -119,7 +121,9 @@ def test_a_deferrable_job_waits_for_the_clean_hour_then_runs(
     (carbon_operator.forecasts / "PATIENT.csv").write_text("\n".join(rows) + "\n")
     _apply(cluster, namespace, _deferrable("patient", region="PATIENT"))
     status = wait_for(
-        lambda: (s := _status(cluster, namespace, "patient")).get("phase") == "Deferred" and s, 60, "deferral"
+        lambda: (s := _status(cluster, namespace, "patient")).get("phase") == "Deferred" and s,
+        timeout=60,
+        what="deferral",
     )
     until = datetime.fromisoformat(status["deferral"]["until"])
     assert until == clean
@@ -171,11 +175,18 @@ def test_an_interruptible_job_pauses_between_clean_windows_and_resumes_from_its_
     )
     _apply(cluster, namespace, obj)
     status = _wait_status(
-        cluster, namespace, lambda s: s.get("phase") == "Deferred", 60, "deferral to the first window"
+        carbon_operator,
+        cluster,
+        namespace,
+        lambda s: s.get("phase") == "Deferred",
+        timeout=60,
+        what="deferral to the first window",
     )
     assert datetime.fromisoformat(status["deferral"]["until"]) == first[0]
     # First chunk: the gang runs until the window closes; its workers will save on SIGTERM.
-    status = _wait_status(cluster, namespace, lambda s: s.get("phase") == "Running", 90, "the first chunk")
+    status = _wait_status(
+        carbon_operator, cluster, namespace, lambda s: s.get("phase") == "Running", timeout=90, what="the first chunk"
+    )
     assert datetime.fromisoformat(status["chunkEnd"]) == first[1]
     report = json.dumps({"step": 500, "path": "/ckpt/step-500", "time": datetime.now(UTC).isoformat()})
     core = client.CoreV1Api(api_client)
@@ -184,13 +195,14 @@ def test_an_interruptible_job_pauses_between_clean_windows_and_resumes_from_its_
         core.patch_namespaced_pod(pod["metadata"]["name"], namespace, {"metadata": {"annotations": annotations}})
     # The chunk ends: checkpoint, pods gone, Deferred until the second window.
     status = _wait_status(
+        carbon_operator,
         cluster,
         namespace,
         lambda s: (
             s.get("phase") == "Deferred" and s.get("lastCheckpoint") and not workers(cluster, namespace, "chunky")
         ),
-        90,
-        "the pause between chunks",
+        timeout=90,
+        what="the pause between chunks",
     )
     assert datetime.fromisoformat(status["deferral"]["until"]) == second[0]
     assert status["deferral"]["reason"].startswith("paused between chunks")
@@ -202,7 +214,12 @@ def test_an_interruptible_job_pauses_between_clean_windows_and_resumes_from_its_
     assert not status.get("lostWorkSeconds") and not status.get("interruptions")  # a planned stop loses nothing
     # Second chunk: the gang comes back with the resume point and runs to completion.
     status = _wait_status(
-        cluster, namespace, lambda s: s.get("phase") == "Running" and s.get("gangGeneration", 0) >= 2, 120, "the resume"
+        carbon_operator,
+        cluster,
+        namespace,
+        lambda s: s.get("phase") == "Running" and s.get("gangGeneration", 0) >= 2,
+        timeout=120,
+        what="the resume",
     )
     running = next(c for c in status["conditions"] if c["type"] == "Running")
     assert datetime.fromisoformat(running["lastTransitionTime"]) >= second[0] - timedelta(seconds=1)
@@ -212,16 +229,37 @@ def test_an_interruptible_job_pauses_between_clean_windows_and_resumes_from_its_
     assert (env["AISCHED_RESUME_STEP"], env["AISCHED_RESUME_PATH"]) == ("500", "/ckpt/step-500")
     for pod in pods:
         make_pod_exit(api_client, pod["metadata"]["name"], namespace, "Succeeded")
-    status = _wait_status(cluster, namespace, lambda s: s.get("phase") == "Succeeded", 60, "completion")
+    status = _wait_status(
+        carbon_operator, cluster, namespace, lambda s: s.get("phase") == "Succeeded", timeout=60, what="completion"
+    )
     assert datetime.fromisoformat(status["completionTime"]) <= deadline
     reasons = {e["reason"] for e in _events(cluster, namespace, "chunky")}
     assert {"Deferred", "ChunkEnded", "GangRunning", "Completed"} <= reasons
 
 
 def _wait_status(
-    cluster: LocalCluster, namespace: str, ready: Callable[[dict[str, Any]], Any], timeout: float, what: str
+    setup: CarbonSetup,
+    cluster: LocalCluster,
+    namespace: str,
+    ready: Callable[[dict[str, Any]], Any],
+    *,
+    timeout: float,
+    what: str,
 ) -> dict[str, Any]:
-    status: dict[str, Any] = wait_for(lambda: ready(s := _status(cluster, namespace, "chunky")) and s, timeout, what)
+    """The status of "chunky" once READY; a timeout says what the job, its events and the operator said."""
+    try:
+        status: dict[str, Any] = wait_for(
+            lambda: ready(s := _status(cluster, namespace, "chunky")) and s, timeout, what
+        )
+    except TimeoutError as error:
+        events = [
+            f"{e.get('lastTimestamp')} {e['reason']}: {e.get('message')}" for e in _events(cluster, namespace, "chunky")
+        ]
+        raise TimeoutError(
+            f"{error}\nstatus: {json.dumps(_status(cluster, namespace, 'chunky'))}\n"
+            f"workers: {[p['metadata']['name'] for p in workers(cluster, namespace, 'chunky')]}\n"
+            "events:\n" + "\n".join(events) + f"\noperator log:\n{setup.operator.log_tail(80)}"
+        ) from None
     return status
 
 

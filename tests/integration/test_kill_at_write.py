@@ -113,6 +113,16 @@ class KillPoints:
         """The operator again, armed to end before write N in namespace ARMED_FOR (or not armed)."""
         self.operator.start(armed_for, n)
 
+    def skip_to(self, moment: datetime) -> None:
+        """The operators started from now on live a second past MOMENT (their clock alone moves)."""
+        self.operator.clock_skew = moment - datetime.now(UTC) + timedelta(seconds=1)
+
+    def back_to_real_time(self) -> None:
+        """An operator on the wall clock again, to prepare the next path as its real start does."""
+        if self.operator.clock_skew:
+            self.operator.clock_skew = timedelta(0)
+            self.restart()
+
     def untaint(self) -> None:
         """The nodes announced lost stay after all: the node manager lifts its taint and uncordons them."""
         key, _ = INTERRUPTION_TAINTS["aws"]
@@ -190,6 +200,7 @@ def each_kill_point(
     operator ends or the path is DONE. Killed, the next operator must finish it: DONE within the
     bound. Returns how many kill points the path had."""
     for n in range(1, MOST_WRITES):
+        points.back_to_real_time()
         namespace = points.namespace()
         setup = prepare(namespace)
         points.restart(armed_for=namespace, n=n)
@@ -333,6 +344,7 @@ def chunk_kill_points(kill_points: KillPoints, tmp_path: Path) -> Iterator[tuple
     try:
         yield kill_points, tmp_path
     finally:  # kill_points then restarts the operator as it was
+        operator.clock_skew = timedelta(0)
         operator.settings.clear()
         operator.settings.update(saved)
 
@@ -345,10 +357,11 @@ def test_a_chunk_end_killed_at_any_write_pauses_with_the_checkpoint(
     work = timedelta(seconds=60)
 
     def running_chunk(namespace: str) -> datetime:
-        # A 10 s grid, cleanest until the first chunk ends (time for the job to start and the armed
-        # operator to come up), dirty long enough for a killed stop to be finished, then clean (less
-        # so) for well under the work: the job must run in both windows, and, the first being the
-        # cleaner, as much of it as it can there, stopping at its end whenever the job started.
+        # A 10 s grid, cleanest until the first chunk ends (time for the job to start on a loaded
+        # machine), dirty long enough for a killed stop to be finished, then clean (less so) for
+        # well under the work: the job must run in both windows, and, the first being the cleaner,
+        # as much of it as it can there, stopping at its end whenever the job started. The armed
+        # operator's clock starts at that end, so no kill point waits for it.
         now = datetime.now(UTC).replace(microsecond=0)
         t0 = now - timedelta(seconds=now.second % 10)
         first_end = t0 + timedelta(seconds=50)
@@ -384,6 +397,7 @@ def test_a_chunk_end_killed_at_any_write_pauses_with_the_checkpoint(
             raise AssertionError(f"no first chunk: {seen[0]}") from error
         assert datetime.fromisoformat(status["chunkEnd"]) == first_end, status
         report_checkpoint_on_stop(kill_points, namespace, "chunked", "/ckpt/c")
+        kill_points.skip_to(first_end)
         return first_end
 
     def paused_or_resumed(namespace: str, _: datetime) -> bool:

@@ -143,20 +143,21 @@ class KubeClient:
             functools.partial(method, *args, _request_timeout=self.request_timeout_seconds, **kwargs),
         )
 
-    async def _send(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
-        """A write whose answer nobody reads: the client's model deserialization of it would
-        cost more CPU than the request itself. Errors still raise ApiException."""
+    async def _send(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> bytes:
+        """A write whose answer comes back as bytes: the client's model deserialization of it
+        would cost more CPU than the request itself. Errors still raise ApiException."""
 
-        def send() -> None:
+        def send() -> bytes:
             if self.fence is not None and not self.fence():
                 raise NotLeadingError(f"not sent, the leader lease is lost: {getattr(method, '__name__', method)}")
             if self.before_write is not None:
                 self.before_write(method, args)
             response = method(*args, _preload_content=False, _request_timeout=self.request_timeout_seconds, **kwargs)
-            _ = response.data  # read, so the connection goes back to the pool
+            data: bytes = response.data  # read, so the connection goes back to the pool
+            return data
 
         await self._throttle()
-        await asyncio.get_running_loop().run_in_executor(self._threads, send)
+        return await asyncio.get_running_loop().run_in_executor(self._threads, send)
 
     # -- reads (relists that repair the watch-fed caches) -------------------
 
@@ -300,13 +301,20 @@ class KubeClient:
             if error.status != 404:
                 raise
 
-    async def patch_status(self, plural: str, namespace: str | None, name: str, status: dict[str, Any]) -> None:
+    async def patch_status(self, plural: str, namespace: str | None, name: str, status: dict[str, Any]) -> str | None:
+        """Merge STATUS into the object's status; the resourceVersion it then has (None: it is gone).
+
+        Callers that keep a copy record that version, so a watch event older than their own
+        write, still on its way, is known to be older and cannot put the old status back.
+        """
         body = {"status": status}
         try:
             if namespace is None:
-                await self._send(self.custom.patch_cluster_custom_object_status, GROUP, VERSION, plural, name, body)
+                data = await self._send(
+                    self.custom.patch_cluster_custom_object_status, GROUP, VERSION, plural, name, body
+                )
             else:
-                await self._send(
+                data = await self._send(
                     self.custom.patch_namespaced_custom_object_status,
                     GROUP,
                     VERSION,
@@ -318,6 +326,8 @@ class KubeClient:
         except ApiException as error:
             if error.status != 404:  # deleted meanwhile: nothing to report to
                 raise
+            return None
+        return _resource_version(data)
 
     # -- other controllers' cluster-scoped kinds (Karpenter's NodeClaims) ----
 
@@ -443,3 +453,12 @@ class KubeClient:
             log.warning(
                 "could not post event %s on %s: %s", event["reason"], event["involvedObject"]["name"], error.reason
             )
+
+
+def _resource_version(answer: bytes) -> str | None:
+    """The resourceVersion of the object an API write answered with; None where it has none."""
+    try:
+        version = json.loads(answer).get("metadata", {}).get("resourceVersion")
+    except (ValueError, AttributeError):
+        return None
+    return version if isinstance(version, str) else None

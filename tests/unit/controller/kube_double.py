@@ -42,7 +42,9 @@ class KubeDouble:
     def allow(self, *names: str) -> KubeDouble:
         """NAMES may be called; they do nothing and return None."""
         for name in names:
-            self._method(name).side_effect = None
+            method = self._method(name)
+            method.side_effect = None
+            method.return_value = None
         return self
 
     def answer(self, name: str, side_effect: Callable[..., Any]) -> KubeDouble:

@@ -354,3 +354,22 @@ async def test_a_cycle_admits_its_most_and_the_next_pass_follows_at_once_for_the
         # No job marked, no resync due: the cycle that deferred jobs woke the loop itself.
         assert loop.time() == started or placed[-1] == ["a", "b", "c", "d", "e"]
     assert placed == [["a", "b"], ["a", "b", "c", "d"], ["a", "b", "c", "d", "e"]]
+
+
+async def test_the_watch_event_of_an_older_write_does_not_undo_a_status_we_wrote(kube: KubeDouble) -> None:
+    # Our status write lands at version 12 while the watch still brings the event of version 11
+    # (another stage's write of the same pass): that older copy must not become ours again.
+    kube.answer("patch_status", lambda *_: "12")
+    controller = a_controller(kube)
+    obj = a_job("paused", suspend=True)
+    obj["metadata"]["resourceVersion"] = "10"
+    controller.job_seen(obj)
+    await controller.reconcile_once(await controller.queue.next_batch(controller.jobs.keys))
+    ours = controller.jobs[("ns", "paused")]
+    assert (ours["metadata"]["resourceVersion"], ours["status"]["phase"]) == ("12", TrainingJobPhase.SUSPENDED)
+    older = {**obj, "metadata": {**obj["metadata"], "resourceVersion": "11"}, "status": {"phase": "Running"}}
+    controller.job_seen(older)
+    assert controller.jobs[("ns", "paused")]["status"]["phase"] == TrainingJobPhase.SUSPENDED
+    newer = {**obj, "metadata": {**obj["metadata"], "resourceVersion": "13"}, "status": {"phase": "Queued"}}
+    controller.job_seen(newer)
+    assert controller.jobs[("ns", "paused")]["status"]["phase"] == "Queued"

@@ -29,14 +29,22 @@ class TrainingJobController(SchedulingCycle):
     # -- fed by the watch handlers ------------------------------------------
 
     def job_seen(self, obj: dict[str, Any]) -> None:
+        key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+        held = self.jobs.get(key)
+        if held is not None and is_newer(
+            held["metadata"].get("resourceVersion"), obj["metadata"].get("resourceVersion")
+        ):
+            # The event of a write older than one of ours that has landed: its status would undo
+            # ours (a chunk end's pause read back as Running). The events of our writes follow.
+            return
         kept = elided(obj)
         # A template the model refuses is kept whole, for the condition that tells its user why.
         if kept is not None and not isinstance(parse_job(obj), ValidationError):
             obj = kept  # its key too: nothing kept points into the watch's parse of the object
-            self._elided_templates.add((obj["metadata"]["namespace"], obj["metadata"]["name"]))
+            key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+            self._elided_templates.add(key)
         else:
-            self._elided_templates.discard((obj["metadata"]["namespace"], obj["metadata"]["name"]))
-        key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+            self._elided_templates.discard(key)
         self._store_job(key, obj)
         self.mark(key)
 

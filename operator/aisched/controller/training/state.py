@@ -158,14 +158,16 @@ class TrainingJobState:
             return
         wire = status.to_wire()
         namespace, name = job.metadata["namespace"], job.metadata["name"]
-        await self.kube.patch_status(PLURAL, namespace, name, wire)
+        version = await self.kube.patch_status(PLURAL, namespace, name, wire)
         made = PlacementMade.of(status)
         if made is None:
             self._placements_made.pop((namespace, name), None)
         else:
             self._placements_made[(namespace, name)] = made
-        # Keep our copy current so the next pass does not act on stale status.
-        self._store_job((namespace, name), {**obj, "status": wire})
+        # Keep our copy current so the next pass does not act on stale status; at the version
+        # the write made, so the watch events of earlier writes, still on their way, are older.
+        metadata = {**obj["metadata"], "resourceVersion": version} if version else obj["metadata"]
+        self._store_job((namespace, name), {**obj, "metadata": metadata, "status": wire})
 
     def room_of(self, queue: str) -> int | None:
         """GPUs QUEUE may still take as the last scheduling cycle left it; None: no limit known."""
