@@ -316,6 +316,24 @@ def deferred(job: TrainingJob, plan: CarbonPlan, now: datetime, *, paused: bool)
     return updated
 
 
+def deferral_write_due(current: TrainingJobStatus, updated: TrainingJobStatus) -> bool:
+    """Whether a Deferred job's re-plan says something new enough to write.
+
+    Its expected saving is counted against starting now, so it drifts with every pass; rewritten
+    each time, every write's own watch event would bring the next pass at once, a deferred job
+    alone keeping the operator busy. A new start, reason, forecast or generation is written at
+    once, the saving when it moves a whole percent.
+    """
+    before, after = current.deferral, updated.deferral
+    if current.phase != Phase.DEFERRED or before is None or after is None:
+        return True
+    if (current.reason, current.observed_generation) != (updated.reason, updated.observed_generation):
+        return True
+    if (before.until, before.forecast_grams_per_kwh) != (after.until, after.forecast_grams_per_kwh):
+        return True
+    return round(before.expected_saving_percent or 0.0) != round(after.expected_saving_percent or 0.0)
+
+
 def pausing_at_chunk_end(
     status: TrainingJobStatus, plan: CarbonPlan, message: str, work_done_seconds: float
 ) -> TrainingJobStatus:

@@ -373,3 +373,26 @@ async def test_the_watch_event_of_an_older_write_does_not_undo_a_status_we_wrote
     newer = {**obj, "metadata": {**obj["metadata"], "resourceVersion": "13"}, "status": {"phase": "Queued"}}
     controller.job_seen(newer)
     assert controller.jobs[("ns", "paused")]["status"]["phase"] == "Queued"
+
+
+async def test_a_deferred_job_is_not_rewritten_as_its_expected_saving_drifts_pass_by_pass(kube: KubeDouble) -> None:
+    # Its saving is counted against starting now, which moves: written each pass, each write's own
+    # watch event would bring the next pass at once (seen live: 17 writes a second for one job).
+    kube.allow("patch_status", "post_event")
+    controller = a_controller(kube, carbon=True)
+    clock = [T0]
+    controller.clock = lambda: clock[0]
+    controller.job_seen(
+        a_job("waiting", carbon__deferrable=True, carbon__maxDelaySeconds=86400, expectedDurationSeconds=1800)
+    )
+    await controller.queue.next_batch(controller.jobs.keys)
+    # A pass a minute for 50 minutes: starting now, ever more of its half hour would fall in the
+    # clean hour, so the saving it expects moves with every pass.
+    savings = set()
+    for minute in range(50):
+        clock[0] = T0 + timedelta(minutes=minute)
+        await controller.reconcile_once(controller.jobs.keys())
+        savings.add(controller.jobs[("ns", "waiting")]["status"]["deferral"]["expectedSavingPercent"])
+    assert controller.jobs[("ns", "waiting")]["status"]["phase"] == TrainingJobPhase.DEFERRED
+    # Written when its saving moved a whole percent, not at each of the 50 passes.
+    assert 1 < len(patched(kube)) == len({round(saving) for saving in savings}) < 50

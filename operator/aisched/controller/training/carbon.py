@@ -32,7 +32,14 @@ from aisched.policy.carbon import (
     work_left,
 )
 from aisched.policy.job_messages import deferred_message
-from aisched.policy.job_status import deferred, pausing_at_chunk_end, queued, with_chunk_end, with_emissions
+from aisched.policy.job_status import (
+    deferral_write_due,
+    deferred,
+    pausing_at_chunk_end,
+    queued,
+    with_chunk_end,
+    with_emissions,
+)
 from aisched.policy.lifecycle import Step, Verb
 from aisched.sources.carbon import CachedCarbonSource, CarbonSourceError
 from aisched.sources.prometheus import PrometheusError
@@ -77,7 +84,8 @@ class CarbonDeferral(JobReconciler):
         if status.phase != Phase.DEFERRED:
             self.metrics.carbon.record_deferral(str(spec.carbon.mode))
             self.kube.post_event(obj, "Normal", "Deferred", deferred_message(plan))
-        self._write_in_cycle(writes, obj, job, updated, now)
+        if deferral_write_due(status, updated):
+            self._write_in_cycle(writes, obj, job, updated, now)
         self._wake_at(job, plan.start, now)
         return True
 
