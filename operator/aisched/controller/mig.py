@@ -1,0 +1,177 @@
+"""MIG instances for pods with `gpuShare.migProfile`: the node of each, and the repartitions that make room.
+
+Placement: each pod goes to a node whose device plugin advertises a free `nvidia.com/mig-<profile>`
+("mixed" strategy), as `policy.sharing.mig_configs.place_instances` packs them, and asks one. The
+scheduler charged and placed the worker as one GPU; this part moves its pin to a node with the
+instance (same capacity type), as `GpuShares` chooses the GPU of a fraction.
+
+Repartition: a profile no node has free is noted as waiting; `run` (a background loop) picks an
+idle node whose MIG manager may give it (`plan_repartition`), cordons it (marked with an
+annotation of ours, so that we only ever uncordon what we cordoned), checks again that no pod holds
+one of its GPUs, and sets `nvidia.com/mig.config`. Once the MIG manager reports the config applied
+(`nvidia.com/mig.config.state=success`) it uncordons the node; the waiting pods are placed on the
+controllers' next pass. One repartition is in flight at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from aisched.kube import labels
+from aisched.kube.claims import with_mig_slice
+from aisched.kube.inventory import Inventory
+from aisched.kube.records import PodKey
+from aisched.policy.sharing.mig_configs import (
+    CONFIG_LABEL,
+    STATE_FAILED,
+    STATE_SUCCESS,
+    MigNode,
+    Repartition,
+    model_of,
+    place_instances,
+    plan_repartition,
+)
+
+log = logging.getLogger(__name__)
+
+CORDONED_ANNOTATION: Final = f"{labels.PREFIX}/mig-repartition"
+"""On a node we cordoned to repartition: the config we set. Only such a node is ever uncordoned by us."""
+HOSTNAME: Final = "kubernetes.io/hostname"
+
+
+class NodePatcher(Protocol):
+    async def patch_node(self, name: str, patch: dict[str, Any]) -> None: ...
+
+
+class MigInstanceUnavailableError(Exception):
+    """No node has a free instance of the profile now; a repartition may be under way."""
+
+
+@dataclass
+class MigPartitions:
+    inventory: Inventory
+    assumed: dict[PodKey, tuple[str, str]] = field(default_factory=dict)
+    """Instances handed to pods the inventory has not seen yet, by pod: (node, profile)."""
+    waiting: dict[str, int] = field(default_factory=dict)
+    """Instances asked that no node had free, by profile, as of each profile's last refusal."""
+    in_flight: Repartition | None = None
+
+    def nodes(self) -> list[MigNode]:
+        """Every node with MIG as placement and repartition see it, counting what was handed out."""
+        for key in [k for k in self.assumed if k in self.inventory.pods]:
+            del self.assumed[key]  # the watch has shown it: its pod record counts it now
+        found = []
+        for name, mig in self.inventory.mig_nodes().items():
+            node = self.inventory.nodes.get(name)
+            model = model_of(node.gpu_product if node else None)
+            if node is None or model is None:
+                continue
+            used: dict[str, int] = {}
+            holders = 0
+            for pod in self.inventory.pods_on_node(name):
+                if not pod.holds_gpus:
+                    continue
+                holders += int(pod.gpus + pod.claims + len(pod.mig_profiles) > 0 or pod.share is not None)
+                for profile in pod.mig_profiles:
+                    used[profile] = used.get(profile, 0) + 1
+            for on, profile in self.assumed.values():
+                if on == name:
+                    used[profile] = used.get(profile, 0) + 1
+                    holders += 1
+            found.append(
+                MigNode(
+                    name=name,
+                    model=model,
+                    gpus=mig.gpus,
+                    config=mig.config,
+                    applied=mig.state == STATE_SUCCESS or mig.config is None,
+                    allocatable=dict(mig.allocatable),
+                    used=used,
+                    gpu_holders=holders,
+                    schedulable=node.schedulable and not node.interrupted,
+                    capacity_type=str(node.capacity_type),
+                )
+            )
+        return found
+
+    def place(self, profile: str, pods: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """PODS, each pinned to a node with a free PROFILE instance and asking for it; MigInstanceUnavailableError
+        (and PROFILE noted as waiting) when not all fit now."""
+        if not pods:
+            return []
+        first = _node_of(pods[0])
+        kind = self.inventory.nodes[first].capacity_type if first in self.inventory.nodes else None
+        nodes = [n for n in self.nodes() if kind is None or n.capacity_type == str(kind)]
+        chosen = place_instances(nodes, profile, len(pods), prefer=first)
+        if chosen is None:
+            free = sum(n.free(profile) for n in nodes)
+            self.waiting[profile] = len(pods) - free
+            raise MigInstanceUnavailableError(f"{len(pods)} x {profile} asked, {free} free on nodes with MIG")
+        self.waiting.pop(profile, None)
+        placed = []
+        for built, node in zip(pods, chosen, strict=True):
+            pod = copy.deepcopy(built)
+            pod["spec"]["nodeSelector"][HOSTNAME] = node
+            placed.append(with_mig_slice(pod, profile))
+            self.assumed[(pod["metadata"]["namespace"], pod["metadata"]["name"])] = (node, profile)
+        return placed
+
+    def forget(self, pods: Sequence[dict[str, Any]]) -> None:
+        for pod in pods:
+            self.assumed.pop((pod["metadata"]["namespace"], pod["metadata"]["name"]), None)
+
+    async def step(self, kube: NodePatcher) -> None:
+        """One pass: uncordon what is applied, then start the repartition the waiting instances need."""
+        mig = self.inventory.mig_nodes()
+        if self.in_flight is not None:
+            state = mig.get(self.in_flight.node)
+            if state is None or state.config != self.in_flight.config:
+                self.in_flight = None  # the node went, or someone else relabelled it: not ours to finish
+            elif state.state in (STATE_SUCCESS, STATE_FAILED):
+                await kube.patch_node(self.in_flight.node, _uncordon())
+                log.info("MIG config %s on %s: %s; uncordoned", self.in_flight.config, self.in_flight.node, state.state)
+                self.in_flight = None
+            else:
+                return
+        if not self.waiting:
+            return
+        profile, missing = max(self.waiting.items(), key=lambda item: item[1])
+        nodes = self.nodes()
+        plan = plan_repartition(nodes, profile, missing, self.waiting)
+        if plan is None:
+            return
+        await kube.patch_node(
+            plan.node,
+            {"spec": {"unschedulable": True}, "metadata": {"annotations": {CORDONED_ANNOTATION: plan.config}}},
+        )
+        # Cordoned: kube-scheduler binds nothing new there. Anything that got there before the cordon
+        # shows now (our own pods are counted as soon as they are handed an instance): if so, no repartition.
+        again = next((n for n in self.nodes() if n.name == plan.node), None)
+        if again is None or not again.idle:
+            await kube.patch_node(plan.node, _uncordon())
+            return
+        await kube.patch_node(plan.node, {"metadata": {"labels": {CONFIG_LABEL: plan.config}}})
+        log.info("repartitioning %s to MIG config %s for %d x %s waiting", plan.node, plan.config, missing, profile)
+        self.in_flight = plan
+        self.waiting.pop(profile, None)
+
+    async def run(self, kube: NodePatcher, interval_seconds: float = 2.0) -> None:
+        while True:
+            try:
+                await self.step(kube)
+            except Exception:
+                log.exception("MIG repartition pass failed; trying again")
+            await asyncio.sleep(interval_seconds)
+
+
+def _uncordon() -> dict[str, Any]:
+    return {"spec": {"unschedulable": False}, "metadata": {"annotations": {CORDONED_ANNOTATION: None}}}
+
+
+def _node_of(pod: dict[str, Any]) -> str:
+    return str(pod["spec"]["nodeSelector"][HOSTNAME])
