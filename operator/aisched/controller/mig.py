@@ -29,6 +29,7 @@ from aisched.kube.records import PodKey
 from aisched.policy.sharing.mig_configs import (
     CONFIG_LABEL,
     STATE_FAILED,
+    STATE_LABEL,
     STATE_SUCCESS,
     MigNode,
     Repartition,
@@ -59,7 +60,12 @@ class MigPartitions:
     """Instances handed to pods the inventory has not seen yet, by pod: (node, profile)."""
     waiting: dict[str, int] = field(default_factory=dict)
     """Instances asked that no node had free, by profile, as of each profile's last refusal."""
+    cordoned: Repartition | None = None
+    """Cordoned on the last pass, to be relabelled on this one."""
     in_flight: Repartition | None = None
+    """Relabelled, until its MIG manager reports the config applied (or failed)."""
+    in_flight_from: str | None = None
+    """The config the node in flight had before."""
 
     def nodes(self) -> list[MigNode]:
         """Every node with MIG as placement and repartition see it, counting what was handed out."""
@@ -130,35 +136,46 @@ class MigPartitions:
         mig = self.inventory.mig_nodes()
         if self.in_flight is not None:
             state = mig.get(self.in_flight.node)
-            if state is None or state.config != self.in_flight.config:
+            if state is None or state.config not in (self.in_flight.config, self.in_flight_from):
                 self.in_flight = None  # the node went, or someone else relabelled it: not ours to finish
+            elif state.config == self.in_flight_from:
+                return  # the watch has not shown our label yet
             elif state.state in (STATE_SUCCESS, STATE_FAILED):
                 await kube.patch_node(self.in_flight.node, _uncordon())
                 log.info("MIG config %s on %s: %s; uncordoned", self.in_flight.config, self.in_flight.node, state.state)
                 self.in_flight = None
             else:
                 return
+        if self.cordoned is not None:
+            await self._relabel(kube, self.cordoned)
+            self.cordoned = None
+            return
         if not self.waiting:
             return
         profile, missing = max(self.waiting.items(), key=lambda item: item[1])
-        nodes = self.nodes()
-        plan = plan_repartition(nodes, profile, missing, self.waiting)
+        plan = plan_repartition(self.nodes(), profile, missing, self.waiting)
         if plan is None:
             return
-        await kube.patch_node(
-            plan.node,
-            {"spec": {"unschedulable": True}, "metadata": {"annotations": {CORDONED_ANNOTATION: plan.config}}},
-        )
-        # Cordoned: kube-scheduler binds nothing new there. Anything that got there before the cordon
-        # shows now (our own pods are counted as soon as they are handed an instance): if so, no repartition.
+        cordon = {"spec": {"unschedulable": True}, "metadata": {"annotations": {CORDONED_ANNOTATION: plan.config}}}
+        await kube.patch_node(plan.node, cordon)
+        log.info("cordoned %s to repartition it to %s for %d x %s waiting", plan.node, plan.config, missing, profile)
+        self.cordoned = plan
+        self.waiting.pop(profile, None)
+
+    async def _relabel(self, kube: NodePatcher, plan: Repartition) -> None:
+        """Set PLAN's config on its node, cordoned one pass ago, if still no pod holds one of its GPUs.
+
+        A pass later, the watch has shown any pod kube-scheduler bound before the cordon; our own
+        are counted as soon as they are handed an instance. If one is there, no repartition."""
         again = next((n for n in self.nodes() if n.name == plan.node), None)
         if again is None or not again.idle:
             await kube.patch_node(plan.node, _uncordon())
+            log.info("%s is in use again: not repartitioned", plan.node)
             return
-        await kube.patch_node(plan.node, {"metadata": {"labels": {CONFIG_LABEL: plan.config}}})
-        log.info("repartitioning %s to MIG config %s for %d x %s waiting", plan.node, plan.config, missing, profile)
-        self.in_flight = plan
-        self.waiting.pop(profile, None)
+        # State pending in the same write: a `success` left from the last config is never read as this one's.
+        await kube.patch_node(plan.node, {"metadata": {"labels": {CONFIG_LABEL: plan.config, STATE_LABEL: "pending"}}})
+        log.info("set %s on %s", plan.config, plan.node)
+        self.in_flight, self.in_flight_from = plan, again.config
 
     async def run(self, kube: NodePatcher, interval_seconds: float = 2.0) -> None:
         while True:
