@@ -13,6 +13,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -54,13 +55,13 @@ def mig_nodes(cluster: LocalCluster, api_client: client.ApiClient, crds_installe
     try:
         _relabel(core, "all-1g.10gb")
         for node in NODES:
-            wait_for(lambda n=node: _applied(core, n, "all-1g.10gb"), TIMEOUT, f"all-1g.10gb on {node}")
+            wait_for(partial(_applied, core, node, "all-1g.10gb"), TIMEOUT, f"all-1g.10gb on {node}")
         yield
     finally:
         # Whole GPUs again, and no MIG manager: the session's other tests see the nodes as before.
         _relabel(core, "all-disabled")
         for node in NODES:
-            wait_for(lambda n=node: _applied(core, n, "all-disabled"), TIMEOUT, f"all-disabled on {node}")
+            wait_for(partial(_applied, core, node, "all-disabled"), TIMEOUT, f"all-disabled on {node}")
         stand_in.terminate()
         stand_in.wait(timeout=30)
         off = {CONFIG_LABEL: None, STATE_LABEL: None, "nvidia.com/mig.strategy": None}

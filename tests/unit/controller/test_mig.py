@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from aisched.api.sharing import GpuShare
-from aisched.controller.mig import CORDONED_ANNOTATION, MigPartitions
+from aisched.controller.mig import CORDONED_ANNOTATION, MigInstanceUnavailableError, MigPartitions
 from aisched.controller.sharing import GpuShares, ShareDoesNotFitError
 from aisched.kube.inventory import Inventory
 from aisched.policy.sharing.mig_configs import CONFIG_LABEL, STATE_LABEL
@@ -18,10 +18,13 @@ OURS = {"aisched.io/kind": "TrainingJob", "aisched.io/job-name": "j"}
 H100 = "NVIDIA-H100-80GB-HBM3"
 
 
-def _node(name: str, config: str | None = None, state: str = "success", **mig: int) -> dict[str, Any]:
+def _node(
+    name: str, config: str | None = None, state: str = "success", mig: dict[str, int] | None = None
+) -> dict[str, Any]:
     labels = {"nvidia.com/gpu.product": H100, "nvidia.com/gpu.count": "2"}
     if config is not None:
         labels |= {CONFIG_LABEL: config, STATE_LABEL: state}
+    mig = mig or {}
     allocatable = {"nvidia.com/gpu": "0" if mig else "2"} | {f"nvidia.com/mig-{p}": str(n) for p, n in mig.items()}
     return {
         "metadata": {"name": name, "labels": labels, "resourceVersion": "1"},
@@ -55,14 +58,14 @@ class Patches:
 
 
 def test_a_mig_pod_is_pinned_to_a_node_with_a_free_instance_and_asks_for_it() -> None:
-    inventory = _inventory(_node("whole"), _node("mig", "all-1g.10gb", **{"1g.10gb": 14}))
+    inventory = _inventory(_node("whole"), _node("mig", "all-1g.10gb", mig={"1g.10gb": 14}))
     inventory.upsert_pod(_pod("other", "mig", **{"nvidia.com/mig-1g.10gb": "13"}))
     shares = GpuShares(inventory)
     _, pods = shares.shared_pods(GpuShare(mig_profile="1g.10gb"), [_pod("w-0", "whole")], OWNER)
     assert pods[0]["spec"]["nodeSelector"]["kubernetes.io/hostname"] == "mig"
     assert pods[0]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/mig-1g.10gb"] == "1"
     # The last instance was handed out before the watch shows the pod: none is left.
-    with pytest.raises(ShareDoesNotFitError, match="1 x 1g.10gb asked, 0 free"):
+    with pytest.raises(ShareDoesNotFitError, match=r"1 x 1g\.10gb asked, 0 free"):
         shares.shared_pods(GpuShare(mig_profile="1g.10gb"), [_pod("w-1", "whole")], OWNER)
     assert shares.mig.waiting == {"1g.10gb": 1}
     shares.forget(pods)  # not created after all
@@ -72,10 +75,10 @@ def test_a_mig_pod_is_pinned_to_a_node_with_a_free_instance_and_asks_for_it() ->
 
 @pytest.mark.asyncio
 async def test_an_idle_node_is_cordoned_relabelled_and_uncordoned_once_applied() -> None:
-    inventory = _inventory(_node("busy", "all-1g.10gb", **{"1g.10gb": 14}), _node("idle", "all-1g.10gb"))
+    inventory = _inventory(_node("busy", "all-1g.10gb", mig={"1g.10gb": 14}), _node("idle", "all-1g.10gb"))
     inventory.upsert_pod(_pod("one", "busy", **{"nvidia.com/mig-1g.10gb": "1"}))
     mig, kube = MigPartitions(inventory), Patches()
-    with pytest.raises(Exception, match="3g.40gb"):
+    with pytest.raises(MigInstanceUnavailableError, match=r"3g\.40gb"):
         mig.place("3g.40gb", [_pod("w-0", "busy")])
     await mig.step(kube)
     assert kube.sent == [
@@ -89,7 +92,7 @@ async def test_an_idle_node_is_cordoned_relabelled_and_uncordoned_once_applied()
     inventory.upsert_node(pending)
     await mig.step(kube)
     assert len(kube.sent) == 2, "nothing until the MIG manager reports the config applied"
-    applied = _node("idle", "all-3g.40gb", **{"3g.40gb": 4})
+    applied = _node("idle", "all-3g.40gb", mig={"3g.40gb": 4})
     applied["metadata"]["resourceVersion"] = "3"
     inventory.upsert_node(applied)
     await mig.step(kube)
@@ -104,7 +107,7 @@ async def test_an_idle_node_is_cordoned_relabelled_and_uncordoned_once_applied()
 
 @pytest.mark.asyncio
 async def test_a_node_in_use_by_the_time_it_would_be_relabelled_is_uncordoned_and_left_as_it_is() -> None:
-    inventory = _inventory(_node("n", "all-1g.10gb", **{"1g.10gb": 14}))
+    inventory = _inventory(_node("n", "all-1g.10gb", mig={"1g.10gb": 14}))
     mig, kube = MigPartitions(inventory), Patches()
     mig.waiting["3g.40gb"] = 1
     await mig.step(kube)
