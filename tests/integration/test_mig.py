@@ -21,7 +21,7 @@ import yaml
 from kubernetes import client
 
 from aisched.api.crd import all_crds
-from aisched.controller.mig import CORDONED_ANNOTATION
+from aisched.kube.mig_nodes import CORDONED_ANNOTATION
 from aisched.policy.sharing.mig_configs import CONFIG_LABEL, STATE_LABEL, STATE_SUCCESS
 from aisched.testing.cluster import TIMEOUT, LocalCluster, apply, list_objects, wait_for
 from tests.builders import a_training_job

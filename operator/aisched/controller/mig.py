@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-from aisched.kube import labels
 from aisched.kube.claims import with_mig_slice
 from aisched.kube.inventory import Inventory
+from aisched.kube.mig_nodes import CORDONED_ANNOTATION, NodeMig
 from aisched.kube.records import PodKey
 from aisched.policy.sharing.mig_configs import (
     CONFIG_LABEL,
@@ -40,8 +40,6 @@ from aisched.policy.sharing.mig_configs import (
 
 log = logging.getLogger(__name__)
 
-CORDONED_ANNOTATION: Final = f"{labels.PREFIX}/mig-repartition"
-"""On a node we cordoned to repartition: the config we set. Only such a node is ever uncordoned by us."""
 HOSTNAME: Final = "kubernetes.io/hostname"
 
 
@@ -66,6 +64,8 @@ class MigPartitions:
     """Relabelled, until its MIG manager reports the config applied (or failed)."""
     in_flight_from: str | None = None
     """The config the node in flight had before."""
+    uncordoned: set[str] = field(default_factory=set)
+    """Nodes uncordoned whose watch event has not come yet (they still show our annotation)."""
 
     def nodes(self) -> list[MigNode]:
         """Every node with MIG as placement and repartition see it, counting what was handed out."""
@@ -141,11 +141,14 @@ class MigPartitions:
             elif state.config == self.in_flight_from:
                 return  # the watch has not shown our label yet
             elif state.state in (STATE_SUCCESS, STATE_FAILED):
-                await kube.patch_node(self.in_flight.node, _uncordon())
+                await self._uncordon(kube, self.in_flight.node)
                 log.info("MIG config %s on %s: %s; uncordoned", self.in_flight.config, self.in_flight.node, state.state)
                 self.in_flight = None
             else:
                 return
+        if self.cordoned is None and self.in_flight is None and (left := self._left_cordoned(mig)) is not None:
+            await self._finish_left(kube, left)
+            return
         if self.cordoned is not None:
             await self._relabel(kube, self.cordoned)
             self.cordoned = None
@@ -162,6 +165,21 @@ class MigPartitions:
         self.cordoned = plan
         self.waiting.pop(profile, None)
 
+    def _left_cordoned(self, mig: dict[str, NodeMig]) -> Repartition | None:
+        """A node an earlier operator process cordoned and did not uncordon (it stopped half way), if any."""
+        self.uncordoned &= {n for n, state in mig.items() if state.cordoned_for is not None}
+        name = next((n for n in sorted(mig) if mig[n].cordoned_for is not None and n not in self.uncordoned), None)
+        return Repartition(name, mig[name].cordoned_for or "") if name is not None else None
+
+    async def _finish_left(self, kube: NodePatcher, left: Repartition) -> None:
+        """Take up LEFT: wait for its config while the MIG manager applies it, else uncordon it."""
+        state = self.inventory.mig_nodes()[left.node]
+        if state.config == left.config and state.state not in (STATE_SUCCESS, STATE_FAILED):
+            self.in_flight, self.in_flight_from = left, None
+            return
+        await self._uncordon(kube, left.node)
+        log.info("uncordoned %s, left cordoned for MIG config %s", left.node, left.config)
+
     async def _relabel(self, kube: NodePatcher, plan: Repartition) -> None:
         """Set PLAN's config on its node, cordoned one pass ago, if still no pod holds one of its GPUs.
 
@@ -169,13 +187,18 @@ class MigPartitions:
         are counted as soon as they are handed an instance. If one is there, no repartition."""
         again = next((n for n in self.nodes() if n.name == plan.node), None)
         if again is None or not again.idle:
-            await kube.patch_node(plan.node, _uncordon())
+            await self._uncordon(kube, plan.node)
             log.info("%s is in use again: not repartitioned", plan.node)
             return
         # State pending in the same write: a `success` left from the last config is never read as this one's.
         await kube.patch_node(plan.node, {"metadata": {"labels": {CONFIG_LABEL: plan.config, STATE_LABEL: "pending"}}})
         log.info("set %s on %s", plan.config, plan.node)
         self.in_flight, self.in_flight_from = plan, again.config
+
+    async def _uncordon(self, kube: NodePatcher, node: str) -> None:
+        patch = {"spec": {"unschedulable": False}, "metadata": {"annotations": {CORDONED_ANNOTATION: None}}}
+        await kube.patch_node(node, patch)
+        self.uncordoned.add(node)
 
     async def run(self, kube: NodePatcher, interval_seconds: float = 2.0) -> None:
         while True:
@@ -184,10 +207,6 @@ class MigPartitions:
             except Exception:
                 log.exception("MIG repartition pass failed; trying again")
             await asyncio.sleep(interval_seconds)
-
-
-def _uncordon() -> dict[str, Any]:
-    return {"spec": {"unschedulable": False}, "metadata": {"annotations": {CORDONED_ANNOTATION: None}}}
 
 
 def _node_of(pod: dict[str, Any]) -> str:

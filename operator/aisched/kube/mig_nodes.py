@@ -12,11 +12,14 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final
 
+from aisched.kube import labels as our_labels
 from aisched.kube.quantities import whole_gpus
 from aisched.policy.sharing.mig_configs import CONFIG_LABEL, STATE_LABEL
 
 MIG_RESOURCE_PREFIX: Final = "nvidia.com/mig-"
 GPU_COUNT_LABEL: Final = "nvidia.com/gpu.count"  # GPU Feature Discovery: the board's GPUs, MIG or not
+CORDONED_ANNOTATION: Final = f"{our_labels.PREFIX}/mig-repartition"
+"""On a node the operator cordoned to repartition: the config it set. Only such a node is ever uncordoned by it."""
 _PROFILE = re.compile(r"^[1-7]g\.[0-9]{1,4}gb$")
 _CONFIG = re.compile(r"^[a-z0-9][a-z0-9.\-]{0,62}$")
 _MOST_INSTANCES = 7 * 64  # 7 per GPU, far more GPUs than any node has
@@ -28,9 +31,11 @@ class NodeMig:
     state: str | None
     gpus: int
     allocatable: tuple[tuple[str, int], ...]
+    cordoned_for: str | None = None
+    """The config the operator cordoned the node to apply (its annotation), so that a restarted one finishes it."""
 
 
-def read_node_mig(labels: dict[str, str], allocatable: dict[str, Any]) -> NodeMig | None:
+def read_node_mig(labels: dict[str, str], allocatable: dict[str, Any], annotations: dict[str, str]) -> NodeMig | None:
     """A node's MIG picture; None for a node neither labelled for the MIG manager nor advertising instances."""
     config = labels.get(CONFIG_LABEL)
     config = config if isinstance(config, str) and _CONFIG.match(config) else None
@@ -44,7 +49,14 @@ def read_node_mig(labels: dict[str, str], allocatable: dict[str, Any]) -> NodeMi
     count = labels.get(GPU_COUNT_LABEL, "")
     gpus = int(count) if count.isascii() and count.isdigit() and len(count) <= 3 else 0
     state = labels.get(STATE_LABEL)
-    return NodeMig(config, state if isinstance(state, str) else None, gpus, tuple(sorted(instances)))
+    cordoned_for = annotations.get(CORDONED_ANNOTATION)
+    return NodeMig(
+        config,
+        state if isinstance(state, str) else None,
+        gpus,
+        tuple(sorted(instances)),
+        cordoned_for if isinstance(cordoned_for, str) else None,
+    )
 
 
 def requested_profiles(spec: dict[str, Any]) -> tuple[str, ...]:

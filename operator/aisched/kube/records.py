@@ -154,7 +154,11 @@ def read_node(obj: dict[str, Any], keys: NodeLabelKeys, gpu_resource: str) -> No
         since,
         _text(metadata.get("resourceVersion")) or "",
         int(memory) if memory.isascii() and memory.isdigit() and len(memory) <= 9 else 0,
-        read_node_mig(_string_map(metadata.get("labels")), _mapping(status.get("allocatable"))),
+        read_node_mig(
+            _string_map(metadata.get("labels")),
+            _mapping(status.get("allocatable")),
+            _string_map(metadata.get("annotations")),
+        ),
     )
 
 

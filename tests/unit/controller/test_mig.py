@@ -7,9 +7,10 @@ from typing import Any
 import pytest
 
 from aisched.api.sharing import GpuShare
-from aisched.controller.mig import CORDONED_ANNOTATION, MigInstanceUnavailableError, MigPartitions
+from aisched.controller.mig import MigInstanceUnavailableError, MigPartitions
 from aisched.controller.sharing import GpuShares, ShareDoesNotFitError
 from aisched.kube.inventory import Inventory
+from aisched.kube.mig_nodes import CORDONED_ANNOTATION
 from aisched.policy.sharing.mig_configs import CONFIG_LABEL, STATE_LABEL
 from aisched.settings import Settings
 
@@ -116,3 +117,25 @@ async def test_a_node_in_use_by_the_time_it_would_be_relabelled_is_uncordoned_an
     await mig.step(kube)
     assert kube.sent[-1][1]["spec"] == {"unschedulable": False}
     assert not any(CONFIG_LABEL in patch.get("metadata", {}).get("labels", {}) for _, patch in kube.sent)
+
+
+@pytest.mark.asyncio
+async def test_a_restarted_operator_finishes_the_repartition_it_left_or_uncordons() -> None:
+    applying = _node("applying", "all-3g.40gb", "pending")
+    stopped_early = _node("stopped-early", "all-1g.10gb", mig={"1g.10gb": 14})
+    for node, config in ((applying, "all-3g.40gb"), (stopped_early, "all-2g.20gb")):
+        node["metadata"]["annotations"] = {CORDONED_ANNOTATION: config}
+        node["spec"] = {"unschedulable": True}
+    inventory = _inventory(applying, stopped_early)
+    mig, kube = MigPartitions(inventory), Patches()
+    await mig.step(kube)  # the MIG manager is still applying: wait for it
+    assert kube.sent == [] and mig.in_flight is not None and mig.in_flight.node == "applying"
+    done = _node("applying", "all-3g.40gb", mig={"3g.40gb": 4})
+    done["metadata"] |= {"resourceVersion": "2", "annotations": {CORDONED_ANNOTATION: "all-3g.40gb"}}
+    inventory.upsert_node(done)
+    await mig.step(kube)
+    await mig.step(kube)  # cordoned before its label was set: nothing is coming, so uncordoned
+    assert [(name, patch["spec"]) for name, patch in kube.sent] == [
+        ("applying", {"unschedulable": False}),
+        ("stopped-early", {"unschedulable": False}),
+    ]
