@@ -101,18 +101,23 @@ class MigPartitions:
                     gpu_holders=holders,
                     schedulable=node.schedulable and not node.interrupted,
                     capacity_type=str(node.capacity_type),
+                    product=node.gpu_product or "",
                 )
             )
         return found
 
-    def place(self, profile: str, pods: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        """PODS, each pinned to a node with a free PROFILE instance and asking for it; MigInstanceUnavailableError
-        (and PROFILE noted as waiting) when not all fit now."""
+    def place(self, profile: str, pods: Sequence[dict[str, Any]], gpu_type: str | None = None) -> list[dict[str, Any]]:
+        """PODS, each pinned to a node (of GPU_TYPE, if named) with a free PROFILE instance and asking for it;
+        MigInstanceUnavailableError (and PROFILE noted as waiting) when not all fit now."""
         if not pods:
             return []
         first = _node_of(pods[0])
         kind = self.inventory.nodes[first].capacity_type if first in self.inventory.nodes else None
-        nodes = [n for n in self.nodes() if kind is None or n.capacity_type == str(kind)]
+        nodes = [
+            n
+            for n in self.nodes()
+            if (kind is None or n.capacity_type == str(kind)) and (gpu_type is None or n.product == gpu_type)
+        ]
         chosen = place_instances(nodes, profile, len(pods), prefer=first)
         if chosen is None:
             free = sum(n.free(profile) for n in nodes)

@@ -100,7 +100,11 @@ class GpuShares:
         return [PodShare(result.placed[r.key][1], r.milli, r.memory_mib) for r in (by_name[_name_of(p)] for p in pods)]
 
     def shared_pods(
-        self, share: GpuShare | None, pods: Sequence[dict[str, Any]], owner: dict[str, Any]
+        self,
+        share: GpuShare | None,
+        pods: Sequence[dict[str, Any]],
+        owner: dict[str, Any],
+        gpu_type: str | None = None,
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """(claim templates to create first, PODS as they hold SHARE); PODS unchanged without one.
 
@@ -109,7 +113,7 @@ class GpuShares:
             return [], list(pods)
         if share.mig_profile is not None:
             try:
-                return [], self.mig.place(share.mig_profile, pods)
+                return [], self.mig.place(share.mig_profile, pods, gpu_type)
             except MigInstanceUnavailableError as none_free:
                 raise ShareDoesNotFitError(str(none_free)) from None
         pod_shares = self.assign(share, pods)

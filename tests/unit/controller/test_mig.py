@@ -139,3 +139,19 @@ async def test_a_restarted_operator_finishes_the_repartition_it_left_or_uncordon
         ("applying", {"unschedulable": False}),
         ("stopped-early", {"unschedulable": False}),
     ]
+
+
+def test_a_mig_pod_stays_on_its_gpu_type_and_capacity_type() -> None:
+    a100 = _node("a100", "all-1g.10gb", mig={"1g.10gb": 14})
+    a100["metadata"]["labels"]["nvidia.com/gpu.product"] = "NVIDIA-A100-SXM4-80GB"
+    spot = _node("spot", "all-1g.10gb", mig={"1g.10gb": 14})
+    spot["metadata"]["labels"]["karpenter.sh/capacity-type"] = "spot"
+    h100 = _node("h100", "all-1g.10gb", mig={"1g.10gb": 14})
+    mig = MigPartitions(_inventory(_node("on-demand"), a100, spot, h100))
+    placed = mig.place("1g.10gb", [_pod(f"w-{i}", "on-demand") for i in range(14)], gpu_type=H100)
+    assert {p["spec"]["nodeSelector"]["kubernetes.io/hostname"] for p in placed} == {"h100"}
+    with pytest.raises(MigInstanceUnavailableError):
+        mig.place("1g.10gb", [_pod("w-14", "on-demand")], gpu_type=H100)
+    assert (
+        mig.place("1g.10gb", [_pod("w-15", "on-demand")])[0]["spec"]["nodeSelector"]["kubernetes.io/hostname"] == "a100"
+    )

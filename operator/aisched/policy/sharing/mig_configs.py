@@ -116,6 +116,8 @@ class MigNode:
     """Pods holding any GPU of the node (whole, MIG or share): a repartition waits for none."""
     schedulable: bool = True
     capacity_type: str = ""
+    product: str = ""
+    """Its GPU product (nvidia.com/gpu.product): a job's gpuType names one."""
 
     def free(self, profile: str) -> int:
         if not self.applied or not self.schedulable:
