@@ -152,6 +152,7 @@ def test_a_mig_pod_stays_on_its_gpu_type_and_capacity_type() -> None:
     assert {p["spec"]["nodeSelector"]["kubernetes.io/hostname"] for p in placed} == {"h100"}
     with pytest.raises(MigInstanceUnavailableError):
         mig.place("1g.10gb", [_pod("w-14", "on-demand")], gpu_type=H100)
-    assert (
-        mig.place("1g.10gb", [_pod("w-15", "on-demand")])[0]["spec"]["nodeSelector"]["kubernetes.io/hostname"] == "a100"
-    )
+    others = mig.place("1g.10gb", [_pod(f"x-{i}", "on-demand") for i in range(14)])
+    assert {p["spec"]["nodeSelector"]["kubernetes.io/hostname"] for p in others} == {"a100"}
+    with pytest.raises(MigInstanceUnavailableError):  # the spot node's are not for an on-demand worker
+        mig.place("1g.10gb", [_pod("x-14", "on-demand")])
