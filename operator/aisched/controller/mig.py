@@ -43,6 +43,11 @@ log = logging.getLogger(__name__)
 HOSTNAME: Final = "kubernetes.io/hostname"
 
 
+WAITING_PASSES: Final = 30
+"""Passes (2 s each) after which an instance asked and not asked again no longer makes a repartition: the
+controllers ask again on each of their retries, so a job still waiting keeps its ask fresh."""
+
+
 class NodePatcher(Protocol):
     async def patch_node(self, name: str, patch: dict[str, Any]) -> None: ...
 
@@ -58,6 +63,10 @@ class MigPartitions:
     """Instances handed to pods the inventory has not seen yet, by pod: (node, profile)."""
     waiting: dict[str, int] = field(default_factory=dict)
     """Instances asked that no node had free, by profile, as of each profile's last refusal."""
+    waiting_since: dict[str, int] = field(default_factory=dict)
+    """The pass at which each waiting profile was last asked: an ask not repeated goes stale."""
+    passes: int = 0
+    stale_after_passes: int = WAITING_PASSES
     cordoned: Repartition | None = None
     """Cordoned on the last pass, to be relabelled on this one."""
     in_flight: Repartition | None = None
@@ -122,8 +131,10 @@ class MigPartitions:
         if chosen is None:
             free = sum(n.free(profile) for n in nodes)
             self.waiting[profile] = len(pods) - free
+            self.waiting_since[profile] = self.passes
             raise MigInstanceUnavailableError(f"{len(pods)} x {profile} asked, {free} free on nodes with MIG")
         self.waiting.pop(profile, None)
+        self.waiting_since.pop(profile, None)
         placed = []
         for built, node in zip(pods, chosen, strict=True):
             pod = copy.deepcopy(built)
@@ -138,6 +149,9 @@ class MigPartitions:
 
     async def step(self, kube: NodePatcher) -> None:
         """One pass: uncordon what is applied, then start the repartition the waiting instances need."""
+        self.passes += 1
+        for profile in [p for p, since in self.waiting_since.items() if self.passes - since > self.stale_after_passes]:
+            del self.waiting[profile], self.waiting_since[profile]  # nobody asks any more (the job went, or fits)
         mig = self.inventory.mig_nodes()
         if self.in_flight is not None:
             state = mig.get(self.in_flight.node)
@@ -169,6 +183,7 @@ class MigPartitions:
         log.info("cordoned %s to repartition it to %s for %d x %s waiting", plan.node, plan.config, missing, profile)
         self.cordoned = plan
         self.waiting.pop(profile, None)
+        self.waiting_since.pop(profile, None)
 
     def _left_cordoned(self, mig: dict[str, NodeMig]) -> Repartition | None:
         """A node an earlier operator process cordoned and did not uncordon (it stopped half way), if any."""

@@ -156,3 +156,18 @@ def test_a_mig_pod_stays_on_its_gpu_type_and_capacity_type() -> None:
     assert {p["spec"]["nodeSelector"]["kubernetes.io/hostname"] for p in others} == {"a100"}
     with pytest.raises(MigInstanceUnavailableError):  # the spot node's are not for an on-demand worker
         mig.place("1g.10gb", [_pod("x-14", "on-demand")])
+
+
+@pytest.mark.asyncio
+async def test_an_ask_not_repeated_goes_stale_and_repartitions_nothing() -> None:
+    inventory = _inventory(_node("idle", "all-1g.10gb", mig={"1g.10gb": 14}))
+    mig, kube = MigPartitions(inventory, stale_after_passes=2), Patches()
+    with pytest.raises(MigInstanceUnavailableError):
+        mig.place("3g.40gb", [_pod("w-0", "idle")])
+    mig.passes = 5  # asked 5 passes ago and not since: the job went, or fits elsewhere
+    await mig.step(kube)
+    assert kube.sent == [] and mig.waiting == {}
+    with pytest.raises(MigInstanceUnavailableError):
+        mig.place("3g.40gb", [_pod("w-0", "idle")])
+    await mig.step(kube)  # asked again: the idle node is cordoned for it
+    assert [name for name, _ in kube.sent] == ["idle"]
