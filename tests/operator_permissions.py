@@ -45,7 +45,7 @@ OPERATOR_PERMISSIONS: tuple[Permission, ...] = (
     _p("", "pods", "list watch create delete patch", "workers; the inventory counts every pod's GPUs"),
     _p("", "services", "create patch", "headless Services of gangs, Services of models"),
     _p("resource.k8s.io", "resourceclaimtemplates", "create", "a GPU share's claim, one per pod (gpuShare)"),
-    _p("", "nodes", "list watch", "GPU capacity, topology, spot labels, interruption taints"),
+    _p("", "nodes", "list watch patch", "GPU capacity, topology, spot labels; a MIG repartition's cordon and label"),
     _p("", "events", "create", "explain decisions in kubectl describe"),
     _p("apiextensions.k8s.io", "customresourcedefinitions", "list watch", "kopf notices CRD changes"),
     _p("coordination.k8s.io", "leases", "create", "first replica creates the leader Lease", own_namespace_only=True),
@@ -70,6 +70,7 @@ Need = tuple[str, str, str]  # group, resource, verb
 # not here fails tests/unit/kube/test_permissions.py, so a new call cannot go in without its grant.
 CLIENT_CALLS: dict[str, tuple[Need, ...]] = {
     "list_node": (("", "nodes", "list"),),
+    "patch_node": (("", "nodes", "patch"),),  # a MIG repartition: cordon, nvidia.com/mig.config, uncordon
     "list_pod_for_all_namespaces": (("", "pods", "list"),),
     # The relist: TrainingJobs and InferenceServices deleted while a watch was away.
     # And Karpenter's NodeClaims the operator made (provisioning).

@@ -286,6 +286,7 @@ def _kopf_registry(
         background.append(asyncio.create_task(serving.run(), name="inferenceservices"))
         background.append(asyncio.create_task(_relist_forever(), name="relist"))
         background.append(asyncio.create_task(kube.send_events(), name="events"))
+        background.append(asyncio.create_task(jobs.shares.mig.run(kube), name="mig-repartitions"))
 
     @kopf.on.cleanup(registry=registry)
     async def stop(**_: object) -> None:

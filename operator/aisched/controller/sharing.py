@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aisched.api.sharing import GpuShare
+from aisched.controller.mig import MigInstanceUnavailableError, MigPartitions
 from aisched.kube.claims import (
     PodShare,
     build_share_claim_template,
     device_index,
     share_memory_mib,
     share_milli,
-    with_mig_slice,
     with_share_claim,
 )
 from aisched.kube.inventory import Inventory
@@ -41,9 +41,15 @@ class GpuShares:
     inventory: Inventory
     assumed: dict[PodKey, tuple[str, PodShare]] = field(default_factory=dict)
     """Shares handed to pods the inventory has not seen yet, by pod: (node, share)."""
+    mig: MigPartitions = field(init=False)
+    """The MIG instances handed out and the repartitions under way."""
+
+    def __post_init__(self) -> None:
+        self.mig = MigPartitions(self.inventory)
 
     def forget(self, pods: Sequence[dict[str, Any]]) -> None:
         """PODS were not created after all: what they were handed is free again."""
+        self.mig.forget(pods)
         for pod in pods:
             self.assumed.pop((pod["metadata"]["namespace"], pod["metadata"]["name"]), None)
 
@@ -94,7 +100,11 @@ class GpuShares:
         return [PodShare(result.placed[r.key][1], r.milli, r.memory_mib) for r in (by_name[_name_of(p)] for p in pods)]
 
     def shared_pods(
-        self, share: GpuShare | None, pods: Sequence[dict[str, Any]], owner: dict[str, Any]
+        self,
+        share: GpuShare | None,
+        pods: Sequence[dict[str, Any]],
+        owner: dict[str, Any],
+        gpu_type: str | None = None,
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """(claim templates to create first, PODS as they hold SHARE); PODS unchanged without one.
 
@@ -102,7 +112,10 @@ class GpuShares:
         if share is None:
             return [], list(pods)
         if share.mig_profile is not None:
-            return [], [with_mig_slice(pod, share.mig_profile) for pod in pods]
+            try:
+                return [], self.mig.place(share.mig_profile, pods, gpu_type)
+            except MigInstanceUnavailableError as none_free:
+                raise ShareDoesNotFitError(str(none_free)) from None
         pod_shares = self.assign(share, pods)
         templates, shared = [], []
         for pod, pod_share in zip(pods, pod_shares, strict=True):

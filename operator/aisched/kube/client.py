@@ -274,6 +274,10 @@ class KubeClient:
             if error.status != 404:
                 raise
 
+    async def patch_node(self, name: str, patch: dict[str, Any]) -> None:
+        """Merge PATCH into Node NAME: a MIG repartition's cordon and its config label (controller/mig.py)."""
+        await self._send(self.core.patch_node, name, patch)
+
     async def release_scheduling_gates(self, namespace: str, name: str) -> None:
         # Removing every gate hands the pod to kube-scheduler.
         patch = [{"op": "replace", "path": "/spec/schedulingGates", "value": []}]

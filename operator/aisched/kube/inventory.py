@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from aisched.kube.mig_nodes import NodeMig
 from aisched.kube.records import NodeRecord, PodKey, PodRecord, read_node, read_pod
 from aisched.kube.versions import VersionLedger
 from aisched.policy.cluster import ClusterSnapshot, Node, NodeLabelKeys
@@ -59,6 +60,8 @@ class Inventory:
     _pod_versions: VersionLedger[PodKey] = field(default_factory=VersionLedger)
     _gpu_memory: dict[str, int] = field(default_factory=dict)
     """MiB of each of a node's GPUs (label nvidia.com/gpu.memory), for the shares of its GPUs."""
+    _mig: dict[str, NodeMig] = field(default_factory=dict)
+    """Nodes with MIG (a MIG manager's config label, or instances advertised): what they say of it."""
     _sharing: dict[str, dict[str, int]] = field(default_factory=dict)
     """Per node, per GPU device: how many pods hold a share of it (a GPU shared by any is used)."""
 
@@ -96,6 +99,10 @@ class Inventory:
             self._nodes_changed()
         self.nodes[name] = record.node
         self._gpu_memory[name] = record.gpu_memory_mib
+        if record.mig is None:
+            self._mig.pop(name, None)
+        else:
+            self._mig[name] = record.mig
         if record.ready:
             self._not_ready.pop(name, None)
         else:
@@ -109,6 +116,7 @@ class Inventory:
         self._node_versions.deleted(name, resource_version)
         self._not_ready.pop(name, None)
         self._gpu_memory.pop(name, None)
+        self._mig.pop(name, None)
         self._nodes_changed()
         return self.nodes.pop(name, None) is not None
 
@@ -277,6 +285,10 @@ class Inventory:
     def pods_on_node(self, node: str) -> list[PodRecord]:
         """Pods bound or pinned to NODE."""
         return [self.pods[key] for key in self._pods_by_node.get(node, ())]
+
+    def mig_nodes(self) -> dict[str, NodeMig]:
+        """Every node with MIG, by name (kube/mig_nodes.py)."""
+        return self._mig
 
     def gpu_memory_mib(self, node: str) -> int:
         return self._gpu_memory.get(node, 0)

@@ -25,6 +25,7 @@ from aisched.kube.claims import (
     mig_slices_milli,
     read_share,
 )
+from aisched.kube.mig_nodes import NodeMig, read_node_mig, requested_profiles
 from aisched.kube.quantities import whole_gpus
 from aisched.policy.cluster import Node, NodeLabelKeys, Taint, node_from_labels
 
@@ -63,6 +64,8 @@ class PodRecord:
     """Ours only: the part of one GPU the operator gave it through a DRA claim."""
     mig_milli: int = 0
     """GPU-equivalents (thousandths) of the MIG instances it asks of the device plugin."""
+    mig_profiles: tuple[str, ...] = ()
+    """The profile of each MIG instance it asks (one entry per instance), for the instances left on its node."""
     claims: int = 0
     """DRA claims it names that are not the operator's share: each counts as a whole GPU."""
     resource_version: str = field(default="", compare=False)
@@ -98,6 +101,8 @@ class NodeRecord:
     resource_version: str = field(default="", compare=False)
     gpu_memory_mib: int = 0
     """MiB of memory of each of its GPUs (GPU Feature Discovery's nvidia.com/gpu.memory); 0: unknown."""
+    mig: NodeMig | None = None
+    """Its MIG config label, state and advertised instances (kube/mig_nodes.py); None: no MIG there."""
 
 
 def slim_object(obj: dict[str, Any]) -> dict[str, Any]:
@@ -149,6 +154,11 @@ def read_node(obj: dict[str, Any], keys: NodeLabelKeys, gpu_resource: str) -> No
         since,
         _text(metadata.get("resourceVersion")) or "",
         int(memory) if memory.isascii() and memory.isdigit() and len(memory) <= 9 else 0,
+        read_node_mig(
+            _string_map(metadata.get("labels")),
+            _mapping(status.get("allocatable")),
+            _string_map(metadata.get("annotations")),
+        ),
     )
 
 
@@ -174,6 +184,7 @@ def read_pod(obj: dict[str, Any], gpu_resource: str) -> PodRecord:
         pinned_node=_pinned_node(spec, ours),
         share=_share(metadata, ours),
         mig_milli=_requested_mig_milli(spec),
+        mig_profiles=requested_profiles(spec),
         claims=_other_claims(spec, ours),
         unschedulable_since=_timestamp(scheduled.get("lastTransitionTime")) if unschedulable else None,
         unschedulable_message=_text(scheduled.get("message")) if unschedulable and ours else None,

@@ -68,10 +68,10 @@ def test_memory_decides_as_much_as_compute_and_a_share_that_fits_nowhere_is_refu
         shares.shared_pods(GpuShare(compute_percent=60), [_pod("b", "n2")], OWNER)
 
 
-def test_a_mig_profile_asks_the_device_plugin_and_no_share_leaves_pods_alone() -> None:
-    shares = _shares()
-    claims, pods = shares.shared_pods(GpuShare(mig_profile="1g.10gb"), [_pod("m", "n1")], OWNER)
-    assert claims == [] and pods[0]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/mig-1g.10gb": "1"}
+def test_a_mig_profile_no_node_advertises_waits_and_no_share_leaves_pods_alone() -> None:
+    shares = _shares()  # MIG placement itself: tests/unit/controller/test_mig.py
+    with pytest.raises(ShareDoesNotFitError, match="0 free on nodes with MIG"):
+        shares.shared_pods(GpuShare(mig_profile="1g.10gb"), [_pod("m", "n1")], OWNER)
     plain = [_pod("p", "n1", gpus=1)]
     assert shares.shared_pods(None, plain, OWNER) == ([], plain)
 

@@ -146,7 +146,9 @@ class ReplicaPlacement:
         ]
         if self.shares is not None and service.spec.gpu_share is not None:
             try:
-                claims, pods = self.shares.shared_pods(service.spec.gpu_share, pods, owner_reference(service))
+                claims, pods = self.shares.shared_pods(
+                    service.spec.gpu_share, pods, owner_reference(service), service.spec.gpu_type
+                )
             except ShareDoesNotFitError as full:
                 self.kube.post_event(obj, "Warning", "ShareDoesNotFit", str(full))
                 self.waiting_for_capacity.add(key)

@@ -205,6 +205,7 @@ class JobReconciler(WorkerReleases):
                 job.spec.gpu_share,
                 [pod for pod in to_create if pod["metadata"]["name"] not in existing],
                 owner_reference(job),
+                job.spec.gpu_type,
             )
             try:
                 await asyncio.gather(*(self.kube.create(claim) for claim in claims))

@@ -1,0 +1,233 @@
+"""MIG instances for pods with `gpuShare.migProfile`: the node of each, and the repartitions that make room.
+
+Placement: each pod goes to a node whose device plugin advertises a free `nvidia.com/mig-<profile>`
+("mixed" strategy), as `policy.sharing.mig_configs.place_instances` packs them, and asks one. The
+scheduler charged and placed the worker as one GPU; this part moves its pin to a node with the
+instance (same capacity type), as `GpuShares` chooses the GPU of a fraction.
+
+Repartition: a profile no node has free is noted as waiting; `run` (a background loop) picks an
+idle node whose MIG manager may give it (`plan_repartition`), cordons it (marked with an
+annotation of ours, so that we only ever uncordon what we cordoned), checks again that no pod holds
+one of its GPUs, and sets `nvidia.com/mig.config`. Once the MIG manager reports the config applied
+(`nvidia.com/mig.config.state=success`) it uncordons the node; the waiting pods are placed on the
+controllers' next pass. One repartition is in flight at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from aisched.kube.claims import with_mig_slice
+from aisched.kube.inventory import Inventory
+from aisched.kube.mig_nodes import CORDONED_ANNOTATION, NodeMig
+from aisched.kube.records import PodKey
+from aisched.policy.sharing.mig_configs import (
+    CONFIG_LABEL,
+    STATE_FAILED,
+    STATE_LABEL,
+    STATE_SUCCESS,
+    MigNode,
+    Repartition,
+    model_of,
+    place_instances,
+    plan_repartition,
+)
+
+log = logging.getLogger(__name__)
+
+HOSTNAME: Final = "kubernetes.io/hostname"
+
+
+WAITING_PASSES: Final = 30
+"""Passes (2 s each) after which an instance asked and not asked again no longer makes a repartition: the
+controllers ask again on each of their retries, so a job still waiting keeps its ask fresh."""
+
+
+class NodePatcher(Protocol):
+    async def patch_node(self, name: str, patch: dict[str, Any]) -> None: ...
+
+
+class MigInstanceUnavailableError(Exception):
+    """No node has a free instance of the profile now; a repartition may be under way."""
+
+
+@dataclass
+class MigPartitions:
+    inventory: Inventory
+    assumed: dict[PodKey, tuple[str, str]] = field(default_factory=dict)
+    """Instances handed to pods the inventory has not seen yet, by pod: (node, profile)."""
+    waiting: dict[str, int] = field(default_factory=dict)
+    """Instances asked that no node had free, by profile, as of each profile's last refusal."""
+    waiting_since: dict[str, int] = field(default_factory=dict)
+    """The pass at which each waiting profile was last asked: an ask not repeated goes stale."""
+    passes: int = 0
+    stale_after_passes: int = WAITING_PASSES
+    cordoned: Repartition | None = None
+    """Cordoned on the last pass, to be relabelled on this one."""
+    in_flight: Repartition | None = None
+    """Relabelled, until its MIG manager reports the config applied (or failed)."""
+    in_flight_from: str | None = None
+    """The config the node in flight had before."""
+    uncordoned: set[str] = field(default_factory=set)
+    """Nodes uncordoned whose watch event has not come yet (they still show our annotation)."""
+
+    def nodes(self) -> list[MigNode]:
+        """Every node with MIG as placement and repartition see it, counting what was handed out."""
+        for key in [k for k in self.assumed if k in self.inventory.pods]:
+            del self.assumed[key]  # the watch has shown it: its pod record counts it now
+        found = []
+        for name, mig in self.inventory.mig_nodes().items():
+            node = self.inventory.nodes.get(name)
+            model = model_of(node.gpu_product if node else None)
+            if node is None or model is None:
+                continue
+            used: dict[str, int] = {}
+            holders = 0
+            for pod in self.inventory.pods_on_node(name):
+                if not pod.holds_gpus:
+                    continue
+                holders += int(pod.gpus + pod.claims + len(pod.mig_profiles) > 0 or pod.share is not None)
+                for profile in pod.mig_profiles:
+                    used[profile] = used.get(profile, 0) + 1
+            for on, profile in self.assumed.values():
+                if on == name:
+                    used[profile] = used.get(profile, 0) + 1
+                    holders += 1
+            found.append(
+                MigNode(
+                    name=name,
+                    model=model,
+                    gpus=mig.gpus,
+                    config=mig.config,
+                    applied=mig.state == STATE_SUCCESS or mig.config is None,
+                    allocatable=dict(mig.allocatable),
+                    used=used,
+                    gpu_holders=holders,
+                    schedulable=node.schedulable and not node.interrupted,
+                    capacity_type=str(node.capacity_type),
+                    product=node.gpu_product or "",
+                )
+            )
+        return found
+
+    def place(self, profile: str, pods: Sequence[dict[str, Any]], gpu_type: str | None = None) -> list[dict[str, Any]]:
+        """PODS, each pinned to a node (of GPU_TYPE, if named) with a free PROFILE instance and asking for it;
+        MigInstanceUnavailableError (and PROFILE noted as waiting) when not all fit now."""
+        if not pods:
+            return []
+        first = _node_of(pods[0])
+        kind = self.inventory.nodes[first].capacity_type if first in self.inventory.nodes else None
+        nodes = [
+            n
+            for n in self.nodes()
+            if (kind is None or n.capacity_type == str(kind)) and (gpu_type is None or n.product == gpu_type)
+        ]
+        chosen = place_instances(nodes, profile, len(pods), prefer=first)
+        if chosen is None:
+            free = sum(n.free(profile) for n in nodes)
+            self.waiting[profile] = len(pods) - free
+            self.waiting_since[profile] = self.passes
+            raise MigInstanceUnavailableError(f"{len(pods)} x {profile} asked, {free} free on nodes with MIG")
+        self.waiting.pop(profile, None)
+        self.waiting_since.pop(profile, None)
+        placed = []
+        for built, node in zip(pods, chosen, strict=True):
+            pod = copy.deepcopy(built)
+            pod["spec"]["nodeSelector"][HOSTNAME] = node
+            placed.append(with_mig_slice(pod, profile))
+            self.assumed[(pod["metadata"]["namespace"], pod["metadata"]["name"])] = (node, profile)
+        return placed
+
+    def forget(self, pods: Sequence[dict[str, Any]]) -> None:
+        for pod in pods:
+            self.assumed.pop((pod["metadata"]["namespace"], pod["metadata"]["name"]), None)
+
+    async def step(self, kube: NodePatcher) -> None:
+        """One pass: uncordon what is applied, then start the repartition the waiting instances need."""
+        self.passes += 1
+        for profile in [p for p, since in self.waiting_since.items() if self.passes - since > self.stale_after_passes]:
+            del self.waiting[profile], self.waiting_since[profile]  # nobody asks any more (the job went, or fits)
+        mig = self.inventory.mig_nodes()
+        if self.in_flight is not None:
+            state = mig.get(self.in_flight.node)
+            if state is None or state.config not in (self.in_flight.config, self.in_flight_from):
+                self.in_flight = None  # the node went, or someone else relabelled it: not ours to finish
+            elif state.config == self.in_flight_from:
+                return  # the watch has not shown our label yet
+            elif state.state in (STATE_SUCCESS, STATE_FAILED):
+                await self._uncordon(kube, self.in_flight.node)
+                log.info("MIG config %s on %s: %s; uncordoned", self.in_flight.config, self.in_flight.node, state.state)
+                self.in_flight = None
+            else:
+                return
+        if self.cordoned is None and self.in_flight is None and (left := self._left_cordoned(mig)) is not None:
+            await self._finish_left(kube, left)
+            return
+        if self.cordoned is not None:
+            await self._relabel(kube, self.cordoned)
+            self.cordoned = None
+            return
+        if not self.waiting:
+            return
+        profile, missing = max(self.waiting.items(), key=lambda item: item[1])
+        plan = plan_repartition(self.nodes(), profile, missing, self.waiting)
+        if plan is None:
+            return
+        cordon = {"spec": {"unschedulable": True}, "metadata": {"annotations": {CORDONED_ANNOTATION: plan.config}}}
+        await kube.patch_node(plan.node, cordon)
+        log.info("cordoned %s to repartition it to %s for %d x %s waiting", plan.node, plan.config, missing, profile)
+        self.cordoned = plan
+        self.waiting.pop(profile, None)
+        self.waiting_since.pop(profile, None)
+
+    def _left_cordoned(self, mig: dict[str, NodeMig]) -> Repartition | None:
+        """A node an earlier operator process cordoned and did not uncordon (it stopped half way), if any."""
+        self.uncordoned &= {n for n, state in mig.items() if state.cordoned_for is not None}
+        name = next((n for n in sorted(mig) if mig[n].cordoned_for is not None and n not in self.uncordoned), None)
+        return Repartition(name, mig[name].cordoned_for or "") if name is not None else None
+
+    async def _finish_left(self, kube: NodePatcher, left: Repartition) -> None:
+        """Take up LEFT: wait for its config while the MIG manager applies it, else uncordon it."""
+        state = self.inventory.mig_nodes()[left.node]
+        if state.config == left.config and state.state not in (STATE_SUCCESS, STATE_FAILED):
+            self.in_flight, self.in_flight_from = left, None
+            return
+        await self._uncordon(kube, left.node)
+        log.info("uncordoned %s, left cordoned for MIG config %s", left.node, left.config)
+
+    async def _relabel(self, kube: NodePatcher, plan: Repartition) -> None:
+        """Set PLAN's config on its node, cordoned one pass ago, if still no pod holds one of its GPUs.
+
+        A pass later, the watch has shown any pod kube-scheduler bound before the cordon; our own
+        are counted as soon as they are handed an instance. If one is there, no repartition."""
+        again = next((n for n in self.nodes() if n.name == plan.node), None)
+        if again is None or not again.idle:
+            await self._uncordon(kube, plan.node)
+            log.info("%s is in use again: not repartitioned", plan.node)
+            return
+        # State pending in the same write: a `success` left from the last config is never read as this one's.
+        await kube.patch_node(plan.node, {"metadata": {"labels": {CONFIG_LABEL: plan.config, STATE_LABEL: "pending"}}})
+        log.info("set %s on %s", plan.config, plan.node)
+        self.in_flight, self.in_flight_from = plan, again.config
+
+    async def _uncordon(self, kube: NodePatcher, node: str) -> None:
+        patch = {"spec": {"unschedulable": False}, "metadata": {"annotations": {CORDONED_ANNOTATION: None}}}
+        await kube.patch_node(node, patch)
+        self.uncordoned.add(node)
+
+    async def run(self, kube: NodePatcher, interval_seconds: float = 2.0) -> None:
+        while True:
+            try:
+                await self.step(kube)
+            except Exception:
+                log.exception("MIG repartition pass failed; trying again")
+            await asyncio.sleep(interval_seconds)
+
+
+def _node_of(pod: dict[str, Any]) -> str:
+    return str(pod["spec"]["nodeSelector"][HOSTNAME])
