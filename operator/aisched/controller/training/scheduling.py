@@ -90,7 +90,8 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         held.update(node for a in result.admitted for node in a.placement.nodes)
         held.update(node for r in result.resized for node in r.placement.nodes)
         try:
-            await self.provisioner.after_cycle(result, requests, held, now)
+            rates = {pool: self.pools.spot_rate_per_second(*pool) for pool in self.provisioner.spot_offerings()}
+            await self.provisioner.after_cycle(result, requests, held, now, rates)
         except Exception:
             log.exception("asking for nodes failed; the next cycle tries again")
 
