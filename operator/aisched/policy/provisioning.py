@@ -93,6 +93,8 @@ class ProvisioningPlan:
     """Names of claims no waiting gang needs and nothing holds."""
     kept: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """Gang -> the claims it keeps (for the log and the tests)."""
+    zones: Mapping[str, str] = field(default_factory=dict)
+    """Gang -> the zone of the nodes planned for it (asked for, or coming with room for it)."""
 
 
 def offerings_from_instance_types(
@@ -192,6 +194,7 @@ def plan_provisioning(
     headroom = outlook.headroom_gpus
     create: list[NodeRequest] = []
     kept: dict[str, tuple[str, ...]] = {}
+    zones: dict[str, str] = {}
     for waiting_job in _wanting(result, by_key, now + boot, topology):
         if waiting_job.queue not in room:
             continue  # a queue the cycle did not know
@@ -216,6 +219,7 @@ def plan_provisioning(
         if left is not None:
             room[job.queue] = left - job.replicas * job.gpus_per_replica
         kept[job.key] = tuple(sorted({c.claim for c in used if c.claim is not None}))
+        zones[job.key] = used[0].zone if used else offering.zone
         if missing > 0:
             create.append(NodeRequest(job.key, offering, missing))
             new = [_new(job.key, offering) for _ in range(missing)]
@@ -223,7 +227,7 @@ def plan_provisioning(
             coming += new  # their spare GPUs may take later gangs of this plan
     keep_names = {name for names in kept.values() for name in names}
     withdraw = tuple(sorted(c.name for c in claims if not (c.held or c.registered or c.name in keep_names)))
-    return ProvisioningPlan(tuple(create), withdraw, kept)
+    return ProvisioningPlan(tuple(create), withdraw, kept, zones)
 
 
 def _wanting(

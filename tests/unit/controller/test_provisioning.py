@@ -163,6 +163,9 @@ async def test_spot_nodes_go_to_the_zone_least_likely_to_take_them_back(kube: Ku
     await cycle(controller)
     zones = {r["values"][0] for c in created(kube) for r in c["spec"]["requirements"] if r["key"].endswith("/zone")}
     assert zones == {"us-east-1b"}
+    # The queue depth says where the nodes are coming, for an autoscaler of one's own.
+    labels = {"gpu_type": H100, "zone": "us-east-1b", "capacity_type": "Spot"}
+    assert controller.metrics.registry.get_sample_value("aisched_pending_gpus", labels) == 32
     kube.assert_only_expected_calls()
 
 

@@ -129,7 +129,7 @@ def test_a_gang_gets_all_its_nodes_at_once_in_one_zone_on_spot_at_the_cheapest_p
         CapacityType.SPOT,
         "us-east-1a",
     )
-    assert plan.withdraw == ()
+    assert plan.withdraw == () and plan.zones == {"team/a": "us-east-1a"}
 
 
 def test_on_demand_when_the_spot_decision_said_so() -> None:
@@ -322,6 +322,7 @@ def test_small_gangs_share_the_room_of_nodes_already_coming() -> None:
     again = planned(result(*(waits(j.key) for j in small)), small, catalog(), coming)
     assert again.create == () and again.withdraw == ()
     assert again.kept["ns/s1"] in (("c0",), ("c2",))
+    assert again.zones == {"ns/s0": "us-east-1a", "ns/s1": "us-east-1a", "ns/s2": "us-east-1a"}
     # A gang does not split between coming nodes of one zone and new ones of another.
     big = job("ns/big", replicas=2, gpus=8)
     split = planned(result(waits("ns/big")), [big], catalog(), [claim("c0", gang="ns/s0", zone="us-east-1b")])
