@@ -7,12 +7,13 @@ aisched.controller.provisioning), with the same policy functions:
 
 - before the cycle, each pending gang's capacity type comes from `aisched.policy.spot.choose_capacity`
   (spot first; on-demand when the deadline needs it; waiting while no zone has spot and the slack
-  allows), "spot available" being what the market offers now. Nodes are asked for on that
-  capacity type only, and none for a gang waiting for spot. One difference from the operator: a
-  gang given spot, or waiting for it, may still be placed on whatever Ready node has room, on-demand
-  included (the operator keeps it to spot nodes): a node already paid for is used, not left idle
-  while more spot boots. Held to spot alone, Pollux's average JCT was 1.116x the static peak fleet's
-  (1.091x with only the waiting gangs held out), against 1.075x so.
+  allows), "spot available" being what the market offers now, the next decision being at most a
+  market sample away. Nodes are asked for on that capacity type only; none for a gang waiting for
+  spot, which may run on spot nodes only (in an outage everywhere there are none: it waits, as in
+  the operator, which leaves it out of the cycle). One difference from the operator: a gang given
+  spot may still be placed on a Ready on-demand node with room (the operator keeps it to spot
+  nodes): a node already paid for is used rather than left idle while spot boots. Held to spot
+  alone, Pollux's average JCT was 1.107x the static peak fleet's, against 1.091x so.
 - after it, `aisched.policy.provisioning.plan_provisioning` decides which nodes to ask for and
   which booting ones to withdraw, from the cycle's result, the fleet's nodes as NodeClaims (each
   remembers the gang it was asked for), the offerings the market has now (a zone without spot
@@ -39,7 +40,7 @@ from aisched.policy.topology import LOCAL_TOPOLOGY
 from aisched.sim.fleet.catalog import Offering
 from aisched.sim.fleet.fleet import HOUR, Fleet, SpotMarket
 from aisched.sim.fleet.replay import Loop
-from aisched.sim.jobs import ANY_CAPACITY, SimJob, at
+from aisched.sim.jobs import SimJob, at
 from aisched.sim.policies import AischedPolicy, _attained_after_run
 from aisched.sim.speed import SpeedModel
 
@@ -183,12 +184,15 @@ class GangProvisioner:
                 now=at(now),
                 deadline=at(deadline) if deadline is not None else None,
                 spot_available=spot,
+                # The next decision may be as late as the market's next sample (the wake-up of a gang
+                # waiting for spot), as the operator's may be a resync away.
+                decision_period_s=loop.fleet.market.next_sample(now) - now,
                 previous=self.decisions.get(key),
             )
             self.decisions[key] = decision
             if decision.choice == CapacityChoice.WAIT:
                 self.waiting_for_spot.add(key)
-                loop.policy.pending[key] = replace(request, capacity_types=ANY_CAPACITY)
+                loop.policy.pending[key] = replace(request, capacity_types=(CapacityType.SPOT,))
                 continue
             # Spot first (the first type is what nodes are asked for on), then any Ready node.
             types = SPOT_FIRST if decision.choice == CapacityChoice.SPOT else (CapacityType.ON_DEMAND,)
