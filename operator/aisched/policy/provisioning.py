@@ -10,6 +10,15 @@ recomputed every cycle from what is asked for now, so a request never outlives i
 asked for a gang that no longer waits are withdrawn while they boot; once up and empty, they are
 the node autoscaler's to consolidate.
 
+A gang first takes room on nodes already coming (asked for it, or for other gangs and not all
+theirs), whole in one zone; new nodes are asked for only for what is left, and their spare GPUs
+take later gangs of the same plan, so small gangs share a node. Among spot offerings, the zone
+is the one of least expected cost: price x nodes, times what interruptions there are expected to
+waste (`FleetOutlook`, `policy.spot.interruption_cost_factor`), not the price alone. A
+`FleetOutlook.headroom_gpus` (the node pools' limits less what they have) is never exceeded, and
+never by part of a gang. The simulator's fleet (aisched.sim.fleet.gangs) plans with this function
+too.
+
 Pure: the offerings, the requests already made and the time are parameters.
 """
 
