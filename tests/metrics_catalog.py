@@ -49,7 +49,9 @@ def exercise(metrics: Metrics) -> None:
             GpuPoolUsage("NVIDIA-H100-80GB-HBM3", "Spot", 32, 8, 24, 0),
         ]
     )
-    metrics.capacity.record_pending_demand({("NVIDIA-H100-80GB-HBM3", "Spot"): 32, ("any", "OnDemand"): 8})
+    metrics.capacity.record_pending_demand(
+        {("NVIDIA-H100-80GB-HBM3", "us-east-1a", "Spot"): 32, ("any", "any", "OnDemand"): 8}
+    )
     metrics.interruptions.record_interruption("Spot", "NodeTaint", lost_seconds=600, gpus=16)
     metrics.interruptions.record_checkpoint("Interruption")
     metrics.interruptions.record_gang_restart("Interruption")

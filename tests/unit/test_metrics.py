@@ -115,6 +115,18 @@ def test_gpu_inventory_is_replaced_not_accumulated(metrics: Metrics) -> None:
     assert value(metrics, "aisched_gpus_fragmented", gpu_type="H100", capacity_type="OnDemand") == 2
 
 
+def test_pending_demand_is_by_gpu_type_zone_and_capacity_type_and_replaced(metrics: Metrics) -> None:
+    metrics.capacity.record_pending_demand({("H100", "us-east-1a", "Spot"): 32, ("any", "any", "OnDemand"): 8})
+    assert value(metrics, "aisched_pending_gpus", gpu_type="H100", zone="us-east-1a", capacity_type="Spot") == 32
+    assert value(metrics, "aisched_pending_gpus", gpu_type="any", zone="any", capacity_type="OnDemand") == 8
+    metrics.capacity.record_pending_demand({("H100", "us-east-1b", "Spot"): 16})
+    # The gang now planned in another zone: the old series goes, not left at its last value.
+    assert value(metrics, "aisched_pending_gpus", gpu_type="H100", zone="us-east-1a", capacity_type="Spot") is None
+    assert value(metrics, "aisched_pending_gpus", gpu_type="H100", zone="us-east-1b", capacity_type="Spot") == 16
+    with pytest.raises(ValueError, match="is not one of"):
+        metrics.capacity.record_pending_demand({("H100", "us-east-1b", "spot"): 16})
+
+
 def test_grid_intensity_is_exported_in_grams_per_joule(metrics: Metrics) -> None:
     metrics.carbon.record_grid_intensity("GB", 360)
     assert value(metrics, "aisched_grid_carbon_intensity_grams_per_joule", region="GB") == pytest.approx(1e-4)

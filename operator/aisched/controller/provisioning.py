@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -32,6 +32,7 @@ from aisched.policy.provisioning import (
     CAPACITY_TYPE_LABEL,
     ZONE_LABEL,
     Claim,
+    FleetOutlook,
     NodeRequest,
     Offering,
     ProvisioningPlan,
@@ -78,13 +79,28 @@ class NodeProvisioner:
         "spot available" when the fleet can grow."""
         return offers(self.offerings, capacity_type, gpu_type)
 
+    def spot_offerings(self) -> set[tuple[str | None, str]]:
+        """(GPU product, zone) of every spot offering: the pools whose interruption rates the plan weighs."""
+        return {(o.gpu_product, o.zone) for o in self.offerings if o.capacity_type == CapacityType.SPOT}
+
     async def after_cycle(
-        self, result: ScheduleResult, jobs: Iterable[JobRequest], held: set[str], now: datetime
+        self,
+        result: ScheduleResult,
+        jobs: Iterable[JobRequest],
+        held: set[str],
+        now: datetime,
+        spot_interruptions: Mapping[tuple[str | None, str], float] | None = None,
     ) -> ProvisioningPlan:
-        """Ask for and withdraw nodes after a scheduling cycle; HELD: nodes some gang's placement names."""
+        """Ask for and withdraw nodes after a scheduling cycle; HELD: nodes some gang's placement names;
+        SPOT_INTERRUPTIONS: per node-second, by (GPU product, zone) (`kube.pools`)."""
         objects = await self.kube.list_cluster_objects(GROUP, VERSION, PLURAL, FOR_LABEL)
         claims = [c for c in (self._claim(obj, held) for obj in objects) if c is not None]
-        plan = plan_provisioning(result, jobs, self.offerings, claims, now=now, boot=self.boot, topology=self.topology)
+        # An interruption costs a gang new nodes and its restart (its save on notice keeps its work).
+        loss = self.boot + timedelta(seconds=self.settings.restart_overhead_seconds)
+        outlook = FleetOutlook(spot_interruptions=dict(spot_interruptions or {}), interruption_loss=loss)
+        plan = plan_provisioning(
+            result, jobs, self.offerings, claims, now=now, boot=self.boot, topology=self.topology, outlook=outlook
+        )
         for request in plan.create:
             log.info(
                 "%s: asking for %d %s node(s) on %s in %s",

@@ -54,6 +54,13 @@ class PoolTracker:
                 half_life_s=HALF_LIFE_SECONDS,
             )
 
+    def spot_rate_per_second(self, gpu_type: str | None, zone: str) -> float:
+        """Expected interruptions per second of one spot node of this GPU type in this zone (the
+        prior where none has run there yet): what a new node there would face."""
+        return interruption_rate(
+            self.histories.get(CapacityPool(gpu_type or "unknown", zone, CapacityType.SPOT)), self.prior
+        )
+
     def rate_per_second(self, node: Node) -> float:
         """Expected interruptions per second of one node of this node's pool."""
         if node.capacity_type != CapacityType.SPOT:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Gauge
 
 from aisched.metrics.labels import CAPACITY_TYPES, PREFIX, check, one_of
-from aisched.policy.scheduler.demand import ANY_GPU_TYPE
+from aisched.policy.scheduler.demand import ANY_GPU_TYPE, ANY_ZONE
 
 
 @dataclass(frozen=True)
@@ -52,10 +52,12 @@ class CapacityMetrics:
         self.pending_gpus = Gauge(
             f"{PREFIX}_pending_gpus",
             "GPUs asked for by gangs the last scheduling cycle left waiting, by gpu_type (a product the "
-            f"cluster has, or {ANY_GPU_TYPE} when the job names none or one no node has) and capacity_type "
+            f"cluster has, or {ANY_GPU_TYPE} when the job names none or one no node has), zone (the zone "
+            f"of the nodes planned for the gang, a node's or an offering's, or {ANY_ZONE} when none are "
+            "planned) and capacity_type "
             f"(the first the job would take: {one_of(CAPACITY_TYPES)}): the queue depth a node autoscaler "
             "(cluster-autoscaler, KEDA) can scale on.",
-            pool,
+            ["gpu_type", "zone", "capacity_type"],
             registry=r,
         )
 
@@ -77,8 +79,9 @@ class CapacityMetrics:
             self.gpus_free.labels(*labels).set(pool.free)
             self.gpus_fragmented.labels(*labels).set(pool.fragmented)
 
-    def record_pending_demand(self, demand: Mapping[tuple[str, str], int]) -> None:
-        """Replace the waiting GPU demand: (gpu_type, capacity_type) -> GPUs."""
+    def record_pending_demand(self, demand: Mapping[tuple[str, str, str], int]) -> None:
+        """Replace the waiting GPU demand: (gpu_type, zone, capacity_type) -> GPUs."""
         self.pending_gpus.clear()
-        for (gpu_type, capacity_type), gpus in demand.items():
-            self.pending_gpus.labels(gpu_type, check("capacity_type", capacity_type, CAPACITY_TYPES)).set(gpus)
+        for (gpu_type, zone, capacity_type), gpus in demand.items():
+            capacity = check("capacity_type", capacity_type, CAPACITY_TYPES)
+            self.pending_gpus.labels(gpu_type, zone, capacity).set(gpus)

@@ -10,13 +10,22 @@ recomputed every cycle from what is asked for now, so a request never outlives i
 asked for a gang that no longer waits are withdrawn while they boot; once up and empty, they are
 the node autoscaler's to consolidate.
 
+A gang first takes room on nodes already coming (asked for it, or for other gangs and not all
+theirs), whole in one zone; new nodes are asked for only for what is left, and their spare GPUs
+take later gangs of the same plan, so small gangs share a node. Among spot offerings, the zone
+is the one of least expected cost: price x nodes, times what interruptions there are expected to
+waste (`FleetOutlook`, `policy.spot.interruption_cost_factor`), not the price alone. A
+`FleetOutlook.headroom_gpus` (the node pools' limits less what they have) is never exceeded, and
+never by part of a gang. The simulator's fleet (aisched.sim.fleet.gangs) plans with this function
+too.
+
 Pure: the offerings, the requests already made and the time are parameters.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,6 +34,7 @@ from aisched.api.common import CapacityType
 from aisched.policy.placement import INSUFFICIENT_GPUS, NO_MATCHING_NODES, REPLICA_TOO_LARGE, TOPOLOGY_TOO_SMALL
 from aisched.policy.scheduler.jobs import JobRequest
 from aisched.policy.scheduler.results import ScheduleResult
+from aisched.policy.spot import interruption_cost_factor
 from aisched.policy.topology import Level, Topology
 
 # Why a gang may wait that new nodes would cure. Not: its quota (QuotaExceeded), a queue that does
@@ -92,6 +102,8 @@ class ProvisioningPlan:
     """Names of claims no waiting gang needs and nothing holds."""
     kept: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """Gang -> the claims it keeps (for the log and the tests)."""
+    zones: Mapping[str, str] = field(default_factory=dict)
+    """Gang -> the zone of the nodes planned for it (asked for, or coming with room for it)."""
 
 
 def offerings_from_instance_types(
@@ -124,6 +136,50 @@ def offers(offerings: Iterable[Offering], capacity_type: CapacityType, gpu_type:
     return any(o.capacity_type == capacity_type and gpu_type in (None, o.gpu_product) for o in offerings)
 
 
+@dataclass(slots=True)
+class _Coming:
+    """A node on its way (a claim made earlier, or one this plan asks for) and the GPUs left on it."""
+
+    claim: str | None
+    """The claim's name; None for a node this plan asks for."""
+    gang: str
+    instance_type: str
+    zone: str
+    capacity_type: CapacityType
+    gpu_product: str | None
+    room: int
+
+    def suits(self, job: JobRequest, capacity: CapacityType) -> bool:
+        return (
+            self.capacity_type == capacity
+            and job.gpu_type in (None, self.gpu_product)
+            and self.room >= job.gpus_per_replica
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class FleetOutlook:
+    """What the fleet can still grow by, and how likely its spot nodes are to be taken away."""
+
+    headroom_gpus: int | None = None
+    """GPUs of new nodes the node pools' limits still allow. None: no limit of ours (Karpenter's
+    NodePool limits still apply to what it launches)."""
+    spot_interruptions: Mapping[tuple[str | None, str], float] = field(default_factory=dict)
+    """Interruptions per node-second expected of spot nodes by (GPU product, zone), as
+    `policy.interruptions` estimates them; a pool not named: none known."""
+    interruption_loss: timedelta | None = None
+    """What one interruption costs a gang (new nodes, the restart, unsaved work); None: the boot time."""
+
+    def expected_cost(self, offering: Offering, nodes: int, boot: timedelta) -> float:
+        """Price of NODES of OFFERING per hour of the gang's work, interruptions included."""
+        if offering.capacity_type != CapacityType.SPOT:
+            return offering.price * nodes
+        rate = self.spot_interruptions.get((offering.gpu_product, offering.zone), 0.0)
+        loss = (self.interruption_loss if self.interruption_loss is not None else boot).total_seconds()
+        # A gang stops when any of its nodes goes: its rate is the sum of its nodes'.
+        return offering.price * nodes * interruption_cost_factor(nodes * rate, loss)
+
+
 def plan_provisioning(
     result: ScheduleResult,
     jobs: Iterable[JobRequest],
@@ -133,28 +189,22 @@ def plan_provisioning(
     now: datetime,
     boot: timedelta,
     topology: Topology,
+    outlook: FleetOutlook = FleetOutlook(),
 ) -> ProvisioningPlan:
     """What to ask for and withdraw after the cycle that gave RESULT on JOBS (its requests)."""
     by_key = {job.key: job for job in jobs}
     room = {name: usage.room_gpus for name, usage in result.queues.items()}
-    of_gang: dict[str, list[Claim]] = {}
-    for claim in claims:
-        of_gang.setdefault(claim.gang, []).append(claim)
-    wanting = []
-    for waiting in result.waiting:
-        job = by_key.get(waiting.key)
-        if job is None or job.placement is not None or waiting.reason not in WANTS_NODES:
-            continue
-        if not provisionable(job.required_level, topology):
-            continue
-        if waiting.expected_start is not None and waiting.expected_start <= now + boot:
-            continue  # running jobs make room before nodes could: waiting is sooner
-        wanting.append(job)
-    # Highest priority first, then first come: they take the quota's room in that order.
-    wanting.sort(key=lambda j: (-j.priority, not j.set_back, j.created, j.key))
+    products = {o.instance_type: o.gpu_product for o in offerings}
+    coming = [
+        _Coming(c.name, c.gang, c.instance_type, c.zone, c.capacity_type, products.get(c.instance_type), c.gpus)
+        for c in sorted(claims, key=lambda c: c.name)
+        if not c.held
+    ]
+    headroom = outlook.headroom_gpus
     create: list[NodeRequest] = []
     kept: dict[str, tuple[str, ...]] = {}
-    for waiting_job in wanting:
+    zones: dict[str, str] = {}
+    for waiting_job in _wanting(result, by_key, now + boot, topology):
         if waiting_job.queue not in room:
             continue  # a queue the cycle did not know
         left = room[waiting_job.queue]
@@ -165,32 +215,56 @@ def plan_provisioning(
         if fits < (waiting_job.min_replicas or whole):
             continue  # its quota and borrowing could not admit it: no nodes for it
         job = replace(waiting_job, replicas=fits)
-        gpus = job.replicas * job.gpus_per_replica
-        own = [c for c in of_gang.get(job.key, ()) if not c.held]
-        choice = _choose(job, offerings, own)
+        choice = _place(job, offerings, coming, lambda o, n: outlook.expected_cost(o, n, boot))
         if choice is None:
             continue
-        offering, keep = choice
-        per_node = offering.gpus // job.gpus_per_replica
-        missing = math.ceil(job.replicas / per_node) - len(keep)
+        offering, used, unplaced = choice
+        missing = math.ceil(unplaced / (offering.gpus // job.gpus_per_replica)) if unplaced else 0
+        if missing and headroom is not None:
+            if missing * offering.gpus > headroom:
+                continue  # the node pools' limits would stop part of the gang: ask for none of it
+            headroom -= missing * offering.gpus
+        _take(job, used)
         if left is not None:
-            room[job.queue] = left - gpus
-        kept[job.key] = tuple(c.name for c in keep)
+            room[job.queue] = left - job.replicas * job.gpus_per_replica
+        kept[job.key] = tuple(sorted({c.claim for c in used if c.claim is not None}))
+        zones[job.key] = used[0].zone if used else offering.zone
         if missing > 0:
             create.append(NodeRequest(job.key, offering, missing))
+            new = [_new(job.key, offering) for _ in range(missing)]
+            _take(replace(job, replicas=unplaced), new)
+            coming += new  # their spare GPUs may take later gangs of this plan
     keep_names = {name for names in kept.values() for name in names}
     withdraw = tuple(sorted(c.name for c in claims if not (c.held or c.registered or c.name in keep_names)))
-    return ProvisioningPlan(tuple(create), withdraw, kept)
+    return ProvisioningPlan(tuple(create), withdraw, kept, zones)
 
 
-def _choose(
-    job: JobRequest, offerings: Sequence[Offering], own: Sequence[Claim]
-) -> tuple[Offering, list[Claim]] | None:
-    """The offering for JOB's nodes and the claims of its own it keeps.
+def _wanting(
+    result: ScheduleResult, by_key: Mapping[str, JobRequest], booted: datetime, topology: Topology
+) -> list[JobRequest]:
+    """The gangs left waiting that new nodes would cure, in the order they take the quota's room:
+    highest priority first, then first come."""
+    wanting = []
+    for waiting in result.waiting:
+        job = by_key.get(waiting.key)
+        if job is None or job.placement is not None or waiting.reason not in WANTS_NODES:
+            continue
+        if not provisionable(job.required_level, topology):
+            continue
+        if waiting.expected_start is not None and waiting.expected_start <= booted:
+            continue  # running jobs make room before nodes could: waiting is sooner
+        wanting.append(job)
+    return sorted(wanting, key=lambda j: (-j.priority, not j.set_back, j.created, j.key))
 
-    Claims already made stay where they are (their zone, type and capacity type), as long as they
-    suit its capacity type now; else the gang's nodes cost least: price per node x nodes it needs.
-    """
+
+def _place(
+    job: JobRequest,
+    offerings: Sequence[Offering],
+    coming: Sequence[_Coming],
+    cost: Callable[[Offering, int], float],
+) -> tuple[Offering, list[_Coming], int] | None:
+    """JOB's offering, the coming nodes it takes and the replicas left for new nodes of the offering;
+    None: nothing can be asked for it."""
     capacity = job.capacity_types[0] if job.capacity_types else CapacityType.ON_DEMAND
     suitable = [
         o
@@ -199,22 +273,66 @@ def _choose(
     ]
     if not suitable:
         return None
+    choice = _on_coming(job, capacity, suitable, coming)
+    if choice is not None:
+        return choice
+    best = min(suitable, key=lambda o: (cost(o, _nodes(job, o)), o.zone, o.instance_type))
+    return best, [], job.replicas
 
-    def nodes(o: Offering) -> int:
-        return math.ceil(job.replicas / (o.gpus // job.gpus_per_replica))
 
-    for claim in own:  # where its nodes are already coming
+def _nodes(job: JobRequest, offering: Offering) -> int:
+    return math.ceil(job.replicas / (offering.gpus // job.gpus_per_replica))
+
+
+def _new(gang: str, o: Offering) -> _Coming:
+    return _Coming(None, gang, o.instance_type, o.zone, o.capacity_type, o.gpu_product, o.gpus)
+
+
+def _take(job: JobRequest, nodes: Sequence[_Coming]) -> None:
+    """Replica by replica onto NODES, in order: the room they leave for later gangs."""
+    placed = 0
+    for node in nodes:
+        while placed < job.replicas and node.room >= job.gpus_per_replica:
+            node.room -= job.gpus_per_replica
+            placed += 1
+
+
+def _fit(job: JobRequest, capacity: CapacityType, nodes: Sequence[_Coming]) -> tuple[list[_Coming], int]:
+    """The coming NODES some of JOB's replicas would take, and how many replicas they leave over."""
+    used: list[_Coming] = []
+    left = job.replicas
+    for node in nodes:
+        if left and node.suits(job, capacity):
+            used.append(node)
+            left -= min(left, node.room // job.gpus_per_replica)
+    return used, left
+
+
+def _on_coming(
+    job: JobRequest, capacity: CapacityType, suitable: Sequence[Offering], coming: Sequence[_Coming]
+) -> tuple[Offering, list[_Coming], int] | None:
+    """Where JOB goes on nodes already coming: the offering of any more nodes it needs, the coming
+    nodes it takes, and the replicas left for new nodes. None: nothing coming suits it.
+
+    Nodes asked for it earlier stay where they are (their zone, type and capacity type), as long as
+    they suit its capacity type now, topped up with more of the same; else a zone whose coming
+    nodes (asked for other gangs, with room left) hold the whole gang takes it, and no node is
+    asked for. A gang is never split between coming nodes of one zone and new ones of another.
+    """
+    for own in (c for c in coming if c.gang == job.key and c.claim is not None):
         same = [
             o
             for o in suitable
-            if (o.instance_type, o.zone, o.capacity_type) == (claim.instance_type, claim.zone, claim.capacity_type)
+            if (o.instance_type, o.zone, o.capacity_type) == (own.instance_type, own.zone, own.capacity_type)
         ]
         if same:
-            keep = [
-                c
-                for c in own
-                if (c.instance_type, c.zone, c.capacity_type) == (claim.instance_type, claim.zone, claim.capacity_type)
-            ]
-            return same[0], keep[: nodes(same[0])]
-    best = min(suitable, key=lambda o: (o.price * nodes(o), o.zone, o.instance_type))
-    return best, []
+            in_zone = [c for c in coming if c.zone == own.zone]
+            # Its own nodes first, then other gangs' room in the zone.
+            in_zone.sort(key=lambda c: c.gang != job.key)
+            used, left = _fit(job, capacity, in_zone)
+            return same[0], used, left
+    for zone in sorted({c.zone for c in coming}):
+        used, left = _fit(job, capacity, [c for c in coming if c.zone == zone])
+        if used and not left:
+            return suitable[0], used, 0
+    return None

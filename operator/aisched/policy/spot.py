@@ -146,6 +146,22 @@ def lost_work_seconds(
     return max(0.0, (interruption_time - max(marks)).total_seconds())
 
 
+def interruption_cost_factor(gang_rate_per_s: float, loss_per_interruption_s: float) -> float:
+    """What a second of a gang's work costs, in seconds paid for, on capacity interrupted at this rate.
+
+    Each interruption throws away `loss_per_interruption_s` (new nodes to boot, the restart, the
+    work since the last save), so of every second paid for, 1 - rate x loss moves the job on:
+    1 / (1 - rate x loss), the renewal-reward rate with the loss taken as fixed. Unbounded (inf)
+    where interruptions come faster than the gang can recover from them.
+    """
+    if not (math.isfinite(gang_rate_per_s) and gang_rate_per_s >= 0 and loss_per_interruption_s >= 0):
+        raise ValueError(
+            f"need a finite rate >= 0 and a loss >= 0, got {gang_rate_per_s} and {loss_per_interruption_s}"
+        )
+    wasted = gang_rate_per_s * loss_per_interruption_s
+    return math.inf if wasted >= 1.0 else 1.0 / (1.0 - wasted)
+
+
 class CapacityChoice(StrEnum):
     SPOT = "Spot"
     ON_DEMAND = "OnDemand"

@@ -32,7 +32,7 @@ from aisched.api.queue import DEFAULT_QUEUE
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.placement import Placement
 from aisched.policy.queueing import QueueQuota
-from aisched.policy.scheduler import JobRequest, schedule
+from aisched.policy.scheduler import JobRequest, ScheduleResult, schedule
 from aisched.sim.jobs import ANY_CAPACITY, EPOCH, CycleOutcome, Policy, SimJob, Start, at
 from aisched.sim.peers.kueue import KueuePolicy
 from aisched.sim.peers.tiresias import TiresiasPolicy
@@ -68,6 +68,8 @@ class AischedPolicy:
         self.queues = queues
         """The queues' settings; none: the default queue's."""
         self._queue_names = {q.name for q in queues}
+        self.last_result: ScheduleResult | None = None
+        """What the last cycle's `schedule` decided (the fleet's provisioning plans on it)."""
 
     def submit(self, job: SimJob, now: float) -> None:
         self.jobs[job.key] = job
@@ -91,6 +93,7 @@ class AischedPolicy:
 
     def cycle(self, now: float) -> CycleOutcome:
         result = schedule(self.snapshot, [*self.running.values(), *self.pending.values()], self.queues, at(now))
+        self.last_result = result
         outcome = CycleOutcome()
         for preemption in result.preempted:
             request = self.running.pop(preemption.key)

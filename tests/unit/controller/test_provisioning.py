@@ -7,19 +7,23 @@ cluster's Karpenter, and a KubeClient double that records NodeClaims created and
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
 
+from aisched.api.common import CapacityType
 from aisched.controller.provisioning import FOR_LABEL, NodeProvisioner
 from aisched.controller.training import TrainingJobController
 from aisched.kube.inventory import Inventory
 from aisched.metrics import Metrics
+from aisched.policy.carbon import Forecast, IntensityPoint
+from aisched.policy.interruptions import CapacityPool, PoolHistory
 from aisched.policy.provisioning import NodeRequest, offerings_from_instance_types
 from aisched.settings import ProvisioningSettings, Settings
+from aisched.sources.carbon import CachedCarbonSource
 from tests.builders import a_queue, a_training_job
 from tests.unit.controller.kube_double import KubeDouble
 
@@ -30,15 +34,34 @@ H100 = "NVIDIA-H100-80GB-HBM3"
 INSTANCE_TYPES = Path(__file__).resolve().parents[3] / "hack" / "karpenter" / "instance-types.json"
 
 
-def a_controller(kube: KubeDouble, quota: int = 1_000_000) -> TrainingJobController:
+class DirtyForAnHour:
+    """A grid dirty for the next hour and clean after: a deferrable job's planned start is an hour on."""
+
+    name = "File"
+
+    async def forecast(self, region: str, start: datetime, end: datetime) -> Forecast:
+        step = timedelta(minutes=30)
+        return Forecast(region, T0, step, tuple(500.0 if i < 2 else 50.0 for i in range(int((end - T0) / step) + 2)))
+
+    async def current(self, region: str) -> IntensityPoint:
+        return IntensityPoint(T0, 500.0)
+
+
+def a_controller(kube: KubeDouble, quota: int = 1_000_000, *, carbon: bool = False) -> TrainingJobController:
     settings = Settings(provisioning=ProvisioningSettings(enabled=True, instance_types_file=INSTANCE_TYPES))
     inventory = Inventory(settings)
+    source = None
+    if carbon:
+        source = CachedCarbonSource(
+            DirtyForAnHour(), ttl=timedelta(minutes=5), max_stale=timedelta(hours=1), clock=lambda: T0
+        )
     controller = TrainingJobController(
         settings,
         kube.client,
         inventory,
         metrics=Metrics(CollectorRegistry(), process_metrics=False),
         provisioner=NodeProvisioner.from_settings(settings, kube.client, inventory),
+        carbon=source,
         clock=lambda: T0,
     )
     controller.queue_seen(a_queue("default", nominal_gpus=quota).obj())
@@ -117,6 +140,32 @@ async def test_nodes_coming_are_not_asked_for_again_and_unneeded_ones_are_withdr
     await cycle(controller)
     assert created(kube) == []
     assert [args[3] for args in kube.calls("delete_cluster_object")] == ["gpu-spot-stale"]
+    kube.assert_only_expected_calls()
+
+
+async def test_a_carbon_deferred_job_gets_no_nodes_before_its_planned_start(kube: KubeDouble) -> None:
+    controller = a_controller(with_claims(kube, []), carbon=True)
+    controller.job_seen(
+        a_job("green", carbon={"deferrable": True, "maxDelaySeconds": 86400}, expectedDurationSeconds=1800)
+    )
+    await cycle(controller)
+    assert controller.jobs[("ns", "green")]["status"]["phase"] == "Deferred"
+    assert created(kube) == []
+    kube.assert_only_expected_calls()
+
+
+async def test_spot_nodes_go_to_the_zone_least_likely_to_take_them_back(kube: KubeDouble) -> None:
+    controller = a_controller(with_claims(kube, []))
+    # us-east-1a, the cheapest, lost spot nodes about once a node-hour: us-east-1b, 5% dearer, wins.
+    risky = CapacityPool(H100, "us-east-1a", CapacityType.SPOT)
+    controller.pools.histories[risky] = PoolHistory(interruptions=100, exposure_s=100 * 3600.0)
+    controller.job_seen(a_job("big", spot={"policy": "Prefer"}))
+    await cycle(controller)
+    zones = {r["values"][0] for c in created(kube) for r in c["spec"]["requirements"] if r["key"].endswith("/zone")}
+    assert zones == {"us-east-1b"}
+    # The queue depth says where the nodes are coming, for an autoscaler of one's own.
+    labels = {"gpu_type": H100, "zone": "us-east-1b", "capacity_type": "Spot"}
+    assert controller.metrics.registry.get_sample_value("aisched_pending_gpus", labels) == 32
     kube.assert_only_expected_calls()
 
 

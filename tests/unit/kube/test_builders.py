@@ -113,3 +113,14 @@ def test_headless_service_selects_every_worker() -> None:
     pod = build_worker_pod(_job(), LAUNCH, LAUNCH.slots[0])
     assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
     assert pod["spec"]["subdomain"] == service["metadata"]["name"]
+
+
+def test_a_worker_keeps_karpenter_from_taking_its_node_whatever_the_template_says() -> None:
+    # Consolidation or drift never takes a node under a running gang: only an interruption does,
+    # and the gang checkpoints on that. A tenant's template cannot turn it off, and keeps its own.
+    template = {
+        "metadata": {"annotations": {"karpenter.sh/do-not-disrupt": "false", "team": "x"}},
+        "spec": {"containers": [{"name": "main", "image": "m"}]},
+    }
+    pod = build_worker_pod(_job(template=template), LAUNCH, LAUNCH.slots[0])
+    assert pod["metadata"]["annotations"] == {"karpenter.sh/do-not-disrupt": "true", "team": "x"}

@@ -115,6 +115,15 @@ def test_interruption_taints_and_nodes_not_ready_past_the_grace_are_doomed() -> 
     assert inventory.doomed_nodes(T0 + timedelta(hours=1)) == set()
 
 
+def test_karpenters_disruption_taint_is_an_interruption_notice() -> None:
+    # Karpenter taints a node it is about to take (consolidation, drift, expiry, its own spot notice):
+    # the gang on it checkpoints and is placed again, as on a cloud's spot notice.
+    inventory = Inventory(Settings())
+    disrupted = [{"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}]
+    inventory.replace_nodes([node("kept"), node("taken", taints=disrupted)])
+    assert inventory.doomed_nodes(T0) == {"taken"}
+
+
 OURS = {"aisched.io/kind": "TrainingJob", "aisched.io/job-name": "llm"}
 
 

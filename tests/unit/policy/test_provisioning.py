@@ -15,6 +15,7 @@ from aisched.api.common import CapacityType
 from aisched.policy.placement import INSUFFICIENT_GPUS, NO_MATCHING_NODES
 from aisched.policy.provisioning import (
     Claim,
+    FleetOutlook,
     Offering,
     ProvisioningPlan,
     offerings_from_instance_types,
@@ -24,6 +25,7 @@ from aisched.policy.provisioning import (
 from aisched.policy.queueing import QUOTA_EXCEEDED
 from aisched.policy.scheduler import JobRequest, ScheduleResult
 from aisched.policy.scheduler.results import QueueUsage, Waiting
+from aisched.policy.spot import interruption_cost_factor
 from aisched.policy.topology import LOCAL_TOPOLOGY, Level
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -31,9 +33,15 @@ BOOT = timedelta(seconds=300)
 
 
 def planned(
-    result: ScheduleResult, jobs: list[JobRequest], offerings: Sequence[Offering], claims: Collection[Claim]
+    result: ScheduleResult,
+    jobs: list[JobRequest],
+    offerings: Sequence[Offering],
+    claims: Collection[Claim],
+    outlook: FleetOutlook | None = None,
 ) -> ProvisioningPlan:
-    return plan_provisioning(result, jobs, offerings, claims, now=NOW, boot=BOOT, topology=LOCAL_TOPOLOGY)
+    return plan_provisioning(
+        result, jobs, offerings, claims, now=NOW, boot=BOOT, topology=LOCAL_TOPOLOGY, outlook=outlook or FleetOutlook()
+    )
 
 
 H100 = "NVIDIA-H100-80GB-HBM3"
@@ -121,7 +129,7 @@ def test_a_gang_gets_all_its_nodes_at_once_in_one_zone_on_spot_at_the_cheapest_p
         CapacityType.SPOT,
         "us-east-1a",
     )
-    assert plan.withdraw == ()
+    assert plan.withdraw == () and plan.zones == {"team/a": "us-east-1a"}
 
 
 def test_on_demand_when_the_spot_decision_said_so() -> None:
@@ -276,3 +284,55 @@ def test_a_malformed_capacity_type_is_refused() -> None:
     ]
     with pytest.raises(ValueError, match="capacity type"):
         offerings_from_instance_types(bad, "nvidia.com/gpu", "nvidia.com/gpu.product")
+
+
+def test_an_interruption_costs_the_share_of_time_it_throws_away() -> None:
+    assert interruption_cost_factor(0.0, 600.0) == 1.0
+    assert interruption_cost_factor(1 / 1200, 600.0) == pytest.approx(2.0)  # half of every hour lost
+    assert interruption_cost_factor(1 / 600, 600.0) == float("inf")
+    with pytest.raises(ValueError, match="rate"):
+        interruption_cost_factor(-1.0, 600.0)
+
+
+def test_spot_zones_are_chosen_by_expected_cost_interruptions_included() -> None:
+    offerings = catalog()  # H100 spot: $39.33 in us-east-1a, $41.29 in 1b (5% more), $44.24 in 1c
+
+    def zone(outlook: FleetOutlook, request: JobRequest | None = None) -> str:
+        return planned(result(waits()), [request or job()], offerings, [], outlook).create[0].offering.zone
+
+    # One interruption per node-hour in 1a: 4 nodes x 300 s lost each time, a third of the time wasted.
+    assert zone(FleetOutlook(spot_interruptions={(H100, "us-east-1a"): 1 / 3600})) == "us-east-1b"
+    # One per node-day costs 1.4%: less than 1b's 5% higher price.
+    assert zone(FleetOutlook(spot_interruptions={(H100, "us-east-1a"): 1 / 86400})) == "us-east-1a"
+    # The loss per interruption counts: an hour's work lost each time makes the day's one matter.
+    day_long = FleetOutlook(spot_interruptions={(H100, "us-east-1a"): 1 / 86400}, interruption_loss=timedelta(hours=1))
+    assert zone(day_long) == "us-east-1b"
+    # On-demand is never weighed by spot's risk.
+    risky = FleetOutlook(spot_interruptions={(H100, "us-east-1a"): 1 / 3600})
+    assert zone(risky, job(capacity_types=(CapacityType.ON_DEMAND,))) == "us-east-1a"
+
+
+def test_small_gangs_share_the_room_of_nodes_already_coming() -> None:
+    small = [job(f"ns/s{i}", replicas=1, gpus=4) for i in range(3)]
+    plan = planned(result(*(waits(j.key) for j in small)), small, catalog(), [])
+    # Two 4-GPU gangs fill one 8-GPU node; the third asks for a second node.
+    assert [(r.gang, r.count) for r in plan.create] == [("ns/s0", 1), ("ns/s2", 1)]
+    # Next cycle: s0's node is coming; s1 keeps it as well, and nothing is asked again for either.
+    coming = [claim("c0", gang="ns/s0"), claim("c2", gang="ns/s2")]
+    again = planned(result(*(waits(j.key) for j in small)), small, catalog(), coming)
+    assert again.create == () and again.withdraw == ()
+    assert again.kept["ns/s1"] in (("c0",), ("c2",))
+    assert again.zones == {"ns/s0": "us-east-1a", "ns/s1": "us-east-1a", "ns/s2": "us-east-1a"}
+    # A gang does not split between coming nodes of one zone and new ones of another.
+    big = job("ns/big", replicas=2, gpus=8)
+    split = planned(result(waits("ns/big")), [big], catalog(), [claim("c0", gang="ns/s0", zone="us-east-1b")])
+    ((request,),) = (split.create,)
+    assert request.count == 2 and split.withdraw == ("c0",)
+
+
+def test_no_nodes_beyond_the_node_pools_headroom_and_never_part_of_a_gang() -> None:
+    limited = FleetOutlook(headroom_gpus=24)
+    assert planned(result(waits()), [job()], catalog(), [], limited).create == ()  # 32 GPUs of nodes
+    two = [job("ns/a", replicas=2), job("ns/b", replicas=2)]
+    plan = planned(result(waits("ns/a"), waits("ns/b")), two, catalog(), [], limited)
+    assert [(r.gang, r.count) for r in plan.create] == [("ns/a", 2)]

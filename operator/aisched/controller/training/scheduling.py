@@ -35,6 +35,7 @@ from aisched.policy.level_refusals import level_refusal
 from aisched.policy.lifecycle import HOLDS_GPUS
 from aisched.policy.placement import GangRequest, gang_fits
 from aisched.policy.placement import Placement as PlacementDecision
+from aisched.policy.provisioning import ProvisioningPlan
 from aisched.policy.queueing import QueueQuota, with_locked_default
 from aisched.policy.refusals import refusal_retry_at
 from aisched.policy.scheduler import JobRequest, ScheduleResult, schedule
@@ -62,9 +63,6 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         started = time.perf_counter()
         result = await self._decide(snapshot, requests, parsed, now)
         self.queue_room = {name: usage.room_gpus for name, usage in result.queues.items()}
-        products = {pool.gpu_product for pool in snapshot.pools if pool.gpu_product is not None}
-        waiting = {w.key for w in result.waiting} | set(result.deferred)
-        self.metrics.capacity.record_pending_demand(pending_demand(requests, waiting, products))
         elapsed = time.perf_counter() - started
         self.metrics.process.record_scheduling_cycle(
             time.perf_counter() - cycle_started, time.thread_time() - cpu_started
@@ -74,25 +72,47 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         # They wait on the API server, not on the decision, so they are not part of its time.
         await _at_most(CONCURRENT_RECONCILES, writes)
         await self._carry_out_cycle(result, parsed, capacity_of, now=now, elapsed=elapsed)
-        await self._provision(result, requests, now)
+        plan = await self._provision(result, requests, now)
+        self._record_demand(snapshot, result, requests, plan)
         await self._report_queues(result)
         if result.deferred:
             self.queue.wake()  # the jobs this cycle did not reach have the next one, at once
 
-    async def _provision(self, result: ScheduleResult, requests: list[JobRequest], now: datetime) -> None:
+    def _record_demand(
+        self,
+        snapshot: ClusterSnapshot,
+        result: ScheduleResult,
+        requests: list[JobRequest],
+        plan: ProvisioningPlan | None,
+    ) -> None:
+        """The queue depth other autoscalers scale on: label values only from nodes and offerings."""
+        products = {pool.gpu_product for pool in snapshot.pools if pool.gpu_product is not None}
+        waiting = {w.key for w in result.waiting} | set(result.deferred)
+        zones = {z for z in (n.zone for n in snapshot.nodes()) if z is not None}
+        if self.provisioner is not None:  # what the fleet can grow into is known, from zero nodes up
+            zones.update(o.zone for o in self.provisioner.offerings)
+            products.update(o.gpu_product for o in self.provisioner.offerings if o.gpu_product is not None)
+        zone_of = plan.zones if plan is not None else {}
+        self.metrics.capacity.record_pending_demand(pending_demand(requests, waiting, products, zone_of, zones))
+
+    async def _provision(
+        self, result: ScheduleResult, requests: list[JobRequest], now: datetime
+    ) -> ProvisioningPlan | None:
         """Nodes for whole gangs left waiting for capacity (`controller.provisioning`), when it is on.
 
         On its own: a failure here (Karpenter's CRDs missing, the API server refusing) is logged and
         the next cycle tries again; the decisions of this one are carried out already."""
         if self.provisioner is None:
-            return
+            return None
         held = {node for r in requests if r.placement is not None for node in r.placement.nodes}
         held.update(node for a in result.admitted for node in a.placement.nodes)
         held.update(node for r in result.resized for node in r.placement.nodes)
         try:
-            await self.provisioner.after_cycle(result, requests, held, now)
+            rates = {pool: self.pools.spot_rate_per_second(*pool) for pool in self.provisioner.spot_offerings()}
+            return await self.provisioner.after_cycle(result, requests, held, now, rates)
         except Exception:
             log.exception("asking for nodes failed; the next cycle tries again")
+            return None
 
     async def _requests(
         self, snapshot: ClusterSnapshot, now: datetime

@@ -1,34 +1,46 @@
 """aisched's scheduler on a fleet: static, or asking for nodes for whole gangs when a gang cannot be placed.
 
 `GangLoop` runs the operator's own `schedule` (through aisched.sim.policies.AischedPolicy) on the
-Ready nodes of the fleet, every gang confined to one zone. With a `GangProvisioner`, after each
-cycle every gang still pending is given capacity as a whole: first room on nodes already booting
-(the gang's pods all in one zone), else new nodes for all of it in one zone, on spot or
-on-demand as `aisched.policy.spot.choose_capacity` says (spot first; on-demand when the deadline
-needs it; waiting while spot is out and the slack allows). It never asks beyond the quota, never
-for a gang that running jobs of known duration will make room for before nodes could boot, and
-booting nodes no gang needs any more are withdrawn. Requests are recomputed every cycle, as a
-reconciler would, so a request never outlives the need for it.
+Ready nodes of the fleet, every gang confined to one zone. With a `GangProvisioner` it does what
+the operator's scheduling cycle does with Karpenter (aisched.controller.training.scheduling and
+aisched.controller.provisioning), with the same policy functions:
+
+- before the cycle, each pending gang's capacity type comes from `aisched.policy.spot.choose_capacity`
+  (spot first; on-demand when the deadline needs it; waiting while no zone has spot and the slack
+  allows), "spot available" being what the market offers now, the next decision being at most a
+  market sample away. Nodes are asked for on that capacity type only; none for a gang waiting for
+  spot, which may run on spot nodes only (in an outage everywhere there are none: it waits, as in
+  the operator, which leaves it out of the cycle). One difference from the operator: a gang given
+  spot may still be placed on a Ready on-demand node with room (the operator keeps it to spot
+  nodes): a node already paid for is used rather than left idle while spot boots. Held to spot
+  alone, Pollux's average JCT was 1.107x the static peak fleet's, against 1.091x so.
+- after it, `aisched.policy.provisioning.plan_provisioning` decides which nodes to ask for and
+  which booting ones to withdraw, from the cycle's result, the fleet's nodes as NodeClaims (each
+  remembers the gang it was asked for), the offerings the market has now (a zone without spot
+  offers none, as Karpenter marks an offering unavailable), each spot zone's interruption rate so
+  far, and the NodePool limit's headroom. The fleet launches and withdraws what it says.
 """
 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 
 from aisched.api.common import CapacityType, SpotPolicy
 from aisched.api.queue import DEFAULT_QUEUE
 from aisched.policy.cluster import ClusterSnapshot
+from aisched.policy.provisioning import Claim, FleetOutlook, offers, plan_provisioning
+from aisched.policy.provisioning import Offering as PolicyOffering
 from aisched.policy.queueing import QueueQuota
-from aisched.policy.scheduler import JobRequest
+from aisched.policy.scheduler import JobRequest, ScheduleResult
 from aisched.policy.spot import CapacityChoice, CapacityDecision, SpotJob, choose_capacity
 from aisched.policy.topology import LOCAL_TOPOLOGY
 from aisched.sim.fleet.catalog import Offering
-from aisched.sim.fleet.fleet import Fleet, FleetNode
+from aisched.sim.fleet.fleet import HOUR, Fleet, SpotMarket
 from aisched.sim.fleet.replay import Loop
-from aisched.sim.jobs import EPOCH, SimJob, at
+from aisched.sim.jobs import SimJob, at
 from aisched.sim.policies import AischedPolicy, _attained_after_run
 from aisched.sim.speed import SpeedModel
 
@@ -38,6 +50,7 @@ operator runs that cycle at once; a second later here."""
 
 
 ZONE = LOCAL_TOPOLOGY.level("Zone")
+SPOT_FIRST = (CapacityType.SPOT, CapacityType.ON_DEMAND)
 
 
 class _ZonePolicy(AischedPolicy):
@@ -105,6 +118,7 @@ class GangLoop(Loop):
         self._sync(now)
         if self.provisioner is not None:
             self.policy.queues = self.provisioner.queues(self)
+            self.provisioner.decide_capacity(self, now)
         before = {k: r.placement.gpus_by_node() for k, r in self.policy.running.items() if r.placement}
         outcome = self.policy.cycle(now)
         for job in outcome.stopped:
@@ -118,8 +132,8 @@ class GangLoop(Loop):
                 self.fleet.allocate(name, started.job.gpus_per_replica)
             self.start_run(started.job, started.nodes, now)
         wake = math.inf if outcome.wake_at is None else max(outcome.wake_at, now + DEFERRED_CYCLE_S)
-        if self.provisioner is not None:
-            wake = min(wake, self.provisioner.plan(self, now))
+        if self.provisioner is not None and self.policy.last_result is not None:
+            wake = min(wake, self.provisioner.plan(self, self.policy.last_result, now))
         return wake
 
 
@@ -128,10 +142,12 @@ class GangProvisioner:
     offerings: Sequence[Offering]
     """What a gang's nodes can be, cheapest first (aisched.sim.fleet.catalog.for_product)."""
     quota_gpus: int
+    """The NodePool limit: GPUs of nodes launched and not gone."""
     spot_policy: SpotPolicy = SpotPolicy.PREFER
     decisions: dict[str, CapacityDecision] = field(default_factory=dict)
-    assigned: dict[str, list[str]] = field(default_factory=dict)
-    """Booting node -> the gangs whose pods it was asked for, as of the last cycle."""
+    asked_for: dict[str, str] = field(default_factory=dict)
+    """Node -> the gang it was asked for (a NodeClaim's annotation)."""
+    waiting_for_spot: set[str] = field(default_factory=set)
 
     def queues(self, loop: GangLoop) -> tuple[QueueQuota, ...]:
         """The queue as the scheduler sees it: while the fleet can still grow to hold every waiting
@@ -142,110 +158,96 @@ class GangProvisioner:
             return (QueueQuota(DEFAULT_QUEUE, nominal_gpus=None, min_run_seconds=None),)
         return ()
 
-    def plan(self, loop: GangLoop, now: float) -> float:
-        """Ask for and withdraw nodes; returns when to look again for gangs left waiting (inf: no need)."""
-        fleet, policy = loop.fleet, loop.policy
-        wake = math.inf
-        room = {n.name: n.gpus for n in fleet.booting(now)}
-        self.assigned = defaultdict(list)
-        left = self.quota_gpus - fleet.gpus()
-        soon = self._soon_free(loop, now + fleet.delay)
-        free = self._free_by_zone(fleet.ready(now))
-        for request in sorted(policy.pending.values(), key=lambda r: (not r.set_back, r.created, r.key)):
-            if self._fit_booting(request, fleet, room):
-                continue
-            if any(soon[z] and soon[z] + free[z] >= _gpus(request) for z in soon):
-                wake = min(wake, now + fleet.delay)  # in case the estimate was short
-                continue  # running jobs end before nodes could boot: waiting is sooner
-            offering = self._choose(loop, request, now)
-            if offering is None:  # waiting for spot: look again when the market may have changed
-                wake = min(wake, fleet.market.next_sample(now))
-                continue
-            per_node = offering.instance_type.gpus // request.gpus_per_replica
-            if per_node == 0:
-                continue
-            count = math.ceil(request.replicas / per_node)
-            if count * offering.instance_type.gpus > left:
-                continue  # never beyond the quota
-            left -= count * offering.instance_type.gpus
-            for _ in range(count):
-                node = fleet.launch(offering, now)
-                room[node.name] = node.gpus
-            self._fit_booting(request, fleet, room)
-        for node in fleet.booting(now):
-            if not self.assigned.get(node.name):
-                fleet.withdraw(node.name, now)
-        return wake
-
-    def _fit_booting(self, request: JobRequest, fleet: Fleet, room: dict[str, int]) -> bool:
-        """All the gang's pods on booting nodes of one zone, or none of them."""
-        by_zone: dict[str, list[str]] = defaultdict(list)
-        for name in room:
-            node = fleet.alive[name]
-            if node.offering.capacity_type in request.capacity_types:
-                by_zone[node.zone].append(name)
-        for zone in sorted(by_zone):
-            pods: list[str] = []
-            for name in by_zone[zone]:
-                pods += [name] * min(room[name] // request.gpus_per_replica, request.replicas - len(pods))
-            if len(pods) == request.replicas:
-                for name in pods:
-                    room[name] -= request.gpus_per_replica
-                    if request.key not in self.assigned[name]:
-                        self.assigned[name].append(request.key)
-                return True
-        return False
-
-    def _choose(self, loop: GangLoop, request: JobRequest, now: float) -> Offering | None:
-        """Spot first, in the zone that has lost spot least often; on-demand where the decision says."""
-        market = loop.fleet.market
-        zones = sorted({o.zone for o in self.offerings})
-        spot_zones = [z for z in zones if market.available(z, now)]
-        deadline = loop.deadlines.get(request.key)
-        decision = choose_capacity(
-            self.spot_policy,
-            SpotJob(loop.remaining_at(request.key, now), loop.overhead + loop.fleet.delay),
-            now=at(now),
-            deadline=at(deadline) if deadline is not None else None,
-            spot_available=bool(spot_zones),
-            previous=self.decisions.get(request.key),
+    def _available(self, market: SpotMarket, now: float) -> list[PolicyOffering]:
+        return sorted(
+            PolicyOffering(
+                o.per_hour,
+                o.instance_type.name,
+                o.zone,
+                o.capacity_type,
+                o.instance_type.gpus,
+                o.instance_type.gpu_product,
+            )
+            for o in self.offerings
+            if o.capacity_type == CapacityType.ON_DEMAND or market.available(o.zone, now)
         )
-        self.decisions[request.key] = decision
-        if decision.pinned_on_demand and CapacityType.SPOT in request.capacity_types:
-            # From here on it runs on on-demand only, on nodes it has now as on new ones.
-            loop.policy.pending[request.key] = replace(request, capacity_types=(CapacityType.ON_DEMAND,))
-        if decision.choice == CapacityChoice.WAIT:
-            return None
-        if decision.choice == CapacityChoice.SPOT:
-            best = min(spot_zones, key=lambda z: (market.interruption_rate(z, now), z))
-            wanted = (CapacityType.SPOT, best)
-        else:
-            wanted = (CapacityType.ON_DEMAND, "")
-        for offering in self.offerings:
-            if offering.capacity_type == wanted[0] and wanted[1] in ("", offering.zone):
-                return offering
-        return None
 
-    @staticmethod
-    def _soon_free(loop: GangLoop, by: float) -> dict[str, int]:
-        """GPUs, by zone, of running gangs whose known durations say they end by `by`."""
-        soon: dict[str, int] = defaultdict(int)
-        for request in loop.policy.running.values():
-            if request.expected_duration is None or request.placement is None or request.started is None:
+    def decide_capacity(self, loop: GangLoop, now: float) -> None:
+        """Each pending gang's capacity type, as the operator decides it before its cycle."""
+        spot = offers(self._available(loop.fleet.market, now), CapacityType.SPOT, None)
+        self.waiting_for_spot = set()
+        for key, request in list(loop.policy.pending.items()):
+            deadline = loop.deadlines.get(key)
+            decision = choose_capacity(
+                self.spot_policy,
+                SpotJob(loop.remaining_at(key, now), loop.overhead + loop.fleet.delay),
+                now=at(now),
+                deadline=at(deadline) if deadline is not None else None,
+                spot_available=spot,
+                # The next decision may be as late as the market's next sample (the wake-up of a gang
+                # waiting for spot), as the operator's may be a resync away.
+                decision_period_s=loop.fleet.market.next_sample(now) - now,
+                previous=self.decisions.get(key),
+            )
+            self.decisions[key] = decision
+            if decision.choice == CapacityChoice.WAIT:
+                self.waiting_for_spot.add(key)
+                loop.policy.pending[key] = replace(request, capacity_types=(CapacityType.SPOT,))
                 continue
-            done = request.attained_gpu_seconds / max(1, request.placement.total_gpus)
-            started = (request.started - EPOCH).total_seconds()
-            if started + request.expected_duration.total_seconds() - done <= by:
-                zone = loop.fleet.alive[request.placement.nodes[0]].zone
-                soon[zone] += request.placement.total_gpus
-        return soon
+            # Spot first (the first type is what nodes are asked for on), then any Ready node.
+            types = SPOT_FIRST if decision.choice == CapacityChoice.SPOT else (CapacityType.ON_DEMAND,)
+            loop.policy.pending[key] = replace(request, capacity_types=types)
 
-    @staticmethod
-    def _free_by_zone(ready: Sequence[FleetNode]) -> dict[str, int]:
-        free: dict[str, int] = defaultdict(int)
-        for node in ready:
-            free[node.zone] += node.gpus - node.used
-        return free
+    def plan(self, loop: GangLoop, result: ScheduleResult, now: float) -> float:
+        """Ask for and withdraw nodes; returns when to look again for gangs left waiting (inf: no need)."""
+        fleet, market = loop.fleet, loop.fleet.market
+        claims = [
+            Claim(
+                node.name,
+                self.asked_for.get(node.name, ""),
+                node.offering.instance_type.name,
+                node.zone,
+                node.offering.capacity_type,
+                node.gpus,
+                held=node.used > 0,
+                registered=node.ready_at <= now,
+            )
+            for node in fleet.alive.values()
+        ]
+        offerings = self._available(market, now)
+        rates = {
+            (o.gpu_product, o.zone): market.interruption_rate(o.zone, now) / HOUR
+            for o in offerings
+            if o.capacity_type == CapacityType.SPOT
+        }
+        plan = plan_provisioning(
+            result,
+            [r for k, r in loop.policy.pending.items() if k not in self.waiting_for_spot],
+            offerings,
+            claims,
+            now=at(now),
+            boot=timedelta(seconds=fleet.delay),
+            topology=LOCAL_TOPOLOGY,
+            outlook=FleetOutlook(
+                headroom_gpus=self.quota_gpus - fleet.gpus(),
+                spot_interruptions={k: v for k, v in rates.items() if math.isfinite(v)},
+                interruption_loss=timedelta(seconds=fleet.delay + loop.overhead),
+            ),
+        )
+        by_name = {(o.instance_type.name, o.zone, o.capacity_type): o for o in self.offerings}
+        for request in plan.create:
+            wanted = request.offering
+            for _ in range(request.count):
+                node = fleet.launch(by_name[wanted.instance_type, wanted.zone, wanted.capacity_type], now)
+                self.asked_for[node.name] = request.gang
+        for name in plan.withdraw:
+            fleet.withdraw(name, now)
+            del self.asked_for[name]
+        wake = market.next_sample(now) if self.waiting_for_spot else math.inf
+        soon = at(now + fleet.delay)
+        if any(w.expected_start is not None and w.expected_start <= soon for w in result.waiting):
+            wake = min(wake, now + fleet.delay)  # in case the estimate was short
+        return wake
 
 
 def _gpus(request: JobRequest) -> int:
