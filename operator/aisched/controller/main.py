@@ -332,6 +332,7 @@ async def _run_kopf(registry: kopf.OperatorRegistry, settings: Settings, elector
             await asyncio.wait_for(kopf_task, timeout=30)
         return 1  # restart as a standby rather than act without the lease
     renew_task.cancel()
+    await elector.release()
     return 0
 
 

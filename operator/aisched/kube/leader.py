@@ -31,11 +31,13 @@ from aisched.policy.leader import (
     held_by_another,
     may_write,
     observe,
+    released,
     renewal_budget,
 )
 
 log = logging.getLogger(__name__)
 JITTER = 1.2  # client-go's: standbys spread their attempts over retry .. retry * (1 + JITTER)
+RELEASE_SECONDS = 5.0  # a shutdown waits this long at most to hand the lease back
 
 
 def micro_time(moment: datetime) -> str:
@@ -192,6 +194,26 @@ class LeaseElector:
                     break
                 budget = renewal_budget(self._renewed_at, self.renew_deadline_seconds, self.clock())
                 await asyncio.sleep(min(self.retry_seconds, budget))
+
+    async def release(self) -> None:
+        """Stop leading and hand the lease back, so a rolling update's new replica leads within a
+        retry rather than a lease. Writes stop first (the fence closes); a release that fails or
+        takes longer than RELEASE_SECONDS leaves the lease to expire as it would have."""
+        if self._renewed_at is None:
+            return
+        self._renewed_at = None
+        try:
+            await asyncio.wait_for(self._release(), timeout=RELEASE_SECONDS)
+        except Exception as error:  # the lease expires on its own: nothing is lost but time
+            log.warning("could not release the leader lease: %r", error)
+
+    async def _release(self) -> None:
+        found = await self.store.read()
+        if found is None or found[0].holder != self.identity:
+            return  # someone else's by now
+        record, version = found
+        if await self.store.replace(released(record, micro_time(self.wall())), version):
+            log.info("released the leader lease")
 
     async def _attempt(self, budget: float) -> bool:
         """One try to take or renew the lease, given up after `budget` seconds; False on any failure."""

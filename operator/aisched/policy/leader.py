@@ -75,6 +75,12 @@ def claim(current: LeaseRecord | None, identity: str, duration_seconds: int, wal
     )
 
 
+def released(current: LeaseRecord, wall: str) -> LeaseRecord:
+    """The record a leader that stops writes as it goes: no holder, so a standby takes it at its
+    next attempt rather than after a whole lease (client-go's ReleaseOnCancel)."""
+    return LeaseRecord("", 1, acquire_time=wall, renew_time=wall, transitions=current.transitions)
+
+
 def may_write(renewed_at: float | None, renew_deadline: float, now: float) -> bool:
     """Whether the leader may still write: its last renewal began less than the renew deadline ago."""
     return renewed_at is not None and now < renewed_at + renew_deadline

@@ -138,3 +138,27 @@ async def test_renewals_never_outlive_the_deadline_of_a_hung_api() -> None:
     start = loop.time()
     await asyncio.wait_for(renewing, timeout=30)
     assert loop.time() - start <= 10
+
+
+async def test_a_leader_that_stops_hands_the_lease_over_at_the_next_retry() -> None:
+    lease = MemoryLease()
+    leader = elector(lease, "old")
+    await leader.acquire()
+    await leader.release()
+    assert not leader.may_write()  # its writes stop before the lease is handed back
+    assert lease.record is not None and lease.record.holder == ""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    await elector(lease, "new").acquire()
+    assert loop.time() - start < 1  # not a whole lease
+    assert lease.record.holder == "new"
+
+
+async def test_a_release_leaves_a_lease_another_replica_took_alone() -> None:
+    lease = MemoryLease()
+    leader = elector(lease, "old")
+    await leader.acquire()
+    assert lease.record is not None
+    lease.record = replace(lease.record, holder="thief")
+    await leader.release()
+    assert lease.record.holder == "thief" and not leader.may_write()
