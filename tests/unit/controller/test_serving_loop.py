@@ -294,7 +294,7 @@ async def test_replicas_start_only_within_the_room_their_queue_has_left(
 ) -> None:
     """One quota per queue: the scheduling cycle charges the queue what its replicas hold and
     leaves it room; a service starts no replica the room cannot pay for, and those running stay."""
-    room = {"default": 2}
+    room = {"default": 2000}  # GPU-equivalents (thousandths)
     controller.queue_share.room = room.get
     async with running(controller):
         controller.service_seen(a_service("chat", replicas=3, gpus=1))
@@ -303,7 +303,7 @@ async def test_replicas_start_only_within_the_room_their_queue_has_left(
         assert ("post_event", "QuotaExceeded") in kube.calls
         # The cycle counts the two replicas (they hold the room now) and leaves one GPU more.
         controller.gpus_held()
-        room["default"] = 1
+        room["default"] = 1000
         controller.mark(("ml", "chat"))
         await asyncio.sleep(0.1)
         assert kube.of("chat").count("create") == 3
