@@ -25,6 +25,7 @@ that runs before the watch catches up neither creates nor retires a replica twic
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import time
@@ -47,6 +48,7 @@ from aisched.controller.serving.templates import ServiceTemplates
 from aisched.controller.sharing import GpuShares
 from aisched.controller.tenancy import TenancyBook
 from aisched.controller.workqueue import RefusedError, WorkQueue
+from aisched.kube.claims import SHARE_ANNOTATION
 from aisched.kube.client import KubeClient
 from aisched.kube.inventory import Inventory
 from aisched.kube.serving_builders import (
@@ -105,6 +107,9 @@ class InferenceServiceController:
     tenancy: TenancyBook = field(default_factory=TenancyBook)
     shares: GpuShares | None = None
     """The GPU shares handed out, the TrainingJob controller's (one record of them); None: a record of its own."""
+    departed_claims: dict[ServiceKey, set[str]] = field(default_factory=dict)
+    """ResourceClaimTemplates of replicas the watch showed gone, by service, to delete at its next pass: the
+    service owns them, and a long-lived one scaling up and down would otherwise keep one per replica ever made."""
 
     def __post_init__(self) -> None:
         self.queue = WorkQueue(
@@ -156,6 +161,9 @@ class InferenceServiceController:
             return
         if deleted:
             self.replicas.gone(pod)
+            if SHARE_ANNOTATION in (obj["metadata"].get("annotations") or {}):
+                # kube/claims.py names a replica's template after the pod.
+                self.departed_claims.setdefault((pod.namespace, pod.service), set()).add(pod.name)
             self.capacity_changed()
         else:
             self.replicas.seen(pod)
@@ -216,6 +224,14 @@ class InferenceServiceController:
         # One at a time: each placement promises GPUs the next one's snapshot counts.
         await self.queue.process(keys, reconcile, concurrency=1, on_done=self._record_reconcile)
 
+    async def _delete_departed_claims(self, key: ServiceKey) -> None:
+        names = self.departed_claims.pop(key, set())
+        try:
+            await asyncio.gather(*(self.kube.delete_claim_template(key[0], name) for name in sorted(names)))
+        except Exception:
+            self.departed_claims.setdefault(key, set()).update(names)  # the next pass tries again
+            raise
+
     def _record_reconcile(self, _key: ServiceKey, seconds: float, failed: bool) -> None:
         if self.metrics is not None:
             self.metrics.process.record_reconcile("InferenceService", seconds, failed=failed)
@@ -227,6 +243,7 @@ class InferenceServiceController:
         snapshot: Callable[[], ClusterSnapshot],
         now: datetime,
     ) -> None:
+        await self._delete_departed_claims(key)
         obj = self.services.get(key)
         service = _parse(obj) if obj is not None else None
         if obj is None or service is None:
