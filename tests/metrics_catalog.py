@@ -10,7 +10,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from aisched.metrics import GpuPoolUsage, Metrics
+from aisched.metrics import GpuPoolUsage, Metrics, SharedGpuUsage
+from aisched.metrics.sharing import mig_slices
 from tests.paths import DASHBOARDS
 
 # Series aisched's queries may use that other exporters (or Prometheus) provide.
@@ -51,6 +52,10 @@ def exercise(metrics: Metrics) -> None:
     )
     metrics.capacity.record_pending_demand(
         {("NVIDIA-H100-80GB-HBM3", "us-east-1a", "Spot"): 32, ("any", "any", "OnDemand"): 8}
+    )
+    metrics.sharing.record_shared_gpus([SharedGpuUsage("NVIDIA-H100-80GB-HBM3", "OnDemand", 3, 1900, 1, 100)])
+    metrics.sharing.record_mig_slices(
+        mig_slices([("NVIDIA-H100-80GB-HBM3", "3g.40gb", 4)], [("NVIDIA-H100-80GB-HBM3", "3g.40gb")])
     )
     metrics.interruptions.record_interruption("Spot", "NodeTaint", lost_seconds=600, gpus=16)
     metrics.interruptions.record_checkpoint("Interruption")

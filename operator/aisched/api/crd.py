@@ -87,6 +87,7 @@ RESOURCES: tuple[ResourceDefinition, ...] = (
             PrinterColumn("Checkpoint", "integer", ".status.lastCheckpoint.step", "Last step saved.", priority=1),
             PrinterColumn("Share-%", "integer", ".spec.gpuShare.computePercent", "Compute of one GPU.", priority=1),
             PrinterColumn("MIG", "string", ".spec.gpuShare.migProfile", "MIG profile of each worker.", priority=1),
+            PrinterColumn("GPU-Eq", "number", ".status.gpuEquivalents", "GPU-equivalents the gang holds.", priority=1),
         ),
     ),
     ResourceDefinition(

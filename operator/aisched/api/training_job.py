@@ -319,6 +319,13 @@ class TrainingJobStatus(ApiModel):
     ready_replicas: int | None = Field(default=None, ge=0)
     selector: StatusText | None = Field(default=None, description="Label selector of the workers (scale).")
     gpus: int | None = Field(default=None, ge=0, description="GPUs the current gang holds.")
+    gpu_equivalents: float | None = Field(
+        default=None,
+        ge=0,
+        le=1_000_000,
+        description="GPU-equivalents the current gang is charged: its GPUs, or its workers' parts of GPUs "
+        "(three workers with 30% each: 0.9).",
+    )
     placement: Placement | None = None
     gang_generation: int | None = Field(
         default=None, ge=0, description="Incremented on every (re)start of the gang; names its pods."

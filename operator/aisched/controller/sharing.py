@@ -22,12 +22,12 @@ from aisched.kube.claims import (
     build_share_claim_template,
     device_index,
     share_memory_mib,
-    share_milli,
     with_share_claim,
 )
 from aisched.kube.inventory import Inventory
 from aisched.kube.records import PodKey
 from aisched.policy.sharing.assign import Gpu, HeldShare, ShareRequest, assign_shares
+from aisched.policy.sharing.charge import share_milli
 
 MILLI = 1000
 

@@ -9,6 +9,9 @@ from aisched.dashboards.promql import PER_HOUR, RANGE, RATE, job_census, pool_ga
 def cluster() -> Dashboard:
     allocatable, allocated = pool_gauge("aisched_gpus_allocatable"), pool_gauge("aisched_gpus_allocated")
     free, fragmented = pool_gauge("aisched_gpus_free"), pool_gauge("aisched_gpus_fragmented")
+    shared_milli, shared = pool_gauge("aisched_gpu_share_allocated_gpus"), pool_gauge("aisched_gpus_shared")
+    stranded, stranded_milli = pool_gauge("aisched_gpus_stranded"), pool_gauge("aisched_gpu_share_stranded_gpus")
+    mig = 'max by (gpu_type, profile, state) (aisched_mig_instances{gpu_type=~"$gpu_type"})'
 
     def stat(title: str, description: str, expr: str, unit: str = "short") -> Panel:
         return Panel(title, description, (Query(expr),), kind="stat", unit=unit, width=4, height=4)
@@ -69,6 +72,24 @@ def cluster() -> Dashboard:
                 ),
                 unit="percentunit",
                 max_value=1,
+            ),
+            Panel(
+                "Shared GPUs",
+                "Parts of GPUs: GPU-equivalents held as fractions (a 30% share is 0.3), the GPUs they hold parts "
+                "of, and the partly used GPUs stranded: their free part fits no request waiting now (the packer's "
+                "own fragmentation test).",
+                (
+                    Query(f"sum by (gpu_type) ({shared_milli})", "allocated as shares {{gpu_type}}"),
+                    Query(f"sum by (gpu_type) ({shared})", "GPUs shared {{gpu_type}}"),
+                    Query(f"sum by (gpu_type) ({stranded})", "GPUs stranded {{gpu_type}}"),
+                    Query(f"sum by (gpu_type) ({stranded_milli})", "free on stranded {{gpu_type}}"),
+                ),
+            ),
+            Panel(
+                "MIG instances by profile",
+                "MIG instances held by pods, and free where nodes advertise nvidia.com/mig-<profile>.",
+                (Query(mig, "{{profile}} {{state}} {{gpu_type}}"),),
+                stacked=True,
             ),
             Panel(
                 "GPU utilisation of aisched work (DCGM)",

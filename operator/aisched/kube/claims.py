@@ -67,14 +67,6 @@ def device_index(device: str) -> int:
     return int(match[1])
 
 
-def share_milli(share: GpuShare, gpu_memory_mib: int) -> int:
-    """GPU-equivalents (thousandths) a fraction takes of a GPU with GPU_MEMORY_MIB: the larger of its compute
-    and memory shares, rounded up, so that what is charged is what no one else can use."""
-    compute = (share.compute_percent or 0) * 10
-    memory = -(-(share.memory_mib or 0) * MILLI // max(gpu_memory_mib, 1))
-    return min(max(compute, memory, 1), MILLI)
-
-
 def share_memory_mib(share: GpuShare, milli: int, gpu_memory_mib: int) -> int:
     """Memory a fraction reserves: what it asked, else the same share of the GPU's memory as of its compute."""
     if share.memory_mib is not None:

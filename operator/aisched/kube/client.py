@@ -351,6 +351,21 @@ class KubeClient:
     async def create_cluster_object(self, group: str, version: str, plural: str, obj: dict[str, Any]) -> None:
         await self._send(self.custom.create_cluster_custom_object, group, version, plural, obj)
 
+    async def delete_claim_template(self, namespace: str, name: str) -> None:
+        """A departed pod's ResourceClaimTemplate (kube/claims.py); one already gone is no error."""
+        try:
+            await self._send(
+                self.custom.delete_namespaced_custom_object,
+                "resource.k8s.io",
+                "v1",
+                namespace,
+                "resourceclaimtemplates",
+                name,
+            )
+        except ApiException as error:
+            if error.status != 404:
+                raise
+
     async def delete_cluster_object(self, group: str, version: str, plural: str, name: str) -> None:
         try:
             await self._send(self.custom.delete_cluster_custom_object, group, version, plural, name)

@@ -296,6 +296,16 @@ class Inventory:
     def used_gpus(self, node: str) -> int:
         return self._used.get(node, 0)
 
+    def shared_nodes(self) -> list[str]:
+        """Nodes where some pod holds a part of a GPU (by a DRA share)."""
+        return sorted(self._sharing)
+
+    def smallest_gpu_memory_mib(self) -> int:
+        """MiB of the smallest GPU a share could land on, 0 when a GPU node does not say: a memory share is
+        charged by it (`policy.sharing.charge`), never less than it will hold."""
+        sizes = [self._gpu_memory.get(name, 0) for name, node in self.nodes.items() if node.allocatable_gpus]
+        return min(sizes, default=0)
+
 
 def _discard(index: dict[Any, set[PodKey]], at: Any, key: PodKey) -> None:
     keys = index.get(at)

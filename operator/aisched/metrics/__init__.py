@@ -34,9 +34,10 @@ from aisched.metrics.labels import TOPOLOGY_LEVELS
 from aisched.metrics.pods import PodInfo
 from aisched.metrics.process import ProcessMetrics
 from aisched.metrics.serving import ServingMetrics
+from aisched.metrics.sharing import MigSlices, SharedGpuUsage, SharingMetrics
 from aisched.metrics.workload import WorkloadMetrics
 
-__all__ = ["GpuPoolUsage", "Metrics", "serve"]
+__all__ = ["GpuPoolUsage", "Metrics", "MigSlices", "SharedGpuUsage", "serve"]
 
 
 class Metrics:
@@ -57,6 +58,7 @@ class Metrics:
         self.pods = PodInfo(registry)
         self.workload = WorkloadMetrics(registry, self.pods, topology_levels)
         self.capacity = CapacityMetrics(registry)
+        self.sharing = SharingMetrics(registry)
         self.interruptions = InterruptionMetrics(registry)
         self.carbon = CarbonMetrics(registry)
         self.serving = ServingMetrics(registry, self.pods)
@@ -75,7 +77,7 @@ class Metrics:
 
     def clear_cluster_state(self) -> None:
         """Drop every gauge that describes the cluster rather than this process."""
-        for part in (self.workload, self.capacity, self.carbon, self.serving):
+        for part in (self.workload, self.capacity, self.sharing, self.carbon, self.serving):
             for gauge in part.cluster_gauges():
                 gauge.clear()
         self.pods.clear()

@@ -68,7 +68,8 @@ class WorkloadMetrics:
         )
         self.queue_gpus_used = Gauge(
             f"{PREFIX}_queue_gpus_used",
-            "GPUs held by admitted jobs of a Queue, borrowed ones included, by queue.",
+            "GPUs held by admitted jobs and replicas of a Queue, borrowed ones included, in GPU-equivalents "
+            "(a 30% share is 0.3), by queue.",
             ["queue"],
             registry=r,
         )
@@ -147,7 +148,7 @@ class WorkloadMetrics:
     def record_preemption(self, queue: str) -> None:
         self.preemptions.labels(queue).inc()
 
-    def record_queue(self, queue: str, *, nominal_gpus: int, used_gpus: int, borrowed_gpus: int) -> None:
+    def record_queue(self, queue: str, *, nominal_gpus: int, used_gpus: float, borrowed_gpus: int) -> None:
         self.queue_gpus_nominal.labels(queue).set(nominal_gpus)
         self.queue_gpus_used.labels(queue).set(used_gpus)
         self.queue_gpus_borrowed.labels(queue).set(borrowed_gpus)

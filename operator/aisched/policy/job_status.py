@@ -19,6 +19,8 @@ from aisched.policy.carbon import CHUNK_ENDED, PAUSED_BETWEEN_CHUNKS, CarbonPlan
 from aisched.policy.job_messages import gang_nodes_message
 from aisched.policy.lifecycle import Step
 from aisched.policy.placement import Placement
+from aisched.policy.queueing import MILLI
+from aisched.policy.sharing.charge import replica_milli
 from aisched.policy.spot import CapacityDecision, lost_work_seconds
 from aisched.workload.contract import CheckpointReport
 
@@ -167,13 +169,14 @@ def attained_after_run(status: TrainingJobStatus, now: datetime) -> float | None
     if status.run_start_time is None or not status.gpus:
         return status.attained_gpu_seconds
     ran = max(0.0, (now - status.run_start_time).total_seconds())
-    return (status.attained_gpu_seconds or 0.0) + status.gpus * ran
+    held = status.gpu_equivalents if status.gpu_equivalents is not None else status.gpus
+    return (status.attained_gpu_seconds or 0.0) + held * ran
 
 
 def preempted(job: TrainingJob, reason: str, message: str, now: datetime) -> TrainingJobStatus:
     """The scheduler took the gang's GPUs: the job waits again, and remembers who preempted it."""
     status = queued(job, reason, message, now)  # which counts the run that ends here as attained service
-    status.gpus = 0
+    status.gpus, status.gpu_equivalents = 0, None
     # The queue reason changes as the job waits; this condition keeps who preempted it, and when.
     status.conditions = set_condition(
         status.conditions,
@@ -210,6 +213,7 @@ def placed(
     status.gang_generation = (status.gang_generation or 0) + 1
     status.replicas = placement.replicas
     status.gpus = placement.total_gpus
+    status.gpu_equivalents = placement.replicas * replica_milli(job.spec.gpu_share, job.spec.gpus_per_replica) / MILLI
     status.selector = selector
     status.checkpoint_interval_seconds = checkpoint_interval_seconds
     status.conditions = set_condition(
@@ -288,7 +292,7 @@ def apply_step(job: TrainingJob, status: TrainingJobStatus, step: Step, now: dat
             generation=generation,
         )
     if step.phase in (Phase.QUEUED, Phase.SUSPENDED):
-        updated.gpus = 0
+        updated.gpus, updated.gpu_equivalents = 0, None
     return updated
 
 

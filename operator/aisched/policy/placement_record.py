@@ -70,5 +70,5 @@ def placement_ignored(job: TrainingJob, now: datetime) -> TrainingJobStatus:
         "and no worker of the gang): it is ignored and the job waits for the scheduler"
     )
     status = waiting_status(job.status, PLACEMENT_NOT_VERIFIED, message, now, job.metadata.get("generation"))
-    status.placement, status.gpus = None, 0
+    status.placement, status.gpus, status.gpu_equivalents = None, 0, None
     return status

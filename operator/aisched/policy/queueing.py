@@ -1,6 +1,7 @@
 """Queues: GPU quotas with borrowing inside a cohort, and the fair order in which pending jobs are considered.
 
-Quota rules (all counts in GPUs):
+Quota rules (quotas in GPUs; the ledger counts GPU-equivalents in thousandths, `MILLI` to a GPU, so that
+a worker holding 30% of a GPU is charged 300 and three of them fit a quota of one GPU):
 
 - A queue may always use up to its nominal quota.
 - Beyond that it borrows: only when borrowing is enabled and it is in a cohort,
@@ -26,6 +27,8 @@ from typing import Protocol, TypeVar
 from aisched.api.queue import DEFAULT_MIN_RUN_SECONDS, DEFAULT_QUEUE, Queue, QueueSpec
 
 QUOTA_EXCEEDED = "QuotaExceeded"
+MILLI = 1000
+"""GPU-equivalents of one whole GPU in the ledger."""
 QUEUE_NOT_FOUND = "QueueNotFound"
 
 
@@ -90,54 +93,61 @@ class QueueQuota:
 
 @dataclass(frozen=True, slots=True)
 class Allowance:
-    """How many GPUs a queue may still take for one job, or why none."""
+    """How many GPU-equivalents (thousandths) a queue may still take for one job, or why none."""
 
-    max_gpus: int | None
+    max_milli: int | None
     """None: no limit from quota."""
     blocked_gpu_types: frozenset[str] = frozenset()
     """GPU products whose per-type quota has no room for the job."""
     refusal: str | None = None
 
 
+def gpus_text(milli: int) -> str:
+    """THOUSANDTHS of a GPU as a person reads them: `3`, `0.9`."""
+    return f"{milli / MILLI:g}"
+
+
 class QuotaLedger:
-    """GPUs in use per queue (and per GPU type), updated as the scheduler admits and evicts."""
+    """GPU-equivalents (thousandths) in use per queue (and per GPU type), updated as the scheduler admits
+    and evicts. Quotas are whole GPUs; every count here is in thousandths."""
 
     def __init__(self, quotas: Mapping[str, QueueQuota], cluster_gpus: int) -> None:
         self.quotas = quotas
-        self._cluster_gpus = max(cluster_gpus, 1)
+        self._cluster_milli = max(cluster_gpus, 1) * MILLI
         self.used: dict[str, int] = defaultdict(int)
         self.used_by_type: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         self._cohort_nominal: dict[str, int] = defaultdict(int)
         self._cohort_used: dict[str, int] = defaultdict(int)
         for quota in quotas.values():
             if quota.cohort is not None:
-                self._cohort_nominal[quota.cohort] += quota.nominal_gpus or 0
+                self._cohort_nominal[quota.cohort] += (quota.nominal_gpus or 0) * MILLI
 
-    def charge(self, queue: str, gpus: int, gpu_type: str | None) -> None:
-        self._add(queue, gpus, gpu_type)
+    def charge(self, queue: str, milli: int, gpu_type: str | None) -> None:
+        """QUEUE holds MILLI more GPU-equivalents (thousandths) of GPU_TYPE."""
+        self._add(queue, milli, gpu_type)
 
-    def refund(self, queue: str, gpus: int, gpu_type: str | None) -> None:
-        self._add(queue, -gpus, gpu_type)
+    def refund(self, queue: str, milli: int, gpu_type: str | None) -> None:
+        self._add(queue, -milli, gpu_type)
 
-    def _add(self, queue: str, gpus: int, gpu_type: str | None) -> None:
-        self.used[queue] += gpus
+    def _add(self, queue: str, milli: int, gpu_type: str | None) -> None:
+        self.used[queue] += milli
         if gpu_type is not None:
-            self.used_by_type[queue][gpu_type] += gpus
+            self.used_by_type[queue][gpu_type] += milli
         cohort = self._cohort(queue)
         if cohort is not None:
-            self._cohort_used[cohort] += gpus
+            self._cohort_used[cohort] += milli
 
     def _cohort(self, queue: str) -> str | None:
         quota = self.quotas.get(queue)
         return quota.cohort if quota is not None else None
 
-    def reclaimer_cohort(self, queue: str, gpus: int) -> str | None:
-        """The cohort from whose borrowers QUEUE may take back GPUS: those it takes stay within its
+    def reclaimer_cohort(self, queue: str, milli: int) -> str | None:
+        """The cohort from whose borrowers QUEUE may take back MILLI: those it takes stay within its
         nominal quota, which its cohort guarantees it; None when they would not (or it lends nothing)."""
         quota = self.quotas.get(queue)
         if quota is None or quota.nominal_gpus is None or quota.cohort is None:
             return None
-        return quota.cohort if self.used[queue] + gpus <= quota.nominal_gpus else None
+        return quota.cohort if self.used[queue] + milli <= quota.nominal_gpus * MILLI else None
 
     def in_cohort(self, queue: str, cohort: str) -> bool:
         return self._cohort(queue) == cohort
@@ -146,21 +156,21 @@ class QuotaLedger:
         quota = self.quotas.get(queue)
         if quota is None or quota.nominal_gpus is None:
             return 0
-        return max(0, self.used[queue] - quota.nominal_gpus)
+        return max(0, self.used[queue] - quota.nominal_gpus * MILLI)
 
     def share(self, queue: str) -> float:
         """Weighted dominant share: the queue furthest below its share goes first."""
         quota = self.quotas[queue]
-        base = quota.nominal_gpus if quota.nominal_gpus is not None else self._cluster_gpus
+        base = quota.nominal_gpus * MILLI if quota.nominal_gpus is not None else self._cluster_milli
         return self.used[queue] / max(base, 1) / quota.weight
 
-    def allowance(self, queue: str, gpu_type: str | None, min_gpus: int) -> Allowance:
-        """What quota lets a job of `queue` take, given it needs at least `min_gpus`."""
+    def allowance(self, queue: str, gpu_type: str | None, min_milli: int) -> Allowance:
+        """What quota lets a job of `queue` take, given it needs at least `min_milli` GPU-equivalents."""
         quota = self.quotas[queue]
         blocked = frozenset(
             product
             for product, cap in quota.gpu_type_quotas.items()
-            if cap - self.used_by_type[queue][product] < min_gpus
+            if cap * MILLI - self.used_by_type[queue][product] < min_milli
         )
         if gpu_type is not None and gpu_type in blocked:
             cap = quota.gpu_type_quotas[gpu_type]
@@ -168,49 +178,55 @@ class QuotaLedger:
                 0,
                 blocked,
                 f"queue {queue} allows {cap} {gpu_type} GPUs and "
-                f"{self.used_by_type[queue][gpu_type]} are in use; the job needs {min_gpus}",
+                f"{gpus_text(self.used_by_type[queue][gpu_type])} are in use; the job needs {gpus_text(min_milli)}",
             )
         limit = self._total_room(quota)
         if gpu_type is not None and gpu_type in quota.gpu_type_quotas:
-            type_room = quota.gpu_type_quotas[gpu_type] - self.used_by_type[queue][gpu_type]
+            type_room = quota.gpu_type_quotas[gpu_type] * MILLI - self.used_by_type[queue][gpu_type]
             limit = type_room if limit is None else min(limit, type_room)
-        if limit is not None and limit < min_gpus:
-            return Allowance(limit, blocked, self._refusal(quota, min_gpus))
+        if limit is not None and limit < min_milli:
+            return Allowance(limit, blocked, self._refusal(quota, min_milli))
         return Allowance(limit, blocked)
 
     def room(self, queue: str) -> int | None:
-        """GPUs QUEUE may still take, borrowing included; None when it has no quota (or is unknown)."""
+        """GPU-equivalents (thousandths) QUEUE may still take, borrowing included; None when it has no quota
+        (or is unknown)."""
         quota = self.quotas.get(queue)
         return None if quota is None else self._total_room(quota)
 
     def _total_room(self, quota: QueueQuota) -> int | None:
         if quota.nominal_gpus is None:
             return None
-        own = quota.nominal_gpus - self.used[quota.name]
+        own = quota.nominal_gpus * MILLI - self.used[quota.name]
         if not (quota.borrowing_enabled and quota.cohort is not None):
             return max(own, 0)
         borrowable = self._cohort_nominal[quota.cohort] - self._cohort_used[quota.cohort]
         if quota.borrowing_limit is not None:
-            borrowable = min(borrowable, own + quota.borrowing_limit)
+            borrowable = min(borrowable, own + quota.borrowing_limit * MILLI)
         return max(own, borrowable, 0)
 
-    def _refusal(self, quota: QueueQuota, needed: int) -> str:
+    def _refusal(self, quota: QueueQuota, needed_milli: int) -> str:
         used = self.used[quota.name]
-        nominal = quota.nominal_gpus or 0
+        nominal = (quota.nominal_gpus or 0) * MILLI
+        u, n = gpus_text(used), gpus_text(nominal)
         if used > nominal:
-            head = f"queue {quota.name} is borrowing: {used} GPUs in use on a quota of {nominal}"
+            head = f"queue {quota.name} is borrowing: {u} GPUs in use on a quota of {n}"
         elif used == nominal:
-            head = f"queue {quota.name} is at its quota: {used} of {nominal} GPUs in use"
+            head = f"queue {quota.name} is at its quota: {u} of {n} GPUs in use"
         else:
-            head = f"queue {quota.name} has {nominal - used} of its {nominal} GPUs free and the job needs {needed}"
+            head = (
+                f"queue {quota.name} has {gpus_text(nominal - used)} of its {n} GPUs free "
+                f"and the job needs {gpus_text(needed_milli)}"
+            )
         if quota.cohort is None:
             return f"{head}; it is in no cohort, so it cannot borrow"
         if not quota.borrowing_enabled:
             return f"{head}; borrowing is disabled for it"
         idle = self._cohort_nominal[quota.cohort] - self._cohort_used[quota.cohort]
-        if quota.borrowing_limit is not None and used + needed - nominal > quota.borrowing_limit:
-            return f"{head}; borrowing limit reached ({self.borrowed(quota.name)} of {quota.borrowing_limit} borrowed)"
-        return f"{head}; cohort {quota.cohort} has {max(idle, 0)} idle GPUs to lend"
+        if quota.borrowing_limit is not None and used + needed_milli - nominal > quota.borrowing_limit * MILLI:
+            borrowed = gpus_text(self.borrowed(quota.name))
+            return f"{head}; borrowing limit reached ({borrowed} of {quota.borrowing_limit} borrowed)"
+        return f"{head}; cohort {quota.cohort} has {gpus_text(max(idle, 0))} idle GPUs to lend"
 
 
 class Queued(Protocol):

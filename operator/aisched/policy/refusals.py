@@ -32,7 +32,7 @@ def failed_create(job: TrainingJob, status: TrainingJobStatus, message: str, now
     failing_since = current.last_transition_time if current and current.status == ConditionStatus.FALSE else None
     if failing_since is not None and now - failing_since >= FAILED_CREATE_RELEASE:
         released = waiting_status(status, FAILED_CREATE, message, now, generation)
-        released.gpus = 0
+        released.gpus, released.gpu_equivalents = 0, None
         released.conditions = [c for c in released.conditions if c.type != WORKERS_CREATED]
         return released
     updated = status.model_copy(deep=True)

@@ -29,11 +29,11 @@ def test_the_cycle_counts_what_replicas_hold_and_what_started_is_counted_there_f
     share = QueueShare(room={"q": 4}.get)
     share.started("q", 4)
     pods = [("q", replica("a", "n1")), ("q", replica("b", None)), ("q", replica("c", "n1", phase="Failed"))]
-    assert share.held(pods, {}) == [HeldGpus("q", 2, None)]
+    assert share.held(pods, {}) == [HeldGpus("q", 2000, None)]
     assert share.most_replicas("q", 2, live=1, desired=9) == 3
 
 
-def test_parts_of_gpus_are_charged_in_gpu_equivalents_rounded_up_per_queue_and_type() -> None:
+def test_parts_of_gpus_are_charged_in_gpu_equivalents_per_queue_and_type() -> None:
     def shared(name: str, milli: int) -> ServingPod:
         return ServingPod(
             "ns", name, "chat", "h", CapacityType.ON_DEMAND, "n1", "n1", "Running", True, False, 0, gpu_milli=milli
@@ -42,4 +42,4 @@ def test_parts_of_gpus_are_charged_in_gpu_equivalents_rounded_up_per_queue_and_t
     pods = [("q", shared("a", 300)), ("q", shared("b", 300)), ("q", shared("c", 300)), ("r", shared("d", 1))]
     pods.append(("q", replica("whole", "n1", gpus=1)))
     held = sorted(QueueShare().held(pods, {}), key=lambda h: h.queue)
-    assert held == [HeldGpus("q", 2, None), HeldGpus("r", 1, None)]  # 900 + 1000 milli: 2; 1 milli: 1
+    assert held == [HeldGpus("q", 1900, None), HeldGpus("r", 1, None)]  # what they hold, to the thousandth

@@ -17,6 +17,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from aisched.controller.serving import InferenceServiceController
+from aisched.kube.claims import SHARE_ANNOTATION
 from aisched.kube.client import KubeClient
 from aisched.kube.inventory import Inventory
 from aisched.kube.serving_builders import SERVICE_NAME
@@ -65,6 +66,9 @@ class KubeDouble:
 
     async def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
         self.calls.append(("delete_pod", name))
+
+    async def delete_claim_template(self, namespace: str, name: str) -> None:
+        self.calls.append(("delete_claim_template", name))
 
     async def patch_status(self, plural: str, namespace: str | None, name: str, status: dict[str, Any]) -> None:
         self.calls.append(("patch_status", name))
@@ -294,7 +298,7 @@ async def test_replicas_start_only_within_the_room_their_queue_has_left(
 ) -> None:
     """One quota per queue: the scheduling cycle charges the queue what its replicas hold and
     leaves it room; a service starts no replica the room cannot pay for, and those running stay."""
-    room = {"default": 2}
+    room = {"default": 2000}  # GPU-equivalents (thousandths)
     controller.queue_share.room = room.get
     async with running(controller):
         controller.service_seen(a_service("chat", replicas=3, gpus=1))
@@ -303,7 +307,33 @@ async def test_replicas_start_only_within_the_room_their_queue_has_left(
         assert ("post_event", "QuotaExceeded") in kube.calls
         # The cycle counts the two replicas (they hold the room now) and leaves one GPU more.
         controller.gpus_held()
-        room["default"] = 1
+        room["default"] = 1000
         controller.mark(("ml", "chat"))
         await asyncio.sleep(0.1)
         assert kube.of("chat").count("create") == 3
+
+
+def departed_replica(name: str, *, shared: bool) -> dict[str, Any]:
+    """A replica pod of ml/chat as its deletion event shows it, with the operator's share annotation or not."""
+    metadata: dict[str, Any] = {
+        "namespace": "ml",
+        "name": name,
+        "labels": {"aisched.io/kind": "InferenceService", SERVICE_NAME: "chat"},
+    }
+    if shared:
+        metadata["annotations"] = {SHARE_ANNOTATION: "gpu-0,300,24000"}
+    return {"metadata": metadata, "spec": {"nodeName": "gpu-1"}, "status": {"phase": "Running"}}
+
+
+async def test_a_departed_replicas_claim_template_is_deleted_at_its_services_next_pass(
+    controller: InferenceServiceController, kube: KubeDouble
+) -> None:
+    async with running(controller):
+        controller.service_seen(a_service("chat"))
+        await asyncio.sleep(0.1)
+        controller.pod_changed(departed_replica("chat-shared", shared=True), deleted=True)
+        controller.pod_changed(departed_replica("chat-whole", shared=False), deleted=True)
+        await asyncio.sleep(0.1)
+        deleted = [name for verb, name in kube.calls if verb == "delete_claim_template"]
+        assert deleted == ["chat-shared"]  # a replica of whole GPUs had no template
+        assert controller.departed_claims == {}

@@ -15,12 +15,12 @@ from aisched.kube.claims import (
     build_share_claim_template,
     read_share,
     share_memory_mib,
-    share_milli,
     with_mig_slice,
     with_share_claim,
 )
 from aisched.kube.inventory import Inventory
 from aisched.kube.records import read_pod
+from aisched.policy.sharing.charge import share_milli
 from aisched.settings import Settings
 from tests.unit.kube.test_inventory import node, pod
 

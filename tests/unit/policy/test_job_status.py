@@ -339,3 +339,24 @@ def test_a_gang_placed_anew_counts_the_run_before_it_and_starts_a_new_one() -> N
     )
     assert status.attained_gpu_seconds == 10.0 + 8 * 60
     assert status.run_start_time == T0 + timedelta(minutes=1)
+
+
+def test_a_gang_of_parts_of_gpus_says_what_it_holds_and_attains_service_by_it() -> None:
+    obj = a_training_job("small").namespace("ns").replicas(3).gpu_share(computePercent=30).obj()
+    job = TrainingJob.model_validate(obj)
+    three = Placement(nodes=("n1", "n1", "n1"), gpus_per_replica=1, domain=DomainId(RACK, ("z1", "r1")))
+    status = placed(
+        job,
+        three,
+        reason="Admitted",
+        message="placed on n1",
+        selector="aisched.io/job-name=small",
+        checkpoint_interval_seconds=None,
+        capacity=None,
+        now=T0,
+    )
+    assert status.gpu_equivalents == 0.9
+    job.status = status
+    ended = preempted(job, "Preempted", "by ns/other", T0 + timedelta(seconds=100))
+    assert ended.attained_gpu_seconds == 90.0  # 0.9 of a GPU for 100 s, not 3 GPUs
+    assert (ended.gpus, ended.gpu_equivalents) == (0, None)

@@ -25,6 +25,7 @@ that runs before the watch catches up neither creates nor retires a replica twic
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import time
@@ -47,6 +48,7 @@ from aisched.controller.serving.templates import ServiceTemplates
 from aisched.controller.sharing import GpuShares
 from aisched.controller.tenancy import TenancyBook
 from aisched.controller.workqueue import RefusedError, WorkQueue
+from aisched.kube.claims import SHARE_ANNOTATION
 from aisched.kube.client import KubeClient
 from aisched.kube.inventory import Inventory
 from aisched.kube.serving_builders import (
@@ -56,8 +58,10 @@ from aisched.kube.serving_builders import (
 )
 from aisched.metrics import Metrics
 from aisched.policy.cluster import ClusterSnapshot
+from aisched.policy.queueing import gpus_text
 from aisched.policy.scheduler import HeldGpus
 from aisched.policy.serving_status import find_condition, observed_status, replica_failure, set_service_condition
+from aisched.policy.sharing.charge import replica_milli
 from aisched.policy.tenancy import Refusal
 from aisched.settings import Settings
 from aisched.sources.prometheus import PrometheusSource
@@ -103,6 +107,9 @@ class InferenceServiceController:
     tenancy: TenancyBook = field(default_factory=TenancyBook)
     shares: GpuShares | None = None
     """The GPU shares handed out, the TrainingJob controller's (one record of them); None: a record of its own."""
+    departed_claims: dict[ServiceKey, set[str]] = field(default_factory=dict)
+    """ResourceClaimTemplates of replicas the watch showed gone, by service, to delete at its next pass: the
+    service owns them, and a long-lived one scaling up and down would otherwise keep one per replica ever made."""
 
     def __post_init__(self) -> None:
         self.queue = WorkQueue(
@@ -154,6 +161,9 @@ class InferenceServiceController:
             return
         if deleted:
             self.replicas.gone(pod)
+            if SHARE_ANNOTATION in (obj["metadata"].get("annotations") or {}):
+                # kube/claims.py names a replica's template after the pod.
+                self.departed_claims.setdefault((pod.namespace, pod.service), set()).add(pod.name)
             self.capacity_changed()
         else:
             self.replicas.seen(pod)
@@ -214,6 +224,14 @@ class InferenceServiceController:
         # One at a time: each placement promises GPUs the next one's snapshot counts.
         await self.queue.process(keys, reconcile, concurrency=1, on_done=self._record_reconcile)
 
+    async def _delete_departed_claims(self, key: ServiceKey) -> None:
+        names = self.departed_claims.pop(key, set())
+        try:
+            await asyncio.gather(*(self.kube.delete_claim_template(key[0], name) for name in sorted(names)))
+        except Exception:
+            self.departed_claims.setdefault(key, set()).update(names)  # the next pass tries again
+            raise
+
     def _record_reconcile(self, _key: ServiceKey, seconds: float, failed: bool) -> None:
         if self.metrics is not None:
             self.metrics.process.record_reconcile("InferenceService", seconds, failed=failed)
@@ -225,6 +243,7 @@ class InferenceServiceController:
         snapshot: Callable[[], ClusterSnapshot],
         now: datetime,
     ) -> None:
+        await self._delete_departed_claims(key)
         obj = self.services.get(key)
         service = _parse(obj) if obj is not None else None
         if obj is None or service is None:
@@ -266,7 +285,7 @@ class InferenceServiceController:
                 status, "ScalingActive", False, "AutoscalingDisabled", MANUAL_SCALING, service=service, now=now
             )
         plan = await self.placement.place(obj, service, self._within_quota(obj, service, desired), snapshot)
-        self.queue_share.started(service.spec.queue, len(plan.start) * service.spec.gpus_per_replica)
+        self.queue_share.started(service.spec.queue, len(plan.start) * _replica_milli(service))
         observed = observed_status(
             service,
             status,
@@ -321,12 +340,12 @@ class InferenceServiceController:
 
     def _within_quota(self, obj: dict[str, Any], service: InferenceService, desired: int) -> int:
         """DESIRED, or fewer where the service's queue has no room for more replicas (`queue_share`)."""
-        queue, each = service.spec.queue, service.spec.gpus_per_replica
+        queue, each = service.spec.queue, _replica_milli(service)
         key = (service.metadata["namespace"], service.metadata["name"])
         live = sum(1 for p in self.replicas.of(key) if p.serving_candidate)
         most = self.queue_share.most_replicas(queue, each, live, desired)
         if most < desired:
-            message = f"queue {queue} has room for {most} replicas of {each} GPUs, not the {desired} wanted"
+            message = f"queue {queue} has room for {most} replicas of {gpus_text(each)} GPUs, not the {desired} wanted"
             self.kube.post_event(obj, "Warning", "QuotaExceeded", f"{message}; the rest start when it has room")
         return most
 
@@ -374,3 +393,9 @@ def _parse(obj: dict[str, Any]) -> InferenceService | None:
         # The API server validated it; this means our model and the CRD differ.
         log.error("cannot read InferenceService %s: %s", obj.get("metadata", {}).get("name"), error)
         return None
+
+
+def _replica_milli(service: InferenceService) -> int:
+    """What one replica is charged before its GPU is known: a memory share counts whole until it holds a part
+    (then the cycle charges what its pod holds)."""
+    return replica_milli(service.spec.gpu_share, service.spec.gpus_per_replica)

@@ -24,27 +24,29 @@ def no_limit(_queue: str) -> int | None:
 @dataclass
 class QueueShare:
     room: Callable[[str], int | None] = no_limit
-    """GPUs a queue may still take, as the last scheduling cycle left it; None: no limit."""
+    """GPU-equivalents (thousandths) a queue may still take, as the last scheduling cycle left it; None: no limit."""
     _started_since_cycle: dict[str, int] = field(default_factory=dict)
 
-    def most_replicas(self, queue: str, gpus_each: int, live: int, desired: int) -> int:
-        """DESIRED, or fewer: the LIVE replicas plus as many more as QUEUE's room pays for."""
+    def most_replicas(self, queue: str, milli_each: int, live: int, desired: int) -> int:
+        """DESIRED, or fewer: the LIVE replicas plus as many more, of MILLI_EACH GPU-equivalents (thousandths)
+        each, as QUEUE's room pays for."""
         room = self.room(queue)
-        if room is None or gpus_each <= 0:
+        if room is None or milli_each <= 0:
             return desired
         left = max(room - self._started_since_cycle.get(queue, 0), 0)
-        return min(desired, live + left // gpus_each)
+        return min(desired, live + left // milli_each)
 
-    def started(self, queue: str, gpus: int) -> None:
-        """Replicas of QUEUE holding GPUS were started: its room is that much smaller until the next cycle."""
-        self._started_since_cycle[queue] = self._started_since_cycle.get(queue, 0) + gpus
+    def started(self, queue: str, milli: int) -> None:
+        """Replicas of QUEUE holding MILLI GPU-equivalents were started: its room is that much smaller until the
+        next cycle."""
+        self._started_since_cycle[queue] = self._started_since_cycle.get(queue, 0) + milli
 
     def held(self, pods_by_queue: Iterable[tuple[str, ServingPod]], nodes: dict[str, Node]) -> list[HeldGpus]:
         """What the replica PODS hold, by queue and their nodes' GPU type, for the cycle to charge;
         what was started is counted there from now on."""
         self._started_since_cycle.clear()
-        # In GPU-equivalents, summed per queue and GPU type, then rounded up: three replicas with a
-        # third of a GPU each are charged one GPU, and a part of one never goes uncharged.
+        # In GPU-equivalents (thousandths), summed per queue and GPU type: three replicas with 30% of a
+        # GPU each are charged 900, what they hold, and a part of one never goes uncharged.
         milli: dict[tuple[str, str | None], int] = {}
         for queue, pod in pods_by_queue:
             node = pod.node or pod.pinned_node
@@ -53,4 +55,4 @@ class QueueShare:
             record = nodes.get(node)
             key = (queue, record.gpu_product if record is not None else None)
             milli[key] = milli.get(key, 0) + pod.held_milli
-        return [HeldGpus(queue, -(-total // 1000), product) for (queue, product), total in milli.items()]
+        return [HeldGpus(queue, total, product) for (queue, product), total in milli.items()]

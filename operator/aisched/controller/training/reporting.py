@@ -8,6 +8,8 @@ from typing import Any
 
 from aisched.api import Queue, TrainingJob, TrainingJobPhase
 from aisched.api.queue import DEFAULT_QUEUE
+from aisched.api.sharing import GpuShare
+from aisched.controller.sharing_report import mig_instances, shared_gpu_usage, waiting_shares
 from aisched.controller.training.isolation import REPORTING, JobIsolation
 from aisched.controller.training.state import JobKey, finished
 from aisched.metrics import GpuPoolUsage
@@ -36,6 +38,8 @@ class Reporting(JobIsolation):
         census: dict[tuple[str, str], int] = {}
         gangs_by_level: dict[str, int] = {}
         pending_sizes: list[int] = []
+        share_asks: list[tuple[str, GpuShare, int, str | None]] = []
+        whole_waiting = 0
         for key, obj in self.jobs.items():
             if self._sits_out(REPORTING, key):
                 continue
@@ -53,6 +57,11 @@ class Reporting(JobIsolation):
                 census[(job.spec.queue, phase)] = census.get((job.spec.queue, phase), 0) + 1
                 if phase == Phase.QUEUED:
                     pending_sizes.append(job.spec.gpus_per_replica)
+                    spec = job.spec
+                    if spec.gpu_share is not None:
+                        share_asks.append((f"{key[0]}/{key[1]}", spec.gpu_share, spec.replicas, spec.gpu_type))
+                    else:
+                        whole_waiting += spec.replicas * spec.gpus_per_replica
                 if phase == Phase.RUNNING and job.status.placement:
                     # A level the topology no longer has (the operator was reconfigured) counts as spread.
                     level = job.status.placement.level
@@ -62,6 +71,9 @@ class Reporting(JobIsolation):
         self.metrics.workload.record_jobs(census)
         self.metrics.workload.record_running_gangs(gangs_by_level)
         self.metrics.capacity.record_gpu_pools(_gpu_pools(self.cluster_snapshot(), min(pending_sizes, default=None)))
+        waiting = waiting_shares(share_asks, self.inventory.smallest_gpu_memory_mib())
+        self.metrics.sharing.record_shared_gpus(shared_gpu_usage(self.shares, waiting, whole_waiting))
+        self.metrics.sharing.record_mig_slices(mig_instances(self.inventory))
 
     def _report_job(self, key: JobKey, job: TrainingJob, phase: str) -> None:
         namespace, name = key
@@ -95,7 +107,10 @@ class Reporting(JobIsolation):
     async def _report_queue(self, name: str, obj: dict[str, Any], usage: QueueUsage) -> None:
         queue = Queue.model_validate(obj)
         self.metrics.workload.record_queue(
-            name, nominal_gpus=queue.spec.nominal_gpus, used_gpus=usage.used_gpus, borrowed_gpus=usage.borrowed_gpus
+            name,
+            nominal_gpus=queue.spec.nominal_gpus,
+            used_gpus=usage.used_milli / 1000,
+            borrowed_gpus=usage.borrowed_gpus,
         )
         status = queue.status.model_copy(deep=True)
         status.used_gpus, status.borrowed_gpus = usage.used_gpus, usage.borrowed_gpus

@@ -66,11 +66,21 @@ class RequestBook:
         excluded: frozenset[str],
         *,
         topology: Topology,
+        gpu_memory_mib: int = 0,
     ) -> JobRequest:
+        """GPU_MEMORY_MIB: of the smallest GPU a memory share could land on (`JobRequest.from_training_job`)."""
         made = self._last.get(key)
-        if not _still(made, obj, capacity_types, excluded, _NO_NODES):
+        if (
+            made is None
+            or not _still(made, obj, capacity_types, excluded, _NO_NODES)
+            or _memory_changed(made, gpu_memory_mib)
+        ):
             request = JobRequest.from_training_job(
-                job, capacity_types=capacity_types, excluded_nodes=excluded, topology=topology
+                job,
+                capacity_types=capacity_types,
+                excluded_nodes=excluded,
+                topology=topology,
+                gpu_memory_mib=gpu_memory_mib,
             )
             made = _Made(obj, capacity_types, excluded, _NO_NODES, request)
         assert made is not None
@@ -86,17 +96,27 @@ class RequestBook:
         *,
         node_generation: int,
         excluded: frozenset[str],
+        gpu_memory_mib: int = 0,
     ) -> JobRequest:
         """The request of a gang placed on its status placement's nodes, as the snapshot sees them."""
         made = self._last.get(key)
-        if not _still(made, obj, None, excluded, node_generation):
+        if (
+            made is None
+            or not _still(made, obj, None, excluded, node_generation)
+            or _memory_changed(made, gpu_memory_mib)
+        ):
             assert job.status.placement is not None
             placement = self._placement(
                 tuple(job.status.placement.nodes), job.spec.gpus_per_replica, snapshot, node_generation
             )
             types = (placement.capacity_type,) if placement.capacity_type else (CapacityType.ON_DEMAND,)
             request = JobRequest.from_training_job(
-                job, capacity_types=types, placement=placement, excluded_nodes=excluded, topology=snapshot.topology
+                job,
+                capacity_types=types,
+                placement=placement,
+                excluded_nodes=excluded,
+                topology=snapshot.topology,
+                gpu_memory_mib=gpu_memory_mib,
             )
             made = _Made(obj, None, excluded, node_generation, request)
         assert made is not None
@@ -128,4 +148,13 @@ def _still(
         and made.capacity_types == capacity_types
         and made.node_generation == node_generation
         and made.excluded == excluded
+    )
+
+
+def _memory_changed(made: _Made | None, gpu_memory_mib: int) -> bool:
+    """A memory share is charged by the smallest GPU it could land on: a new such GPU charges it anew."""
+    return (
+        made is not None
+        and made.request.milli_per_replica is not None
+        and made.request.gpu_memory_mib != gpu_memory_mib
     )

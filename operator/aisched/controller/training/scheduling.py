@@ -62,7 +62,7 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         parsed, requests, capacity_of, writes = await self._requests(snapshot, now)
         started = time.perf_counter()
         result = await self._decide(snapshot, requests, parsed, now)
-        self.queue_room = {name: usage.room_gpus for name, usage in result.queues.items()}
+        self.queue_room = {name: usage.room_milli for name, usage in result.queues.items()}
         elapsed = time.perf_counter() - started
         self.metrics.process.record_scheduling_cycle(
             time.perf_counter() - cycle_started, time.thread_time() - cpu_started
@@ -303,10 +303,17 @@ class SchedulingCycle(CarbonDeferral, Reporting):
                 return None
             spot = capacity.choice == CapacityChoice.SPOT
             types = (CapacityType.SPOT,) if spot else (CapacityType.ON_DEMAND,)
-            return self._requests_made.waiting(key, obj, job, types, doomed, topology=snapshot.topology), capacity
+            memory = self.inventory.smallest_gpu_memory_mib() if job.spec.gpu_share else 0
+            made = self._requests_made.waiting(
+                key, obj, job, types, doomed, topology=snapshot.topology, gpu_memory_mib=memory
+            )
+            return made, capacity
         if phase in (Phase.PLACING, Phase.RUNNING) and job.status.placement and job.status.placement.nodes:
             generation = self.inventory.node_generation
-            request = self._requests_made.running(key, obj, job, snapshot, node_generation=generation, excluded=doomed)
+            memory = self.inventory.smallest_gpu_memory_mib() if job.spec.gpu_share else 0
+            request = self._requests_made.running(
+                key, obj, job, snapshot, node_generation=generation, excluded=doomed, gpu_memory_mib=memory
+            )
             return request, None
         return None
 

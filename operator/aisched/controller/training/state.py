@@ -170,7 +170,8 @@ class TrainingJobState:
         self._store_job((namespace, name), {**obj, "metadata": metadata, "status": wire})
 
     def room_of(self, queue: str) -> int | None:
-        """GPUs QUEUE may still take as the last scheduling cycle left it; None: no limit known."""
+        """GPU-equivalents (thousandths) QUEUE may still take as the last scheduling cycle left it; None: no
+        limit known."""
         return self.queue_room.get(queue)
 
     def queue_object(self, name: str) -> dict[str, Any] | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from aisched.policy.placement import GangRequest, Placement, Unplaceable
-from aisched.policy.queueing import QUEUE_NOT_FOUND, QUOTA_EXCEEDED
+from aisched.policy.queueing import MILLI, QUEUE_NOT_FOUND, QUOTA_EXCEEDED
 from aisched.policy.scheduler.attempt import Attempt
 from aisched.policy.scheduler.jobs import JobRequest
 from aisched.policy.scheduler.preemption import preempt_within_quota
@@ -98,9 +98,9 @@ def within_type_quota(
     cap = cycle.ledger.quotas[job.queue].gpu_type_quotas.get(product) if product else None
     if cap is None or product is None:
         return placement
-    room = cap - cycle.ledger.used_by_type[job.queue][product]
-    if placement.total_gpus <= room:
+    room = cap * MILLI - cycle.ledger.used_by_type[job.queue][product]
+    if job.charge(placement.replicas) <= room:
         return placement
-    replicas = max(fewest, room // job.gpus_per_replica)
+    replicas = max(fewest, room // job.replica_milli)
     trimmed = cycle.place_most(replace(request, replicas=replicas, gpu_types=frozenset({product})), fewest)
     return trimmed if isinstance(trimmed, Placement) else placement

@@ -34,15 +34,17 @@ class Attempt:
     def of(cls, cycle: CycleState, job: JobRequest) -> Attempt:
         g = job.gpus_per_replica
         fewest = job.min_replicas if job.elastic and job.min_replicas else job.replicas
-        allowance = cycle.ledger.allowance(job.queue, job.gpu_type, fewest * g)
+        allowance = cycle.ledger.allowance(job.queue, job.gpu_type, job.charge(fewest))
         refused = allowance.refusal is not None
-        most = job.replicas if allowance.max_gpus is None or refused else min(job.replicas, allowance.max_gpus // g)
+        limit = allowance.max_milli
+        most = job.replicas if limit is None or refused else min(job.replicas, limit // job.replica_milli)
         gpu_types = cycle.gpu_types(job, allowance.blocked_gpu_types)
         reserved = cycle.reserved_against(job)
         shape = (
             job.queue,
             job.priority,
             g,
+            job.replica_milli,
             most,
             fewest,
             gpu_types,

@@ -36,9 +36,9 @@ def grow_elastic(cycle: CycleState) -> None:
             continue
         current = running.placement.replicas
         room = (job.max_replicas or current) - current
-        allowance = cycle.ledger.allowance(job.queue, running.placement.gpu_type, job.gpus_per_replica)
-        if allowance.max_gpus is not None:
-            room = min(room, allowance.max_gpus // job.gpus_per_replica)
+        allowance = cycle.ledger.allowance(job.queue, running.placement.gpu_type, job.replica_milli)
+        if allowance.max_milli is not None:
+            room = min(room, allowance.max_milli // job.replica_milli)
         if room < 1 or allowance.refusal is not None:
             continue
         gpu_types = frozenset({running.placement.gpu_type}) if running.placement.gpu_type else None
@@ -107,7 +107,7 @@ def _enclosing(cycle: CycleState, placement: Placement, widest_level: Level | No
 def _extend(cycle: CycleState, running: RunningGang, extra: Placement, current: int) -> None:
     job = running.job
     cycle.snapshot.allocate(extra.gpus_by_node())
-    cycle.ledger.charge(job.queue, extra.total_gpus, extra.gpu_type)
+    cycle.ledger.charge(job.queue, job.charge(extra.replicas), extra.gpu_type)
     nodes = running.placement.nodes + extra.nodes
     running.placement = Placement.of_nodes(nodes, job.gpus_per_replica, cycle.snapshot)
     cycle.resized[job.key] = Resize(

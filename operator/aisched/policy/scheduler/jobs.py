@@ -10,7 +10,9 @@ from aisched.api.training_job import TrainingJob, TrainingJobPhase
 from aisched.policy.cluster import Toleration
 from aisched.policy.lifecycle import INTERRUPTED
 from aisched.policy.placement import GangRequest, Placement
+from aisched.policy.queueing import MILLI
 from aisched.policy.saturating_time import seconds_duration
+from aisched.policy.sharing.charge import replica_milli
 from aisched.policy.topology import LOCAL_TOPOLOGY, Level, Topology
 
 _LONG_AGO = datetime.min.replace(tzinfo=UTC)  # a job with no creation time yet queues first among equals
@@ -48,6 +50,26 @@ class JobRequest:
     """GPU-seconds of service of its earlier runs (status.attainedGpuSeconds)."""
     set_back: bool = False
     """Queued again because its capacity was interrupted (not preempted): it resumes ahead of newcomers."""
+    milli_per_replica: int | None = None
+    """GPU-equivalents (thousandths) one replica holds when that is not `gpus_per_replica` whole GPUs (a
+    `gpuShare`: a fraction or a MIG instance). The placement still takes a GPU per replica in the snapshot
+    (the share's node is chosen as for a whole GPU); the queue is charged this."""
+    gpu_memory_mib: int = 0
+    """MiB of the GPU a memory share was charged by (0: unknown or no memory share)."""
+
+    @property
+    def replica_milli(self) -> int:
+        """What one replica is charged, in GPU-equivalents (thousandths)."""
+        return self.gpus_per_replica * MILLI if self.milli_per_replica is None else self.milli_per_replica
+
+    def charge(self, replicas: int) -> int:
+        """GPU-equivalents (thousandths) REPLICAS of this job are charged to its queue."""
+        return replicas * self.replica_milli
+
+    @property
+    def held_milli(self) -> int:
+        """What the running gang holds now (0 when pending)."""
+        return self.charge(self.placement.replicas) if self.placement is not None else 0
 
     @property
     def running(self) -> bool:
@@ -66,11 +88,13 @@ class JobRequest:
         placement: Placement | None = None,
         excluded_nodes: frozenset[str] = frozenset(),
         topology: Topology = LOCAL_TOPOLOGY,
+        gpu_memory_mib: int = 0,
     ) -> JobRequest:
         """What a TrainingJob asks for. `placement` (for a running gang) comes from its status and the snapshot:
         `Placement.of_nodes(status.placement.nodes, spec.gpus_per_replica, snapshot)`. Its levels are read in
         TOPOLOGY (the snapshot's); one it does not have is no constraint here: a waiting job that names one is
-        refused before it gets here (`aisched.policy.levels.level_refusal`)."""
+        refused before it gets here (`aisched.policy.levels.level_refusal`). A `gpuShare` worker is charged what it
+        holds (`aisched.policy.sharing.charge`), a memory share by GPUs of GPU_MEMORY_MIB (0: unknown, whole)."""
         spec, meta = job.spec, job.metadata
         template_spec = spec.template.get("spec") or {}
         created = meta.get("creationTimestamp")
@@ -96,6 +120,10 @@ class JobRequest:
             started=(job.status.run_start_time or job.status.start_time) if placement is not None else None,
             attained_gpu_seconds=job.status.attained_gpu_seconds or 0.0,
             set_back=job.status.phase == TrainingJobPhase.QUEUED and job.status.reason == INTERRUPTED,
+            milli_per_replica=(
+                replica_milli(spec.gpu_share, spec.gpus_per_replica, gpu_memory_mib) if spec.gpu_share else None
+            ),
+            gpu_memory_mib=gpu_memory_mib,
         )
 
     def gang(self, replicas: int, gpu_types: frozenset[str] | None, excluded: frozenset[str]) -> GangRequest:

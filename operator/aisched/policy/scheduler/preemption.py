@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from aisched.policy.placement import GangRequest, Placement, gang_fits, place_gang, search_levels
+from aisched.policy.queueing import MILLI
 from aisched.policy.scheduler.attempt import Attempt
 from aisched.policy.scheduler.jobs import JobRequest
 from aisched.policy.scheduler.results import SHRUNK, Preemption, Resize
@@ -40,6 +41,11 @@ class _Displacement:
     dropped: tuple[int, ...] | None = None
     """Ranks dropped by a shrink; None preempts the whole gang."""
 
+    def milli(self) -> int:
+        """GPU-equivalents (thousandths) the displacement gives back to its queue."""
+        placement = self.running.placement
+        return self.running.job.charge(placement.replicas if self.dropped is None else len(self.dropped))
+
     def gpus(self) -> dict[str, int]:
         placement = self.running.placement
         if self.dropped is None:
@@ -58,13 +64,13 @@ class _RoomPlan:
     domain: DomainId
 
 
-def _displaceable(cycle: CycleState, job: JobRequest, gpus: int) -> list[_Displacement]:
-    """Everything `job`, asking GPUS, may take GPUs from: shrinks first, then whole gangs."""
+def _displaceable(cycle: CycleState, job: JobRequest, milli: int) -> list[_Displacement]:
+    """Everything `job`, asking MILLI GPU-equivalents, may take GPUs from: shrinks first, then whole gangs."""
     lowest, elastic = cycle.lowest_priority, cycle.lowest_elastic_priority
     slicing = (
         lowest == job.priority and cycle.highest_running_band > cycle.band(job) and cycle.slices < MAX_SLICES_PER_CYCLE
     )
-    reclaiming = cycle.ledger.reclaimer_cohort(job.queue, gpus)
+    reclaiming = cycle.ledger.reclaimer_cohort(job.queue, milli)
     nothing_lower = (lowest is None or lowest >= job.priority) and (elastic is None or elastic > job.priority)
     if nothing_lower and not slicing and reclaiming is None:
         return []
@@ -134,7 +140,7 @@ def _shrink_floor(job: JobRequest, for_priority: int) -> int:
 def make_room(cycle: CycleState, attempt: Attempt) -> bool:
     """Shrink and preempt so that the job's fewest replicas fit; nothing changes unless they then fit."""
     job, request = attempt.job, attempt.smallest
-    candidates = _displaceable(cycle, job, request.replicas * request.gpus_per_replica)
+    candidates = _displaceable(cycle, job, job.charge(request.replicas))
     if not candidates:
         return False
     for level in _levels_to_search(cycle, request):
@@ -245,7 +251,7 @@ def _plan_within(
 def _work_lost(cycle: CycleState, running: RunningGang) -> int:
     """GPU-seconds a preemption throws away (at most: checkpoints may save some)."""
     started = running.job.started or cycle.now
-    return running.placement.total_gpus * max(0, int((cycle.now - started).total_seconds()))
+    return running.job.held_milli * max(0, int((cycle.now - started).total_seconds())) // MILLI
 
 
 def _restricted(cycle: CycleState, candidate: _Displacement, job: JobRequest, within: DomainId) -> _Displacement | None:
@@ -290,7 +296,7 @@ def _carry_out(cycle: CycleState, job: JobRequest, request: GangRequest, plan: _
         other = running.job
         released = action.gpus()
         cycle.snapshot.release(released)
-        cycle.ledger.refund(other.queue, sum(released.values()), running.placement.gpu_type)
+        cycle.ledger.refund(other.queue, action.milli(), running.placement.gpu_type)
         if action.dropped is None:
             cycle.slices += other.priority == job.priority
             del cycle.running[other.key]
@@ -354,12 +360,12 @@ def preempt_within_quota(cycle: CycleState, job: JobRequest, replicas: int) -> b
 
 def _admitted_after(cycle: CycleState, job: JobRequest, replicas: int, chosen: list[_Displacement]) -> bool:
     """Admit JOB displacing CHOSEN if its queue's quota and the placement then hold it."""
-    refunded = [(a.running.job.queue, sum(a.gpus().values()), a.running.placement.gpu_type) for a in chosen]
-    for queue, gpus, gpu_type in refunded:
-        cycle.ledger.refund(queue, gpus, gpu_type)
-    allowance = cycle.ledger.allowance(job.queue, job.gpu_type, replicas * job.gpus_per_replica)
-    for queue, gpus, gpu_type in refunded:
-        cycle.ledger.charge(queue, gpus, gpu_type)
+    refunded = [(a.running.job.queue, a.milli(), a.running.placement.gpu_type) for a in chosen]
+    for queue, milli, gpu_type in refunded:
+        cycle.ledger.refund(queue, milli, gpu_type)
+    allowance = cycle.ledger.allowance(job.queue, job.gpu_type, job.charge(replicas))
+    for queue, milli, gpu_type in refunded:
+        cycle.ledger.charge(queue, milli, gpu_type)
     if allowance.refusal is not None:
         return False
     # Per-GPU-type caps still bind: only products with room for the whole gang may take it.

@@ -60,11 +60,16 @@ class Resize:
 @dataclass(frozen=True, slots=True)
 class QueueUsage:
     used_gpus: int
+    """GPU-equivalents in use, rounded up to whole GPUs (status.usedGPUs): never less than is held."""
     borrowed_gpus: int
     admitted_jobs: int
     pending_jobs: int
     room_gpus: int | None = None
-    """GPUs the queue may still take after this cycle, borrowing included; None: no quota."""
+    """Whole GPUs the queue may still take after this cycle, borrowing included; None: no quota."""
+    used_milli: int = 0
+    """GPU-equivalents in use, in thousandths (a 30% share is 300)."""
+    room_milli: int | None = None
+    """`room_gpus` in thousandths: what replicas holding parts of GPUs may still take."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from aisched.policy.queueing import MILLI
 from aisched.policy.scheduler.jobs import JobRequest
 
 FIRST_BAND_GPU_SECONDS = 3600.0
@@ -29,7 +30,7 @@ def attained_gpu_seconds(job: JobRequest, now: datetime) -> float:
     """Service of earlier runs plus the current one's so far."""
     current = 0.0
     if job.placement is not None and job.started is not None:
-        current = job.placement.total_gpus * max(0.0, (now - job.started).total_seconds())
+        current = job.held_milli / MILLI * max(0.0, (now - job.started).total_seconds())
     return job.attained_gpu_seconds + current
 
 

@@ -14,7 +14,7 @@ from datetime import datetime
 from aisched.api.queue import DEFAULT_QUEUE
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.placement import GangRequest, Placement, Unplaceable, place_gang, tightest_possible_level
-from aisched.policy.queueing import QueueQuota, QuotaLedger
+from aisched.policy.queueing import MILLI, QueueQuota, QuotaLedger
 from aisched.policy.saturating_time import time_after
 from aisched.policy.scheduler.jobs import JobRequest
 from aisched.policy.scheduler.results import (
@@ -46,11 +46,11 @@ class RunningGang:
 
 @dataclass(frozen=True, slots=True)
 class HeldGpus:
-    """GPUs a queue's pods hold that are no gang of this cycle's (an InferenceService's replicas):
-    charged to the queue, never preempted by the cycle."""
+    """GPU-equivalents (thousandths) a queue's pods hold that are no gang of this cycle's (an
+    InferenceService's replicas): charged to the queue, never preempted by the cycle."""
 
     queue: str
-    gpus: int
+    milli: int
     gpu_type: str | None = None
 
 
@@ -96,9 +96,9 @@ class CycleState:
             if job.placement is not None:
                 end = time_after(job.started, job.expected_duration) if job.started and job.expected_duration else None
                 self.running[job.key] = RunningGang(job, job.placement, end)
-                self.ledger.charge(job.queue, job.placement.total_gpus, job.placement.gpu_type)
+                self.ledger.charge(job.queue, job.held_milli, job.placement.gpu_type)
         for held in held_elsewhere:  # what the queue's other kinds of work hold: its quota is one
-            self.ledger.charge(held.queue, held.gpus, held.gpu_type)
+            self.ledger.charge(held.queue, held.milli, held.gpu_type)
         self.admitted: list[Admission] = []
         self.waiting: list[Waiting] = []
         self.preempted: list[Preemption] = []
@@ -223,7 +223,7 @@ class CycleState:
 
     def admit(self, job: JobRequest, placement: Placement, preempting: tuple[str, ...] = ()) -> None:
         self.snapshot.allocate(placement.gpus_by_node())
-        self.ledger.charge(job.queue, placement.total_gpus, placement.gpu_type)
+        self.ledger.charge(job.queue, job.charge(placement.replicas), placement.gpu_type)
         self.admitted.append(Admission(job.key, placement, preempting))
         end = time_after(self.now, job.expected_duration) if job.expected_duration else None
         self.running[job.key] = RunningGang(job, placement, end, admitted_now=True)
@@ -250,11 +250,13 @@ class CycleState:
                 pending[job.queue] += 1
         return {
             name: QueueUsage(
-                used_gpus=self.ledger.used[name],
-                borrowed_gpus=self.ledger.borrowed(name),
+                used_gpus=-(-self.ledger.used[name] // MILLI),
+                borrowed_gpus=-(-self.ledger.borrowed(name) // MILLI),
+                used_milli=self.ledger.used[name],
                 admitted_jobs=admitted[name],
                 pending_jobs=pending[name],
-                room_gpus=self.ledger.room(name),
+                room_gpus=None if (room := self.ledger.room(name)) is None else room // MILLI,
+                room_milli=room,
             )
             for name in sorted(self.quotas)
         }

@@ -167,11 +167,38 @@ def _fragmentation(node_gpus: Sequence[Gpu], free: Mapping[DeviceId, GpuFree], c
             left = free[gpu.id]
             if left.milli <= 0:
                 continue
-            usable = (
-                left.milli >= task.gpu_milli
-                and left.memory_mib >= task.memory_mib
-                and (not task.models or gpu.product in task.models)
-            )
-            unusable += 0 if usable else left.milli
+            unusable += 0 if _usable(task, gpu, left) else left.milli
         total += task.weight * unusable
     return total
+
+
+def _usable(task: TaskClass, gpu: Gpu, left: GpuFree) -> bool:
+    """Can a one-GPU TASK use what is LEFT of GPU? The one test of the measure and of `stranded_gpus`."""
+    return (
+        left.milli >= task.gpu_milli
+        and left.memory_mib >= task.memory_mib
+        and (not task.models or gpu.product in task.models)
+    )
+
+
+def stranded_gpus(
+    gpus: Sequence[Gpu], held: Iterable[HeldShare], waiting: Sequence[ShareRequest], whole_gpus_waiting: int = 0
+) -> dict[DeviceId, int]:
+    """Partly used GPUs whose free part no class of the demand can use, with their free thousandths.
+
+    The demand is WAITING's shapes and WHOLE_GPUS_WAITING whole GPUs, read as `assign_shares` reads
+    them, and the test is `_fragmentation`'s, so a GPU counted here is one whose free part the packer
+    counts as fragment for every class. With no demand at all nothing is stranded: nothing waits for it.
+    """
+    held = list(held)
+    free = free_capacity(gpus, held)
+    whole = [ShareRequest(f"whole-{i}", MILLI, 0) for i in range(whole_gpus_waiting)]
+    classes = demand_classes([*waiting, *whole])
+    if not classes:
+        return {}
+    stranded: dict[DeviceId, int] = {}
+    for gpu in gpus:
+        left = free[gpu.id]
+        if 0 < left.milli < MILLI and not any(_usable(task, gpu, left) for task in classes):
+            stranded[gpu.id] = left.milli
+    return stranded

@@ -16,7 +16,7 @@ def test_replicas_a_queue_serves_take_its_quota_from_its_training_jobs() -> None
     snapshot = ClusterSnapshot(rack_nodes("z", "r", 2))
     job = pending("ns/train", 8, queue="solo")
     assert keys(schedule(snapshot, [job], SOLO, T0))[0] == ["ns/train"]
-    serving = [HeldGpus("solo", 4), HeldGpus("solo", 2)]
+    serving = [HeldGpus("solo", 4000), HeldGpus("solo", 2000)]
     result = schedule(snapshot, [job], SOLO, T0, held_elsewhere=serving)
     assert keys(result)[1] == ["ns/train"]
     assert result.queues["solo"].used_gpus == 6
@@ -28,4 +28,4 @@ def test_replicas_a_queue_serves_take_its_quota_from_its_training_jobs() -> None
 def test_what_another_queue_serves_is_not_charged_to_this_one() -> None:
     snapshot = ClusterSnapshot(rack_nodes("z", "r", 2))
     job = pending("ns/train", 8, queue="solo")
-    assert keys(schedule(snapshot, [job], SOLO, T0, held_elsewhere=[HeldGpus("other", 8)]))[0] == ["ns/train"]
+    assert keys(schedule(snapshot, [job], SOLO, T0, held_elsewhere=[HeldGpus("other", 8000)]))[0] == ["ns/train"]
