@@ -32,8 +32,18 @@ NODES = ("us-east-1a-r02-n01", "us-east-1a-r02-n02")  # the small preset's secon
 
 
 def _relabel(core: client.CoreV1Api, config: str) -> None:
+    # With the state `pending`, as the operator writes it: a `success` left from the config before
+    # would read as this one applied, and the nodes would keep their MIG instances.
     for node in NODES:
-        core.patch_node(node, {"metadata": {"labels": {CONFIG_LABEL: config}}})
+        core.patch_node(node, {"metadata": {"labels": {CONFIG_LABEL: config, STATE_LABEL: "pending"}}})
+
+
+def _idle(core: client.CoreV1Api) -> bool:
+    for node in NODES:
+        pods = core.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node}").items
+        if any(p.status.phase not in ("Succeeded", "Failed") for p in pods):
+            return False
+    return True
 
 
 def _applied(core: client.CoreV1Api, node: str, config: str) -> dict[str, Any] | None:
@@ -53,12 +63,17 @@ def mig_nodes(cluster: LocalCluster, api_client: client.ApiClient, crds_installe
     stand_in = subprocess.Popen([*command, "--delay-seconds", "2"])
     core = client.CoreV1Api(api_client)
     try:
+        # Workers of earlier tests' namespaces may still be going: the MIG manager would refuse them.
+        wait_for(partial(_idle, core), TIMEOUT * 2, "the MIG nodes' earlier pods to be gone")
         _relabel(core, "all-1g.10gb")
         for node in NODES:
             wait_for(partial(_applied, core, node, "all-1g.10gb"), TIMEOUT, f"all-1g.10gb on {node}")
         yield
     finally:
         # Whole GPUs again, and no MIG manager: the session's other tests see the nodes as before.
+        # The MIG manager refuses a node where a pod still holds a GPU, and the test's namespace
+        # (with its workers) goes away in the background: repartition once they are gone.
+        wait_for(partial(_idle, core), TIMEOUT * 2, "the MIG nodes' pods to be gone")
         _relabel(core, "all-disabled")
         for node in NODES:
             wait_for(partial(_applied, core, node, "all-disabled"), TIMEOUT, f"all-disabled on {node}")
@@ -68,6 +83,8 @@ def mig_nodes(cluster: LocalCluster, api_client: client.ApiClient, crds_installe
         off |= {"aisched.io/mig-manager-applied": None}
         for node in NODES:
             core.patch_node(node, {"metadata": {"labels": off}, "spec": {"unschedulable": False}})
+            allocatable = core.read_node(node).status.allocatable
+            assert not [r for r in allocatable if r.startswith("nvidia.com/mig-")], (node, allocatable)
 
 
 def _running(cluster: LocalCluster, namespace: str, job: str) -> dict[str, Any] | None:
