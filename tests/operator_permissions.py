@@ -67,6 +67,7 @@ OPERATOR_PERMISSIONS: tuple[Permission, ...] = (
 # Granted only with provisioning.enabled (settings.provisioning): Karpenter NodeClaims for whole gangs.
 PROVISIONING_PERMISSIONS: tuple[Permission, ...] = (
     _p("karpenter.sh", "nodeclaims", "list create delete", "nodes for whole waiting gangs, withdrawn when unneeded"),
+    _p("karpenter.sh", "nodepools", "list", "the pools' GPU limits, which Karpenter does not check for our claims"),
 )
 
 Need = tuple[str, str, str]  # group, resource, verb
@@ -83,6 +84,7 @@ CLIENT_CALLS: dict[str, tuple[Need, ...]] = {
         ("aisched.io", "trainingjobs", "list"),
         ("aisched.io", "inferenceservices", "list"),
         ("karpenter.sh", "nodeclaims", "list"),
+        ("karpenter.sh", "nodepools", "list"),
     ),
     "create_cluster_custom_object": (("karpenter.sh", "nodeclaims", "create"),),
     "delete_cluster_custom_object": (("karpenter.sh", "nodeclaims", "delete"),),

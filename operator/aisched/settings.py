@@ -269,7 +269,7 @@ class ProvisioningSettings(BaseSettings):
     enabled: bool = Field(
         default=False,
         description="Ask Karpenter for NodeClaims for whole waiting gangs (one zone, spot first); needs "
-        "Karpenter's CRDs, the instance types file and RBAC on karpenter.sh nodeclaims.",
+        "Karpenter's CRDs, the instance types file and RBAC on karpenter.sh nodeclaims and nodepools.",
     )
     instance_types_file: Path | None = Field(
         default=None,

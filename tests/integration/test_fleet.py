@@ -39,6 +39,7 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 H100 = "NVIDIA-H100-80GB-HBM3"
+A100 = "NVIDIA-A100-SXM4-40GB"
 FOR = "aisched.io/provisioned-for"
 # Karpenter launches a KWOK node in about a second; the bound leaves room for a loaded machine.
 PROVISIONED = 90
@@ -216,3 +217,28 @@ def test_a_node_karpenter_takes_from_a_running_gang_goes_through_the_interruptio
     assert first[0] not in status["placement"]["nodes"]
     assert len({nodes(fleet)[n]["topology.kubernetes.io/zone"] for n in status["placement"]["nodes"]}) == 1
     wait_for(lambda: first[0] not in nodes(fleet), 60, "the disrupted node to go")
+
+
+def test_a_gang_beyond_its_node_pools_gpu_limit_gets_no_nodes(fleet: LocalCluster, namespace: str) -> None:
+    # Karpenter checks a NodePool's limits only for the NodeClaims it makes itself. The on-demand
+    # pool has no claim here (every gang above is on spot): room for one 8-GPU node, A100s, which
+    # no node left by the tests above has.
+    def limit(gpus: str) -> None:
+        patch = json.dumps({"spec": {"limits": {"nvidia.com/gpu": gpus}}})
+        patched = fleet.kubectl("patch", "nodepool", "gpu-on-demand", "--type=merge", "-p", patch)
+        assert patched.returncode == 0, patched.stderr
+
+    def a100(name: str, replicas: int) -> dict[str, Any]:
+        return a_training_job(name).replicas(replicas).gpus(8).set("gpuType", A100).obj()  # spot policy Never
+
+    limit("8")
+    try:
+        apply(fleet, namespace, a100("two", 2))  # first in line, 16 GPUs: over the pool's limit
+        apply(fleet, namespace, a100("one", 1))
+        wait_phase(fleet, namespace, "one", "Running", timeout=PROVISIONED)
+        # The cycles that asked for "one" saw "two" first, and asked nothing for it.
+        assert claims_for(fleet, namespace, "two") == []
+        assert job(fleet, namespace, "two")["status"]["phase"] == "Queued"
+    finally:
+        limit("512")
+        fleet.kubectl("delete", "trainingjobs", "--all", "-n", namespace, "--wait=false")

@@ -100,7 +100,8 @@ class CheckpointSpec(ApiModel):
 class SpotSpec(ApiModel):
     policy: SpotPolicy = Field(
         default=SpotPolicy.NEVER,
-        description="Never: on-demand only. Prefer: spot while the deadline allows, then on-demand. Only: spot only.",
+        description="Never: on-demand only. Prefer: spot when it can be had; without it, waits while the "
+        "deadline leaves slack, else on-demand (no deadline: on-demand at once). Only: spot only, waiting for it.",
     )
 
 

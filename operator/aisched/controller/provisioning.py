@@ -9,7 +9,8 @@ leave its node until consolidation; a NodeClaim deleted is a node not launched.
 
 Each claim carries the label `aisched.io/provisioned-for` (a hash: label values are short) and
 the annotation of the same name with the job's namespace/name; it belongs to the NodePool of its
-capacity type, so the pool's limits and disruption settings apply to its node. A claim no waiting
+capacity type, so the pool's disruption settings apply to its node. Karpenter checks a pool's
+limits only for NodeClaims it makes itself: the plan keeps ours within them (`pool_headroom`). A claim no waiting
 gang needs is deleted while its node boots. Once the node is up it is left to Karpenter: under a
 running gang its workers carry `karpenter.sh/do-not-disrupt`; empty, Karpenter's consolidation
 takes it (tainting it first, so that the scheduler places nothing there meanwhile). Deleting an
@@ -23,11 +24,13 @@ import json
 import logging
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from aisched.api.common import CapacityType
 from aisched.kube.client import KubeClient
 from aisched.kube.inventory import Inventory
+from aisched.kube.quantities import parse_quantity
 from aisched.policy.provisioning import (
     CAPACITY_TYPE_LABEL,
     ZONE_LABEL,
@@ -35,6 +38,7 @@ from aisched.policy.provisioning import (
     FleetOutlook,
     NodeRequest,
     Offering,
+    PoolHeadroom,
     ProvisioningPlan,
     offerings_from_instance_types,
     offers,
@@ -93,11 +97,18 @@ class NodeProvisioner:
     ) -> ProvisioningPlan:
         """Ask for and withdraw nodes after a scheduling cycle; HELD: nodes some gang's placement names;
         SPOT_INTERRUPTIONS: per node-second, by (GPU product, zone) (`kube.pools`)."""
-        objects = await self.kube.list_cluster_objects(GROUP, VERSION, PLURAL, FOR_LABEL)
-        claims = [c for c in (self._claim(obj, held) for obj in objects) if c is not None]
+        # Every pool's NodeClaims, Karpenter's own among them: the pools' limits count them all.
+        objects = await self.kube.list_cluster_objects(GROUP, VERSION, PLURAL, NODEPOOL_LABEL)
+        ours = [obj for obj in objects if FOR_LABEL in ((obj.get("metadata") or {}).get("labels") or {})]
+        claims = [c for c in (self._claim(obj, held) for obj in ours) if c is not None]
+        pools = await self.kube.list_cluster_objects(GROUP, VERSION, "nodepools", "")
         # An interruption costs a gang new nodes and its restart (its save on notice keeps its work).
         loss = self.boot + timedelta(seconds=self.settings.restart_overhead_seconds)
-        outlook = FleetOutlook(spot_interruptions=dict(spot_interruptions or {}), interruption_loss=loss)
+        outlook = FleetOutlook(
+            headroom=pool_headroom(pools, objects, self.settings.gpu_resource, self._pool_of()),
+            spot_interruptions=dict(spot_interruptions or {}),
+            interruption_loss=loss,
+        )
         plan = plan_provisioning(
             result, jobs, self.offerings, claims, now=now, boot=self.boot, topology=self.topology, outlook=outlook
         )
@@ -116,6 +127,10 @@ class NodeProvisioner:
             log.info("withdrawing NodeClaim %s: no waiting gang needs it", name)
             await self.kube.delete_cluster_object(GROUP, VERSION, PLURAL, name)
         return plan
+
+    def _pool_of(self) -> dict[CapacityType, str]:
+        named = self.settings.provisioning.node_pools
+        return {kind: named[kind.value] for kind in CapacityType if named.get(kind.value)}
 
     def _claim(self, obj: dict[str, Any], held: set[str]) -> Claim | None:
         """One of our NodeClaims as the plan sees it; None for one we cannot read (left alone)."""
@@ -164,6 +179,34 @@ class NodeProvisioner:
                 "resources": {"requests": {self.settings.gpu_resource: str(offering.gpus)}},
             },
         }
+
+
+def pool_headroom(
+    pools: Iterable[Mapping[str, Any]],
+    claims: Iterable[Mapping[str, Any]],
+    gpu_resource: str,
+    pool_of: Mapping[CapacityType, str],
+) -> PoolHeadroom:
+    """GPUs each NodePool's `spec.limits` still allows, less the GPUs of every NodeClaim of the pool
+    (its capacity once launched, else what it asks for), deleting ones included until they are gone.
+    A pool with no GPU limit, or one we cannot read, gets no figure: no limit of ours."""
+    limits: dict[str, Decimal] = {}
+    for pool in pools:
+        name = (pool.get("metadata") or {}).get("name")
+        limit = parse_quantity(((pool.get("spec") or {}).get("limits") or {}).get(gpu_resource))
+        if isinstance(name, str) and limit is not None:
+            limits[name] = limit
+    used: dict[str, Decimal] = {}
+    for claim in claims:
+        name = ((claim.get("metadata") or {}).get("labels") or {}).get(NODEPOOL_LABEL)
+        if name not in limits:
+            continue
+        capacity = ((claim.get("status") or {}).get("capacity") or {}).get(gpu_resource)
+        requested = (((claim.get("spec") or {}).get("resources") or {}).get("requests") or {}).get(gpu_resource)
+        gpus = parse_quantity(capacity if capacity is not None else requested) or Decimal(0)
+        used[name] = used.get(name, Decimal(0)) + max(gpus, Decimal(0))
+    room = {name: max(0, int(limit - used.get(name, Decimal(0)))) for name, limit in limits.items()}
+    return PoolHeadroom(room, dict(pool_of))
 
 
 def _one(values: list[str] | None) -> str | None:

@@ -15,8 +15,8 @@ theirs), whole in one zone; new nodes are asked for only for what is left, and t
 take later gangs of the same plan, so small gangs share a node. Among spot offerings, the zone
 is the one of least expected cost: price x nodes, times what interruptions there are expected to
 waste (`FleetOutlook`, `policy.spot.interruption_cost_factor`), not the price alone. A
-`FleetOutlook.headroom_gpus` (the node pools' limits less what they have) is never exceeded, and
-never by part of a gang. The simulator's fleet (aisched.sim.fleet.gangs) plans with this function
+node pool's limit (`PoolHeadroom`: its limit less what its NodeClaims have) is never exceeded,
+and never by part of a gang. The simulator's fleet (aisched.sim.fleet.gangs) plans with this function
 too.
 
 Pure: the offerings, the requests already made and the time are parameters.
@@ -158,12 +158,27 @@ class _Coming:
 
 
 @dataclass(frozen=True, slots=True)
+class PoolHeadroom:
+    """GPUs of new nodes each node pool's limits still allow, and the pool each capacity type's
+    nodes join. Karpenter checks a NodePool's limits only for the NodeClaims it makes itself, not
+    for ours: the plan has to. A capacity type with no pool here, or a pool with no figure, has
+    no limit."""
+
+    gpus: Mapping[str, int]
+    pools: Mapping[CapacityType, str]
+
+    @classmethod
+    def shared(cls, gpus: int) -> PoolHeadroom:
+        """One limit over every capacity type (the simulator's fleet)."""
+        return cls({"": gpus}, dict.fromkeys(CapacityType, ""))
+
+
+@dataclass(frozen=True, slots=True)
 class FleetOutlook:
     """What the fleet can still grow by, and how likely its spot nodes are to be taken away."""
 
-    headroom_gpus: int | None = None
-    """GPUs of new nodes the node pools' limits still allow. None: no limit of ours (Karpenter's
-    NodePool limits still apply to what it launches)."""
+    headroom: PoolHeadroom | None = None
+    """What the node pools' limits still allow. None: no limits."""
     spot_interruptions: Mapping[tuple[str | None, str], float] = field(default_factory=dict)
     """Interruptions per node-second expected of spot nodes by (GPU product, zone), as
     `policy.interruptions` estimates them; a pool not named: none known."""
@@ -200,7 +215,8 @@ def plan_provisioning(
         for c in sorted(claims, key=lambda c: c.name)
         if not c.held
     ]
-    headroom = outlook.headroom_gpus
+    headroom = dict(outlook.headroom.gpus) if outlook.headroom is not None else {}
+    pool_of = outlook.headroom.pools if outlook.headroom is not None else {}
     create: list[NodeRequest] = []
     kept: dict[str, tuple[str, ...]] = {}
     zones: dict[str, str] = {}
@@ -220,10 +236,11 @@ def plan_provisioning(
             continue
         offering, used, unplaced = choice
         missing = math.ceil(unplaced / (offering.gpus // job.gpus_per_replica)) if unplaced else 0
-        if missing and headroom is not None:
-            if missing * offering.gpus > headroom:
-                continue  # the node pools' limits would stop part of the gang: ask for none of it
-            headroom -= missing * offering.gpus
+        pool = pool_of.get(offering.capacity_type)
+        if missing and pool in headroom:
+            if missing * offering.gpus > headroom[pool]:
+                continue  # the pool's limits would stop part of the gang: ask for none of it
+            headroom[pool] -= missing * offering.gpus
         _take(job, used)
         if left is not None:
             room[job.queue] = left - job.replicas * job.gpus_per_replica

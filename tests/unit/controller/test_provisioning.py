@@ -78,11 +78,16 @@ def a_job(name: str, replicas: int = 4, **spec: Any) -> dict[str, Any]:
     return obj
 
 
-def with_claims(kube: KubeDouble, claims: list[dict[str, Any]]) -> KubeDouble:
+def with_claims(
+    kube: KubeDouble, claims: list[dict[str, Any]], pools: list[dict[str, Any]] | None = None
+) -> KubeDouble:
     kube.allow("patch_status", "post_event", "create_cluster_object", "delete_cluster_object")
 
     async def listed(group: str, version: str, plural: str, selector: str) -> list[dict[str, Any]]:
-        assert (group, version, plural, selector) == ("karpenter.sh", "v1", "nodeclaims", FOR_LABEL)
+        if plural == "nodepools":
+            assert (group, version, selector) == ("karpenter.sh", "v1", "")
+            return pools or []
+        assert (group, version, plural, selector) == ("karpenter.sh", "v1", "nodeclaims", "karpenter.sh/nodepool")
         return claims
 
     return kube.answer("list_cluster_objects", listed)
@@ -166,6 +171,29 @@ async def test_spot_nodes_go_to_the_zone_least_likely_to_take_them_back(kube: Ku
     # The queue depth says where the nodes are coming, for an autoscaler of one's own.
     labels = {"gpu_type": H100, "zone": "us-east-1b", "capacity_type": "Spot"}
     assert controller.metrics.registry.get_sample_value("aisched_pending_gpus", labels) == 32
+    kube.assert_only_expected_calls()
+
+
+async def test_no_nodes_beyond_a_node_pools_limit_counting_every_claim_of_the_pool(kube: KubeDouble) -> None:
+    controller = a_controller(kube)
+    pools = [
+        {"metadata": {"name": "gpu-spot"}, "spec": {"limits": {"nvidia.com/gpu": "40", "cpu": "1k"}}},
+        {"metadata": {"name": "gpu-on-demand"}, "spec": {"limits": {"cpu": "1k"}}},  # no GPU limit
+    ]
+    # Karpenter's own claim in the spot pool, launched with 8 GPUs: 32 GPUs of room are left.
+    theirs = {
+        "metadata": {"name": "gpu-spot-x", "labels": {"karpenter.sh/nodepool": "gpu-spot"}},
+        "spec": {"requirements": []},
+        "status": {"capacity": {"nvidia.com/gpu": "8"}},
+    }
+    with_claims(kube, [theirs], pools)
+    controller.job_seen(a_job("fits", spot={"policy": "Prefer"}))  # 4 x 8 on spot: 32
+    controller.job_seen(a_job("over", spot={"policy": "Prefer"}))  # 32 more: over the limit
+    controller.job_seen(a_job("steady", replicas=8))  # on-demand, a pool without a GPU limit
+    await cycle(controller)
+    gangs = [c["metadata"]["annotations"][FOR_LABEL] for c in created(kube)]
+    assert sorted(set(gangs)) == ["ns/fits", "ns/steady"]
+    assert gangs.count("ns/fits") == 4 and gangs.count("ns/steady") == 8
     kube.assert_only_expected_calls()
 
 

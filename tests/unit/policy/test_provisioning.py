@@ -17,6 +17,7 @@ from aisched.policy.provisioning import (
     Claim,
     FleetOutlook,
     Offering,
+    PoolHeadroom,
     ProvisioningPlan,
     offerings_from_instance_types,
     offers,
@@ -331,8 +332,24 @@ def test_small_gangs_share_the_room_of_nodes_already_coming() -> None:
 
 
 def test_no_nodes_beyond_the_node_pools_headroom_and_never_part_of_a_gang() -> None:
-    limited = FleetOutlook(headroom_gpus=24)
+    limited = FleetOutlook(headroom=PoolHeadroom.shared(24))
     assert planned(result(waits()), [job()], catalog(), [], limited).create == ()  # 32 GPUs of nodes
     two = [job("ns/a", replicas=2), job("ns/b", replicas=2)]
     plan = planned(result(waits("ns/a"), waits("ns/b")), two, catalog(), [], limited)
     assert [(r.gang, r.count) for r in plan.create] == [("ns/a", 2)]
+
+
+def test_each_pool_has_its_own_headroom_and_a_pool_without_a_figure_has_no_limit() -> None:
+    on_spot = job("ns/spot", replicas=2)
+    on_demand = job("ns/od", replicas=2, capacity_types=(CapacityType.ON_DEMAND,))
+    both = [on_spot, on_demand]
+    waiting = result(waits("ns/spot"), waits("ns/od"))
+    pools = {CapacityType.SPOT: "gpu-spot", CapacityType.ON_DEMAND: "gpu-on-demand"}
+    spot_full = FleetOutlook(headroom=PoolHeadroom({"gpu-spot": 8, "gpu-on-demand": 16}, pools))
+    plan = planned(waiting, both, catalog(), [], spot_full)
+    assert [(r.gang, r.offering.capacity_type, r.count) for r in plan.create] == [("ns/od", CapacityType.ON_DEMAND, 2)]
+    unlimited_spot = FleetOutlook(headroom=PoolHeadroom({"gpu-on-demand": 0}, pools))
+    assert [r.gang for r in planned(waiting, both, catalog(), [], unlimited_spot).create] == ["ns/spot"]
+    # One pool for both capacity types: its room is shared.
+    one_pool = FleetOutlook(headroom=PoolHeadroom({"gpus": 16}, dict.fromkeys(CapacityType, "gpus")))
+    assert len(planned(waiting, both, catalog(), [], one_pool).create) == 1

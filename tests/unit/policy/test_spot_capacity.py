@@ -50,9 +50,14 @@ def test_only_is_spot_or_waiting_even_when_the_deadline_is_lost() -> None:
     assert decide(SpotPolicy.ONLY, hours_left=1.0, spot=False).choice == CapacityChoice.WAIT
 
 
-def test_prefer_without_a_deadline_waits_for_spot() -> None:
+def test_prefer_without_a_deadline_takes_spot_or_falls_back_to_on_demand() -> None:
     assert decide(hours_left=None, spot=True).choice == CapacityChoice.SPOT
-    assert decide(hours_left=None, spot=False).choice == CapacityChoice.WAIT
+    outage = decide(hours_left=None, spot=False)
+    # No deadline says how long the job may wait: it never waits for its price.
+    assert outage.choice == CapacityChoice.ON_DEMAND
+    assert outage.reason == "SpotOutageOnDemand"
+    assert not outage.pinned_on_demand, "spot again for its next start"
+    assert "deadline" in outage.message
 
 
 def test_prefer_with_slack_takes_spot() -> None:

@@ -246,10 +246,23 @@ def test_a_deadline_with_no_room_for_a_spot_loss_gets_on_demand_nodes() -> None:
     assert report.deadline_misses == 0 and report.avg_jct_s == pytest.approx(1300.0)
 
 
-def test_with_no_spot_anywhere_and_no_deadline_the_gang_waits_for_spot() -> None:
+def test_with_no_spot_anywhere_and_no_deadline_the_gang_gets_on_demand_at_once() -> None:
     fleet = Fleet(300.0, 60.0, market(a=[0] * 5 + [1] * 995, b=[0] * 8 + [1] * 992))
     report = GangLoop(
         "aisched_karpenter", [job("g", 0.0, 100.0)], fleet, provisioner=GangProvisioner(CATALOG, 64)
+    ).run()
+    assert [(n.offering.capacity_type, n.launched) for n in fleet.nodes.values()] == [(CapacityType.ON_DEMAND, 0.0)]
+    assert report.avg_jct_s == pytest.approx(300 + 100)
+
+
+def test_with_no_spot_anywhere_a_deadline_with_ample_slack_waits_for_spot() -> None:
+    fleet = Fleet(300.0, 60.0, market(a=[0] * 5 + [1] * 995, b=[0] * 8 + [1] * 992))
+    report = GangLoop(
+        "aisched_karpenter",
+        [job("g", 0.0, 100.0)],
+        fleet,
+        provisioner=GangProvisioner(CATALOG, 64),
+        deadlines={"g": 100 * GAP},
     ).run()
     assert [(n.zone, n.launched) for n in fleet.nodes.values()] == [("a", 5 * GAP)]
     assert report.avg_jct_s == pytest.approx(5 * GAP + 300 + 100)

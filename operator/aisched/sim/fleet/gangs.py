@@ -31,7 +31,7 @@ from datetime import timedelta
 from aisched.api.common import CapacityType, SpotPolicy
 from aisched.api.queue import DEFAULT_QUEUE
 from aisched.policy.cluster import ClusterSnapshot
-from aisched.policy.provisioning import Claim, FleetOutlook, offers, plan_provisioning
+from aisched.policy.provisioning import Claim, FleetOutlook, PoolHeadroom, offers, plan_provisioning
 from aisched.policy.provisioning import Offering as PolicyOffering
 from aisched.policy.queueing import QueueQuota
 from aisched.policy.scheduler import JobRequest, ScheduleResult
@@ -229,7 +229,7 @@ class GangProvisioner:
             boot=timedelta(seconds=fleet.delay),
             topology=LOCAL_TOPOLOGY,
             outlook=FleetOutlook(
-                headroom_gpus=self.quota_gpus - fleet.gpus(),
+                headroom=PoolHeadroom.shared(self.quota_gpus - fleet.gpus()),
                 spot_interruptions={k: v for k, v in rates.items() if math.isfinite(v)},
                 interruption_loss=timedelta(seconds=fleet.delay + loop.overhead),
             ),
