@@ -36,6 +36,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 log = logging.getLogger("model-server")
 
 MAX_BODY_BYTES = 64 * 1024
+DRAIN_BYTES = 1024 * 1024
 MAX_TOKENS = 256
 
 REGISTRY = CollectorRegistry()
@@ -91,7 +92,11 @@ class Handler(BaseHTTPRequestHandler):
                 self._reply(HTTPStatus.LENGTH_REQUIRED, b"Content-Length required\n")
                 return
             if not 0 <= length <= MAX_BODY_BYTES:
-                self.close_connection = True  # the body is not read: the connection cannot be reused
+                # Read (and drop) a body of modest size first: closing on unread data resets the
+                # connection, and the client would see that instead of the 413.
+                if 0 < length <= DRAIN_BYTES:
+                    self.rfile.read(length)
+                self.close_connection = True
                 self._reply(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"at most {MAX_BODY_BYTES} bytes\n".encode())
                 return
             try:
