@@ -57,7 +57,7 @@ node-packages: ## install containerd, runc, CNI plugins, buildah, mmdebstrap, um
 	hack/install-node-packages.sh
 
 .PHONY: images
-images: node-packages k8s-binaries ## build (or reuse) the pause, base, operator and training images, no Docker needed
+images: node-packages k8s-binaries ## build (or reuse) the pause, base, operator, training and model-server images, no Docker needed
 	hack/build-images.sh all
 
 .PHONY: release

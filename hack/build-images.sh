@@ -12,6 +12,8 @@
 #   operator  aisched.local/aisched:dev: the project's Dockerfile on that base
 #   training  aisched.local/training:dev: the example training image
 #             (manifests/examples/real-training), with the workload SDK and numpy only
+#   server    aisched.local/model-server:dev: the InferenceService example's server
+#             (manifests/examples/model-server), the base and prometheus-client
 #   torch     aisched.local/torch-training:dev: PyPI's torch on CPU (gloo) with the
 #             SDK and a DDP script for torchrun (manifests/examples/torch-training);
 #             about 3 GiB, so not part of `all`: `all torch` builds both
@@ -132,6 +134,11 @@ build_training() {
     "$(tree_key manifests/examples/real-training operator/workload-sdk operator/aisched/workload operator/aisched/__init__.py)"
 }
 
+build_server() {
+  bud server aisched.local/model-server:dev "${REPO_ROOT}/manifests/examples/model-server/Dockerfile" "${REPO_ROOT}" \
+    "$(tree_key manifests/examples/model-server)"
+}
+
 main() {
   local target started=${SECONDS}
   ((EUID == 0)) || die "building images here needs root (buildah's storage, mmdebstrap)"
@@ -143,8 +150,9 @@ main() {
       base) build_base ;;
       operator) build_operator ;;
       training) build_training ;;
+      server) build_server ;;
       torch) build_torch ;;
-      all) build_pause; build_base; build_operator; build_training ;;
+      all) build_pause; build_base; build_operator; build_training; build_server ;;
       *) usage ;;
     esac
   done

@@ -5,8 +5,12 @@
 #   hack/demo.sh          start everything (idempotent) and show the jobs
 #   hack/demo.sh stop     stop the operator (make cluster-down stops the rest)
 #
-# AISCHED_REAL_NODES=2 (make demo REAL_NODES=2; root) adds two real nodes and
-# runs a real training job (manifests/examples/real-training) on one of them.
+# The examples (manifests/examples/*.yaml) run on the KWOK nodes, which play
+# their pods. AISCHED_REAL_NODES=2 (make demo REAL_NODES=2; root) adds two real
+# nodes and runs the examples there for real instead, in the images built here
+# (aisched.testing.examples adds the real nodes' GPU product and taint), as the
+# e2e tier does (tests/e2e/test_examples.py); and a real training job
+# (manifests/examples/real-training) to interrupt.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -18,6 +22,9 @@ OPERATOR_LOG="${CLUSTER_DIR}/logs/operator.log"
 VENV="${REPO_ROOT}/.venv"
 REAL_NODES="${AISCHED_REAL_NODES:-0}"
 REAL_JOB="${REPO_ROOT}/manifests/examples/real-training/trainingjob.yaml"
+EXAMPLES="${REPO_ROOT}/manifests/examples"
+# The examples' `checkpoints` claim: a hostPath volume here, both real nodes being this machine.
+CHECKPOINTS="${CLUSTER_DIR}/checkpoints"
 
 operator_running() {
   [[ -f "${OPERATOR_PID}" ]] && kill -0 "$(<"${OPERATOR_PID}")" 2>/dev/null
@@ -63,12 +70,17 @@ main() {
   AISCHED_CLUSTER_DIR="${CLUSTER_DIR}" "${HACK_DIR}/cluster.sh" up small
   kubectl apply --server-side -f "${REPO_ROOT}/crds/" >/dev/null
   kubectl wait --for condition=established --timeout=60s crd/trainingjobs.aisched.io >/dev/null
+  local examples=(--storage default "${CHECKPOINTS}")
   if ((REAL_NODES > 0)); then
-    "${HACK_DIR}/build-images.sh" training
-    AISCHED_CLUSTER_DIR="${CLUSTER_DIR}" "${HACK_DIR}/real-nodes.sh" import "${AISCHED_CACHE_DIR}/images/training.tar"
+    # torch: about 3.4 GB, 10 minutes cold, cached afterwards (docs/torchrun.md).
+    "${HACK_DIR}/build-images.sh" training server torch
+    AISCHED_CLUSTER_DIR="${CLUSTER_DIR}" "${HACK_DIR}/real-nodes.sh" import \
+      "${AISCHED_CACHE_DIR}/images/"{training,server,torch}.tar
+    examples+=(--real-nodes)
   fi
+  mkdir -p "${CHECKPOINTS}" && chmod 1777 "${CHECKPOINTS}"
   start_operator
-  kubectl apply -f "${REPO_ROOT}/manifests/examples/"
+  "${VENV}/bin/python" -m aisched.testing.examples "${examples[@]}" "${EXAMPLES}" | kubectl apply -f -
   if ((REAL_NODES > 0)); then kubectl apply -f "${REAL_JOB}"; fi
   wait_for_jobs
   echo
@@ -88,6 +100,7 @@ The operator runs in the background (log: ${OPERATOR_LOG}). Try:
   kubectl describe tj llm-pretrain            # conditions and events say why
   hack/interrupt-node.sh <node of finetune-spot> --provider aws --notice 30
   kubectl get tj -w
+  kubectl logs -f -l aisched.io/job-name=resnet-ddp                     # with REAL_NODES: torchrun for real
   kubectl logs -f -l aisched.io/job-name=real-train                     # with REAL_NODES: a real job
   hack/interrupt-node.sh <its node> --provider aws --notice 30          # it saves, moves, resumes
 Stop everything with: make cluster-down

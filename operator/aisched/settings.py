@@ -59,8 +59,9 @@ class TopologySettings(BaseSettings):
     preset: Literal["nvidia", "aws", "gke", "local"] = Field(
         default="nvidia",
         description="nvidia: Zone, NVLinkDomain (nvidia.com/gpu.clique), the labels every cloud and GPU Feature "
-        "Discovery set; aws: Zone, NetworkLayer1-3 (topology.k8s.aws/network-node-layer-1..3); gke: Zone, Block, "
-        "Subblock, Host (cloud.google.com/gce-topology-*); local: Zone, Rack (aisched.io/rack), NVLinkDomain, as "
+        "Discovery set; aws: Zone, NetworkLayer1-3 (topology.k8s.aws/network-node-layer-1..3), NVLinkDomain; gke: "
+        "Zone, Block, Subblock, NVLinkDomain, Host (cloud.google.com/gce-topology-*); local: Zone, Rack "
+        "(aisched.io/rack), NVLinkDomain, as "
         "the local cluster labels its nodes. The node itself is always the level Node.",
     )
     levels: list[TopologyLevelSetting] = Field(

@@ -59,7 +59,7 @@ def ok(result: subprocess.CompletedProcess[str]) -> str:
 
 @pytest.fixture(scope="session")
 def images() -> Path:
-    """The pause, operator, training and torch images (hack/build-images.sh; cached between runs)."""
+    """The pause, operator, training, model server and torch images (hack/build-images.sh; cached between runs)."""
     if os.geteuid() != 0:
         pytest.skip("the e2e tier needs root: real nodes use network namespaces, mounts and cgroups")
     build = [str(HACK_DIR / "build-images.sh"), "all", "torch"]
@@ -87,7 +87,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, images: Path) -> Iterator[
         raise
     atexit.register(stop_cluster, state_dir)
     try:
-        archives = [str(images / f"{name}.tar") for name in ("operator", "training", "torch")]
+        archives = [str(images / f"{name}.tar") for name in ("operator", "training", "server", "torch")]
         ok(
             subprocess.run(
                 [str(HACK_DIR / "real-nodes.sh"), "import", *archives],

@@ -156,18 +156,23 @@ PRESETS: Mapping[str, tuple[LevelKey, ...]] = {
     # Zones and NVLink domains: what every cloud and GPU Feature Discovery label (GFD sets the
     # clique on multi-node NVLink systems such as GB200 NVL72; elsewhere the level stays empty).
     "nvidia": _keys(("Zone", ZONE_LABEL), ("NVLinkDomain", CLIQUE_LABEL)),
-    # EKS: the EC2 instance topology labels, layer 1 the farthest from the instance, layer 3 its switch.
+    # EKS: the EC2 instance topology labels, layer 1 the farthest from the instance, layer 3 its
+    # switch; then GFD's NVLink clique, which P6e-GB200 UltraServers' nodes carry (a clique is one
+    # NVLink partition of an UltraServer, topology.k8s.aws/ultraserver-id, and may be smaller).
     "aws": _keys(
         ("Zone", ZONE_LABEL),
         ("NetworkLayer1", "topology.k8s.aws/network-node-layer-1"),
         ("NetworkLayer2", "topology.k8s.aws/network-node-layer-2"),
         ("NetworkLayer3", "topology.k8s.aws/network-node-layer-3"),
+        ("NVLinkDomain", CLIQUE_LABEL),
     ),
-    # GKE: the compact-placement labels of A3/A4 nodes (a block holds sub-blocks, one rack each, of hosts).
+    # GKE: the compact-placement labels of A3/A4 nodes (a block holds sub-blocks, one rack each, of
+    # hosts); on A4X (GB200) a sub-block is one NVL72 rack, split by GFD's clique into NVLink partitions.
     "gke": _keys(
         ("Zone", ZONE_LABEL),
         ("Block", "cloud.google.com/gce-topology-block"),
         ("Subblock", "cloud.google.com/gce-topology-subblock"),
+        ("NVLinkDomain", CLIQUE_LABEL),
         ("Host", "cloud.google.com/gce-topology-host"),
     ),
     # The local cluster (hack/clusters/*.yaml) and the simulator: racks carry aisched.io/rack.

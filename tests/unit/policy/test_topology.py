@@ -38,10 +38,12 @@ def test_presets_read_the_labels_each_cloud_sets() -> None:
         "NetworkLayer1": "topology.k8s.aws/network-node-layer-1",
         "NetworkLayer2": "topology.k8s.aws/network-node-layer-2",
         "NetworkLayer3": "topology.k8s.aws/network-node-layer-3",
+        "NVLinkDomain": "nvidia.com/gpu.clique",
     }
     assert [k.node_label for k in PRESETS["gke"]][1:] == [
         "cloud.google.com/gce-topology-block",
         "cloud.google.com/gce-topology-subblock",
+        "nvidia.com/gpu.clique",
         "cloud.google.com/gce-topology-host",
     ]
     assert [k.node_label for k in PRESETS["nvidia"]] == ["topology.kubernetes.io/zone", "nvidia.com/gpu.clique"]
@@ -95,21 +97,26 @@ def test_a_level_name_jobs_could_not_write_or_a_label_that_is_none_is_refused() 
 def test_ranks_run_from_the_node_to_the_widest_level() -> None:
     assert [level.name for level in AWS.levels] == [
         "Node",
+        "NVLinkDomain",
         "NetworkLayer3",
         "NetworkLayer2",
         "NetworkLayer1",
         "Zone",
     ]
-    assert [level.rank for level in AWS.levels] == [0, 1, 2, 3, 4]
+    assert [level.rank for level in AWS.levels] == [0, 1, 2, 3, 4, 5]
     assert AWS.level("NetworkLayer3") < AWS.level("Zone")
-    with pytest.raises(UnknownLevelError, match="its levels are Node, NetworkLayer3"):
+    with pytest.raises(UnknownLevelError, match="its levels are Node, NVLinkDomain, NetworkLayer3"):
         AWS.level("Rack")
 
 
-def aws_node(name: str, layers: tuple[str, str, str], zone: str = "us-east-1a") -> Node:
+def aws_node(
+    name: str, layers: tuple[str, str, str], zone: str = "us-east-1a", clique: str | None = None, gpus: int = 8
+) -> Node:
     labels = {"topology.kubernetes.io/zone": zone}
     labels |= {f"topology.k8s.aws/network-node-layer-{i}": v for i, v in enumerate(layers, start=1)}
-    return node(name, labels, AWS)
+    if clique is not None:
+        labels["nvidia.com/gpu.clique"] = clique
+    return node(name, labels, AWS, gpus)
 
 
 def test_a_gang_lands_in_the_tightest_network_layer_of_the_aws_preset() -> None:
@@ -132,6 +139,39 @@ def test_a_gang_lands_in_the_tightest_network_layer_of_the_aws_preset() -> None:
     assert isinstance(too_tight, Unplaceable)
 
 
+def test_a_gang_of_ultraserver_nodes_lands_in_one_nvlink_clique_of_the_aws_preset() -> None:
+    # P6e-GB200 nodes (4 GPUs) under one switch, in two cliques of GPU Feature Discovery.
+    layers = ("nn-1", "nn-10", "nn-100")
+    nodes = [
+        aws_node("a", layers, clique="fabric-1.0", gpus=4),
+        aws_node("b", layers, clique="fabric-1.1", gpus=4),
+        aws_node("c", layers, clique="fabric-1.0", gpus=4),
+    ]
+    snapshot = ClusterSnapshot(nodes, AWS)
+    assert AWS.level("NVLinkDomain") in snapshot.labelled_levels()
+    placement = place_gang(GangRequest(2, 4, required_level=AWS.level("NVLinkDomain")), snapshot)
+    assert isinstance(placement, Placement)
+    assert (placement.level, set(placement.nodes)) == (AWS.level("NVLinkDomain"), {"a", "c"})
+    assert placement.to_status().domain == "fabric-1.0"
+    snapshot.allocate({"a": 4})
+    split = place_gang(GangRequest(2, 4, required_level=AWS.level("NVLinkDomain")), snapshot)
+    assert isinstance(split, Unplaceable)  # b and c share the switch, not the NVLink fabric
+
+
+def test_gke_nvlink_cliques_sit_in_subblocks_and_hold_hosts() -> None:
+    labels = {
+        "topology.kubernetes.io/zone": "us-central1-a",
+        "cloud.google.com/gce-topology-block": "b1",
+        "cloud.google.com/gce-topology-subblock": "s1",
+        "nvidia.com/gpu.clique": "fabric-7.0",
+        "cloud.google.com/gce-topology-host": "h1",
+    }
+    read = node("gke-a4x-1", labels, GKE, gpus=4)
+    assert read.domains == ("us-central1-a", "b1", "s1", "fabric-7.0", "h1")
+    assert GKE.level("Subblock") > GKE.level("NVLinkDomain") > GKE.level("Host")
+    assert read.path(GKE.level("NVLinkDomain")) == ("us-central1-a", "b1", "s1", "fabric-7.0")
+
+
 def test_gke_hosts_sit_in_subblocks_in_blocks() -> None:
     labels = {
         "topology.kubernetes.io/zone": "us-central1-a",
@@ -140,7 +180,10 @@ def test_gke_hosts_sit_in_subblocks_in_blocks() -> None:
         "cloud.google.com/gce-topology-host": "h1",
     }
     read = node("gke-a3-1", labels, GKE)
-    assert read.domains == ("us-central1-a", "b1", "s1", "h1")
+    # No NVLink clique on an A3 (its NVLink ends at the host): the host still groups its nodes.
+    assert read.domains == ("us-central1-a", "b1", "s1", None, "h1")
+    assert read.path(GKE.level("NVLinkDomain")) is None
+    assert read.path(GKE.level("Host")) == ("us-central1-a", "b1", "s1", None, "h1")
     assert read.path(GKE.level("Subblock")) == ("us-central1-a", "b1", "s1")
     assert read.label(GKE.node) == "gke-a3-1"
 
@@ -153,7 +196,7 @@ def test_a_level_the_topology_lacks_is_refused_naming_those_it_has() -> None:
     refusal = level_refusal(spec("Rack"), AWS, AWS.grouping)
     assert refusal is not None and refusal.reason == UNKNOWN_TOPOLOGY_LEVEL
     assert "requiredLevel Rack is not a level" in refusal.message
-    assert "Node, NetworkLayer3, NetworkLayer2, NetworkLayer1, Zone" in refusal.message
+    assert "Node, NVLinkDomain, NetworkLayer3, NetworkLayer2, NetworkLayer1, Zone" in refusal.message
     preferred = level_refusal(spec(preferred="Spine"), AWS, AWS.grouping)
     assert preferred is not None and preferred.reason == UNKNOWN_TOPOLOGY_LEVEL
 
