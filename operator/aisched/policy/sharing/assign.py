@@ -16,7 +16,7 @@ a decision out; ties go to the node and GPU that sort first, so that a decision 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from aisched.policy.sharing.model import MILLI, TaskClass
 
@@ -75,6 +75,8 @@ class ShareAssignment:
     placed: dict[str, DeviceId] = field(default_factory=dict)
     unplaced: dict[str, str] = field(default_factory=dict)
     """Requests that fit on no GPU now, with why, for a person."""
+    growth: float = 0.0
+    """How much the placed requests grew the fragmentation of their nodes, in all (lower is better)."""
 
 
 def free_capacity(gpus: Iterable[Gpu], held: Iterable[HeldShare]) -> dict[DeviceId, GpuFree]:
@@ -120,6 +122,7 @@ def assign_shares(
     whole = [ShareRequest(f"whole-{i}", MILLI, 0) for i in range(max(whole_gpus_waiting, 1))]
     classes = demand_classes([*requests, *waiting, *whole])
     result = ShareAssignment()
+    growth = 0.0
     for request in sorted(requests, key=lambda r: (-r.milli, -r.memory_mib, r.key)):
         best: tuple[float, DeviceId] | None = None
         for node, node_gpus in by_node.items():
@@ -147,7 +150,8 @@ def assign_shares(
         free[chosen].milli -= request.milli
         free[chosen].memory_mib -= request.memory_mib
         result.placed[request.key] = chosen
-    return result
+        growth += best[0]
+    return replace(result, growth=growth)
 
 
 def _fits(request: ShareRequest, gpu: Gpu, left: GpuFree) -> bool:
