@@ -1,4 +1,4 @@
-"""Placing a gang whose replicas each ask part of one GPU: a fraction where a GPU has room, a MIG instance where one is free.
+"""Placing a gang whose replicas each ask part of one GPU: a fraction where a GPU has room, a free MIG instance.
 
 Fractions. A node whose GPUs shares hold in part still takes a fraction that fits what is left
 of one of them (`SharedRoom.parts`), besides its wholly free GPUs. Levels are searched as for
@@ -96,13 +96,7 @@ class _Fractions:
         return None
 
     def room(self, ordinal: int) -> int:
-        """Replicas of the shape that fit on the node: on what shares left of its GPUs, and on its free ones."""
-        name = self.snapshot.name_of(ordinal)
-        memory = self.snapshot.shared.memory_of(name)
-        room = self.snapshot.free_gpus(name) * self.shape.fit(MILLI, memory, memory)
-        for milli, left in self.snapshot.shared.parts.get(name, {}).values():
-            room += self.shape.fit(milli, left, memory)
-        return room
+        return share_room(self.snapshot, self.snapshot.name_of(ordinal), self.shape)
 
     def _nodes(self, buckets: dict[int, Bucket] | None, group: tuple[int, ...]) -> list[int]:
         """Ordinals of the group's nodes in BUCKETS (a domain's), not excluded, with room."""
@@ -157,9 +151,7 @@ class _Fractions:
             room += self.room(ordinal)
         return sorted(chosen)
 
-    def _best(
-        self, options: Iterable[tuple[tuple[int, ...], list[int]]], domain: DomainId | None
-    ) -> Placement | None:
+    def _best(self, options: Iterable[tuple[tuple[int, ...], list[int]]], domain: DomainId | None) -> Placement | None:
         """The placement the measure likes best among OPTIONS (a pool group and its candidate nodes)."""
         best: tuple[float, str, tuple[int, ...], list[int], ShareAssignment] | None = None
         for group, ordinals in options:
@@ -295,6 +287,27 @@ def _explain(search: _Search, shape: ShareShape) -> Unplaceable:
     asked = f"{shape.compute_milli / 10:g}% of a GPU" if shape.compute_milli else "part of a GPU"
     if shape.memory_mib:
         asked += f" with {shape.memory_mib} MiB"
-    return Unplaceable(
-        INSUFFICIENT_GPUS, f"needs {r} x {asked}; the most room any matching node has is for {most}"
-    )
+    return Unplaceable(INSUFFICIENT_GPUS, f"needs {r} x {asked}; the most room any matching node has is for {most}")
+
+
+def share_room(snapshot: ClusterSnapshot, name: str, shape: ShareShape) -> int:
+    """Replicas of the fraction SHAPE that fit on node NAME now: on what shares left of its GPUs, and its free ones."""
+    memory = snapshot.shared.memory_of(name)
+    room = snapshot.free_gpus(name) * shape.fit(MILLI, memory, memory)
+    for milli, left in snapshot.shared.parts.get(name, {}).values():
+        room += shape.fit(milli, left, memory)
+    return room
+
+
+def share_choice(snapshot: ClusterSnapshot, name: str, shape: ShareShape) -> tuple[float, SharePart] | None:
+    """The GPU of node NAME that `controller/sharing.py` would give one replica of SHAPE, and how much it grows
+    the node's fragmentation; None when none has room."""
+    memory = snapshot.shared.memory_of(name)
+    milli = shape.milli_on(memory)
+    gpus, held = gpus_of(snapshot, name)
+    assignment = assign_shares(gpus, held, [ShareRequest("replica", milli, shape.memory_on(milli, memory))])
+    if assignment.unplaced:
+        return None
+    _, device = assignment.placed["replica"]
+    splits = device not in snapshot.shared.parts.get(name, {})
+    return assignment.growth, SharePart(name, device, milli, shape.memory_on(milli, memory), splits)
