@@ -80,10 +80,11 @@ def placement_fits(snapshot: ClusterSnapshot, placement: Placement) -> bool:
     if not fits(snapshot, placement.gpus_by_node()):
         return False
     taken: dict[tuple[str, str], tuple[int, int]] = {}
+    split = {(part.node, part.device) for part in placement.parts if part.splits}
     for part in placement.parts:
-        if part.splits:
-            continue
         free = snapshot.shared.parts.get(part.node, {}).get(part.device)
+        if (part.node, part.device) in split:  # a GPU it splits (free as whole GPUs go): all of it
+            free = (1000, snapshot.shared.memory_of(part.node))
         milli, memory = taken.get((part.node, part.device), (0, 0))
         taken[(part.node, part.device)] = (milli + part.milli, memory + part.memory_mib)
         if free is None or free[0] < milli + part.milli or free[1] < memory + part.memory_mib:

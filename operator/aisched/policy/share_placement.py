@@ -6,10 +6,10 @@ whole GPUs (`placement._Search`: the Node level, then each topology level, stopp
 required one), counting each node's room in replicas; among the nodes with room the GPU is chosen
 by `policy.sharing.assign.assign_shares`, the very function `controller/sharing.py` runs when it
 makes the pods' DRA claims, over the same GPUs and holdings: so the GPU planned here is the one the
-claim selects (FGD's measure: the GPU whose node's fragmentation grows least). A single replica goes
-to the best GPU of every node with room; a gang on one node to the node with the least room that
-holds it (best fit, as whole gangs); a gang over a wider domain to the domain with the least room
-left over, spread over its GPUs by the same measure. A GPU never takes more than its 1000 thousandths
+claim selects (FGD's measure: the GPU whose node's fragmentation grows least). A single replica
+goes to the best GPU of every node with room; a gang on one node to the node that holds it where
+the measure grows least (the least room among equals: best fit, as whole gangs); a gang over a
+wider domain to the domain with the least room left over, spread over its GPUs by the same measure. A GPU never takes more than its 1000 thousandths
 or its memory. A replica that splits a wholly free GPU counts as one more GPU in use on its node.
 
 MIG. A MIG-partitioned node advertises `nvidia.com/mig-<profile>` instances and no whole GPU;
@@ -114,15 +114,15 @@ class _Fractions:
         if self.r == 1:  # the measure picks among every node with room
             options = [(group, self._candidates(self._nodes(buckets, group))) for group in self.search.groups]
             return self._best([o for o in options if o[1]], None)
-        best: tuple[int, int, tuple[int, ...]] | None = None
+        # A gang on one node: each node that holds it is scored alone by the measure; among equals the one
+        # with the least room (best fit). Wholly free nodes score alike, so only the fullest few are tried.
+        holding: list[tuple[int, int, tuple[int, ...]]] = []
         for group in self.search.groups:
-            for ordinal in self._nodes(buckets, group):
-                room = self.room(ordinal)
-                if room >= self.r and (best is None or (room, ordinal) < best[:2]):
-                    best = (room, ordinal, group)
-        if best is None:
-            return None
-        return self._best([(best[2], [best[1]])], None)
+            holding += [(room, o, group) for o in self._nodes(buckets, group) if (room := self.room(o)) >= self.r]
+        shared = self.snapshot.shared.parts
+        tried = [h for h in holding if self.snapshot.name_of(h[1]) in shared]
+        tried += sorted(h for h in holding if self.snapshot.name_of(h[1]) not in shared)[:FRESH_CANDIDATES]
+        return self._best([(group, [ordinal]) for _, ordinal, group in sorted(tried)], None)
 
     def _in_one_domain(self, level: Level | None) -> Placement | None:
         best: tuple[int, int, tuple[int, ...], list[int], DomainId] | None = None
@@ -152,8 +152,8 @@ class _Fractions:
         return sorted(chosen)
 
     def _best(self, options: Iterable[tuple[tuple[int, ...], list[int]]], domain: DomainId | None) -> Placement | None:
-        """The placement the measure likes best among OPTIONS (a pool group and its candidate nodes)."""
-        best: tuple[float, str, tuple[int, ...], list[int], ShareAssignment] | None = None
+        """The placement the measure likes best among OPTIONS (a pool group and its candidate nodes), in order."""
+        best: tuple[float, tuple[int, ...], ShareAssignment] | None = None
         for group, ordinals in options:
             by_memory: dict[int, list[int]] = defaultdict(list)
             for ordinal in ordinals:
@@ -162,12 +162,13 @@ class _Fractions:
                 assignment = self._assign(same, memory)
                 if assignment is None:
                     continue
-                first = min(assignment.placed.values())[0]
-                if best is None or (assignment.growth, first) < best[:2]:
-                    best = (assignment.growth, first, group, same, assignment)
+                # Ties (within float rounding: a node's other GPUs add and take away the same) go to the
+                # option offered first.
+                if best is None or assignment.growth < best[0] - 1e-6:
+                    best = (assignment.growth, group, assignment)
         if best is None:
             return None
-        _, _, group, _, assignment = best
+        _, group, assignment = best
         return self._placement(assignment, group, domain)
 
     def _assign(self, ordinals: Sequence[int], memory: int) -> ShareAssignment | None:
