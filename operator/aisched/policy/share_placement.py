@@ -9,8 +9,9 @@ makes the pods' DRA claims, over the same GPUs and holdings: so the GPU planned 
 claim selects (FGD's measure: the GPU whose node's fragmentation grows least). A single replica
 goes to the best GPU of every node with room; a gang on one node to the node that holds it where
 the measure grows least (the least room among equals: best fit, as whole gangs); a gang over a
-wider domain to the domain with the least room left over, spread over its GPUs by the same measure. A GPU never takes more than its 1000 thousandths
-or its memory. A replica that splits a wholly free GPU counts as one more GPU in use on its node.
+wider domain to the domain with the least room left over, spread over its GPUs by the same measure.
+A GPU never takes more than its 1000 thousandths or its memory. A replica that splits a wholly free
+GPU counts as one more GPU in use on its node.
 
 MIG. A MIG-partitioned node advertises `nvidia.com/mig-<profile>` instances and no whole GPU;
 a MIG gang goes only to such nodes with a free instance of its profile for each replica, in
