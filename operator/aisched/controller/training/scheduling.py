@@ -34,7 +34,7 @@ from aisched.policy.job_messages import admitted_message
 from aisched.policy.job_status import placed, preempted, queued, waiting_write_due
 from aisched.policy.level_refusals import level_refusal
 from aisched.policy.lifecycle import HOLDS_GPUS
-from aisched.policy.placement import GangRequest, gang_fits, hold
+from aisched.policy.placement import INSUFFICIENT_GPUS, GangRequest, gang_fits, hold
 from aisched.policy.placement import Placement as PlacementDecision
 from aisched.policy.provisioning import ProvisioningPlan
 from aisched.policy.queueing import QueueQuota, with_locked_default
@@ -66,7 +66,8 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         result = await self._decide(snapshot, requests, parsed, now)
         self.queue_room = {name: usage.room_milli for name, usage in result.queues.items()}
         # MIG gangs left waiting for instances: an idle node may be repartitioned for them (controller/mig.py).
-        self.shares.mig.asked(waiting_instances(parsed[w.key][1].spec for w in result.waiting if w.key in parsed))
+        short = (parsed[w.key][1].spec for w in result.waiting if w.key in parsed and w.reason == INSUFFICIENT_GPUS)
+        self.shares.mig.asked(waiting_instances(short))
         elapsed = time.perf_counter() - started
         self.metrics.process.record_scheduling_cycle(
             time.perf_counter() - cycle_started, time.thread_time() - cpu_started
