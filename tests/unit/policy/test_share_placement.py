@@ -119,6 +119,8 @@ def _clusters(draw: st.DrawFn) -> ClusterSnapshot:
 def test_shares_placed_one_after_another_never_take_a_gpu_past_its_capacity(
     snapshot: ClusterSnapshot, gangs: list[tuple[int, int]]
 ) -> None:
+    # An independent ledger of what each GPU holds: what shares held before, and every part placed since.
+    held = {(n, d): MILLI - free for n, devices in snapshot.shared.parts.items() for d, (free, _) in devices.items()}
     for replicas, percent in gangs:
         shape = ShareShape(percent * 10)
         before = {n: share_room(snapshot, n, shape) for n in snapshot.node_names()}
@@ -127,6 +129,9 @@ def test_shares_placed_one_after_another_never_take_a_gpu_past_its_capacity(
             assert isinstance(outcome, Placement) == any(before.values())
         if isinstance(outcome, Placement):
             assert len(outcome.parts) == replicas
+            for part in outcome.parts:
+                held[part.node, part.device] = held.get((part.node, part.device), 0) + part.milli
+            assert all(milli <= MILLI for milli in held.values()), held
             hold(snapshot, outcome)
         for node, devices in snapshot.shared.parts.items():
             assert all(0 <= milli <= MILLI and memory >= 0 for milli, memory in devices.values()), node
