@@ -3,7 +3,7 @@
 # KWOK GPU nodes), the CRDs, the operator, and the example jobs.
 #
 #   hack/demo.sh          start everything (idempotent) and show the jobs
-#   hack/demo.sh stop     stop the operator (make cluster-down stops the rest)
+#   hack/demo.sh stop     stop the operator and the MIG manager stand-in (make cluster-down stops the rest)
 #
 # The examples (manifests/examples/*.yaml) run on the KWOK nodes, which play
 # their pods. AISCHED_REAL_NODES=2 (make demo REAL_NODES=2; root) adds two real
@@ -19,6 +19,11 @@ export KUBECONFIG="${CLUSTER_DIR}/admin.kubeconfig"
 export PATH="${AISCHED_BIN_DIR}:${PATH}"
 OPERATOR_PID="${CLUSTER_DIR}/operator.pid"
 OPERATOR_LOG="${CLUSTER_DIR}/logs/operator.log"
+MIG_MANAGER_PID="${CLUSTER_DIR}/mig-manager.pid"
+MIG_MANAGER_LOG="${CLUSTER_DIR}/logs/mig-manager.log"
+# The small preset's second on-demand H100 rack (as tests/integration/test_mig.py): the nodes a MIG
+# manager runs on. How long it takes to apply a config: AISCHED_MIG_DELAY_SECONDS.
+MIG_NODES=(us-east-1a-r02-n01 us-east-1a-r02-n02)
 VENV="${REPO_ROOT}/.venv"
 REAL_NODES="${AISCHED_REAL_NODES:-0}"
 REAL_JOB="${REPO_ROOT}/manifests/examples/real-training/trainingjob.yaml"
@@ -53,6 +58,41 @@ start_operator() {
   log "started the operator (pid $!, log ${OPERATOR_LOG})"
 }
 
+mig_manager_running() {
+  [[ -f "${MIG_MANAGER_PID}" ]] && kill -0 "$(<"${MIG_MANAGER_PID}")" 2>/dev/null
+}
+
+stop_mig_manager() {
+  if mig_manager_running; then
+    kill -TERM "$(<"${MIG_MANAGER_PID}")"
+    log "stopped the MIG manager stand-in"
+  fi
+  rm -f "${MIG_MANAGER_PID}"
+}
+
+# NVIDIA's MIG manager, played by aisched.testing.mig_manager beside the operator as the integration
+# tests run it: a MIG profile no node offers makes the operator repartition an idle MIG node.
+start_mig_manager() {
+  local node
+  for node in "${MIG_NODES[@]}"; do
+    # As the GPU Operator leaves a node its MIG manager runs on: MIG off, applied. Only labelled nodes
+    # are ever repartitioned; a label set before (a demo run earlier) is kept.
+    if [[ -z "$(kubectl get node "${node}" -o jsonpath='{.metadata.labels.nvidia\.com/mig\.config}')" ]]; then
+      kubectl label node "${node}" nvidia.com/mig.config=all-disabled nvidia.com/mig.config.state=success \
+        aisched.io/mig-manager-applied=all-disabled >/dev/null
+    fi
+  done
+  if mig_manager_running; then
+    log "MIG manager stand-in already running (pid $(<"${MIG_MANAGER_PID}"))"
+    return
+  fi
+  mkdir -p "$(dirname "${MIG_MANAGER_LOG}")"
+  setsid "${VENV}/bin/python" -m aisched.testing.mig_manager --kubeconfig "${KUBECONFIG}" \
+    --delay-seconds "${AISCHED_MIG_DELAY_SECONDS:-20}" </dev/null >"${MIG_MANAGER_LOG}" 2>&1 &
+  echo "$!" >"${MIG_MANAGER_PID}"
+  log "started the MIG manager stand-in on ${MIG_NODES[*]} (pid $!, log ${MIG_MANAGER_LOG})"
+}
+
 wait_for_jobs() {
   local deadline=$((SECONDS + 120)) unsettled
   while ((SECONDS < deadline)); do
@@ -79,9 +119,11 @@ main() {
     examples+=(--real-nodes)
   fi
   mkdir -p "${CHECKPOINTS}" && chmod 1777 "${CHECKPOINTS}"
+  start_mig_manager
   start_operator
   "${VENV}/bin/python" -m aisched.testing.examples "${examples[@]}" "${EXAMPLES}" | kubectl apply -f -
   if ((REAL_NODES > 0)); then kubectl apply -f "${REAL_JOB}"; fi
+  kubectl apply -f "${EXAMPLES}/mig/"  # on the KWOK H100 nodes the MIG stand-in repartitions
   wait_for_jobs
   echo
   kubectl get aisched
@@ -98,6 +140,7 @@ main() {
 The operator runs in the background (log: ${OPERATOR_LOG}). Try:
   export KUBECONFIG=${KUBECONFIG} PATH=${AISCHED_BIN_DIR}:\$PATH
   kubectl describe tj llm-pretrain            # conditions and events say why
+  kubectl get nodes -L nvidia.com/mig.config,nvidia.com/mig.config.state   # MIG repartitions (finetune-mig)
   hack/interrupt-node.sh <node of finetune-spot> --provider aws --notice 30
   kubectl get tj -w
   kubectl logs -f -l aisched.io/job-name=resnet-ddp                     # with REAL_NODES: torchrun for real
@@ -109,6 +152,6 @@ HINT
 
 case "${1:-start}" in
   start) main ;;
-  stop) stop_operator ;;
+  stop) stop_operator; stop_mig_manager ;;
   *) die "usage: hack/demo.sh [start|stop]" ;;
 esac

@@ -21,7 +21,7 @@ def _dry_run(cluster: LocalCluster, namespace: str, manifest: str) -> tuple[int,
 
 
 @pytest.mark.usefixtures("crds_installed")
-@pytest.mark.parametrize("example", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("example", sorted(EXAMPLES.rglob("*.yaml")), ids=lambda p: str(p.relative_to(EXAMPLES)))
 def test_every_example_is_accepted(cluster: LocalCluster, namespace: str, example: Path) -> None:
     code, output = _dry_run(cluster, namespace, example.read_text())
     assert code == 0, output

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Mapping
 
 from aisched.policy.cluster import ClusterSnapshot
+from aisched.policy.placement import Placement
 
 
 class InFlightPlacements:
@@ -71,6 +72,28 @@ class CurrentSnapshot:
 def fits(snapshot: ClusterSnapshot, gpus_by_node: Mapping[str, int]) -> bool:
     """Whether SNAPSHOT has GPUS_BY_NODE free: a node gone or too full means the decision is stale."""
     return all(node in snapshot and snapshot.free_gpus(node) >= gpus for node, gpus in gpus_by_node.items())
+
+
+def placement_fits(snapshot: ClusterSnapshot, placement: Placement) -> bool:
+    """Whether SNAPSHOT still has what PLACEMENT takes: its whole GPUs, the parts of GPUs shares already
+    hold that it planned to share, and its MIG instances."""
+    if not fits(snapshot, placement.gpus_by_node()):
+        return False
+    taken: dict[tuple[str, str], tuple[int, int]] = {}
+    split = {(part.node, part.device) for part in placement.parts if part.splits}
+    for part in placement.parts:
+        free = snapshot.shared.parts.get(part.node, {}).get(part.device)
+        if (part.node, part.device) in split:  # a GPU it splits (free as whole GPUs go): all of it
+            free = (1000, snapshot.shared.memory_of(part.node))
+        milli, memory = taken.get((part.node, part.device), (0, 0))
+        taken[(part.node, part.device)] = (milli + part.milli, memory + part.memory_mib)
+        if free is None or free[0] < milli + part.milli or free[1] < memory + part.memory_mib:
+            return False
+    if placement.mig_profile is not None:
+        for node, count in gpus_by_node(placement.nodes, 1).items():
+            if snapshot.shared.mig_free.get(node, {}).get(placement.mig_profile, 0) < count:
+                return False
+    return True
 
 
 def gpus_by_node(nodes: list[str] | tuple[str, ...], gpus_each: int) -> dict[str, int]:

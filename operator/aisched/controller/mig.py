@@ -1,9 +1,10 @@
 """MIG instances for pods with `gpuShare.migProfile`: the node of each, and the repartitions that make room.
 
-Placement: each pod goes to a node whose device plugin advertises a free `nvidia.com/mig-<profile>`
-("mixed" strategy), as `policy.sharing.mig_configs.place_instances` packs them, and asks one. The
-scheduler charged and placed the worker as one GPU; this part moves its pin to a node with the
-instance (same capacity type), as `GpuShares` chooses the GPU of a fraction.
+Placement: the scheduler and the serving planner place a MIG worker or replica on a node whose device
+plugin advertises a free `nvidia.com/mig-<profile>` ("mixed" strategy; `policy.share_placement`), and
+this part makes its pod ask one there. Only should that instance be gone meanwhile (a pod the watch had
+not shown) is the pod moved to another node with one (same capacity type), as
+`policy.sharing.mig_configs.place_instances` packs them.
 
 Repartition: a profile no node has free is noted as waiting; `run` (a background loop) picks an
 idle node whose MIG manager may give it (`plan_repartition`), cordons it (marked with an
@@ -18,10 +19,11 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Protocol
 
+from aisched.api.sharing import GpuShare
 from aisched.kube.claims import with_mig_slice
 from aisched.kube.inventory import Inventory
 from aisched.kube.mig_nodes import CORDONED_ANNOTATION, NodeMig
@@ -50,6 +52,25 @@ controllers ask again on each of their retries, so a job still waiting keeps its
 
 class NodePatcher(Protocol):
     async def patch_node(self, name: str, patch: dict[str, Any]) -> None: ...
+
+
+class SharedSpec(Protocol):
+    """What a TrainingJob's or an InferenceService's spec says of its replicas' GPUs."""
+
+    @property
+    def gpu_share(self) -> GpuShare | None: ...
+    @property
+    def replicas(self) -> int: ...
+
+
+def waiting_instances(specs: Iterable[SharedSpec]) -> dict[str, int]:
+    """MIG instances the SPECS (of jobs left waiting) ask, by profile."""
+    asked: dict[str, int] = {}
+    for spec in specs:
+        profile = spec.gpu_share.mig_profile if spec.gpu_share is not None else None
+        if profile is not None:
+            asked[profile] = asked.get(profile, 0) + spec.replicas
+    return asked
 
 
 class MigInstanceUnavailableError(Exception):
@@ -127,7 +148,7 @@ class MigPartitions:
             for n in self.nodes()
             if (kind is None or n.capacity_type == str(kind)) and (gpu_type is None or n.product == gpu_type)
         ]
-        chosen = place_instances(nodes, profile, len(pods), prefer=first)
+        chosen = self._keep_planned(nodes, profile, pods)
         if chosen is None:
             free = sum(n.free(profile) for n in nodes)
             self.waiting[profile] = len(pods) - free
@@ -142,6 +163,41 @@ class MigPartitions:
             placed.append(with_mig_slice(pod, profile))
             self.assumed[(pod["metadata"]["namespace"], pod["metadata"]["name"])] = (node, profile)
         return placed
+
+    def _keep_planned(self, nodes: Sequence[MigNode], profile: str, pods: Sequence[dict[str, Any]]) -> list[str] | None:
+        """Each pod's node as placement planned it (where its status says it runs) while that node has a free
+        instance; the others packed onto nodes that have one. None when they do not all fit."""
+        free = {n.name: n.free(profile) for n in nodes}
+        chosen: list[str | None] = []
+        for pod in pods:
+            planned = _node_of(pod)
+            if free.get(planned, 0) > 0:
+                free[planned] -= 1
+                chosen.append(planned)
+            else:
+                chosen.append(None)
+        moved = [i for i, node in enumerate(chosen) if node is None]
+        if moved:
+            left = [
+                replace(n, used={**n.used, profile: n.used.get(profile, 0) + n.free(profile) - free[n.name]})
+                for n in nodes
+            ]
+            others = place_instances(left, profile, len(moved), prefer=_node_of(pods[moved[0]]))
+            if others is None:
+                return None
+            for index, node in zip(moved, others, strict=True):
+                chosen[index] = node
+        return [str(node) for node in chosen]
+
+    def asked(self, demand: Mapping[str, int]) -> None:
+        """DEMAND (instances by profile) waits for placement: kept as waiting, for a repartition, for this pass."""
+        for profile, count in demand.items():
+            if count <= 0:
+                continue
+            # Asked again this pass (a cycle, or the other controller): the larger ask stands.
+            again = self.waiting.get(profile, 0) if self.waiting_since.get(profile) == self.passes else 0
+            self.waiting[profile] = max(count, again)
+            self.waiting_since[profile] = self.passes
 
     def forget(self, pods: Sequence[dict[str, Any]]) -> None:
         for pod in pods:

@@ -1,7 +1,8 @@
 """Parts of GPUs for the pods of a TrainingJob or an InferenceService with `gpuShare`: which GPU, and the claim.
 
-The scheduler (gangs) and the serving planner (replicas) choose each pod's node as for a whole
-GPU; this part chooses the GPU on that node (`policy.sharing.assign`, against the shares the
+The scheduler (gangs) and the serving planner (replicas) choose each pod's node where a GPU has room
+for its share (`policy.share_placement`, which plans the GPU by the same measure); this part chooses
+the GPU on that node (`policy.sharing.assign`, against the shares the
 inventory's pods hold and those it handed out that the watch has not shown yet, as kube-scheduler
 "assumes" a binding) and turns each pod into one that holds its share: through a DRA claim made
 from a ResourceClaimTemplate of its own (`kube.claims`), or a MIG instance of the device plugin.
@@ -43,9 +44,23 @@ class GpuShares:
     """Shares handed to pods the inventory has not seen yet, by pod: (node, share)."""
     mig: MigPartitions = field(init=False)
     """The MIG instances handed out and the repartitions under way."""
+    replicas_waiting: dict[tuple[str, str], tuple[GpuShare, int, str | None]] = field(default_factory=dict)
+    """InferenceService replicas with a share that fit on no GPU now, by service: (share, replicas, GPU type),
+    for the stranded-GPU measure (`sharing_report`), which the TrainingJob side reports."""
 
     def __post_init__(self) -> None:
         self.mig = MigPartitions(self.inventory)
+
+    def note_waiting_replicas(
+        self, key: tuple[str, str], share: GpuShare | None, count: int, gpu_type: str | None
+    ) -> None:
+        """COUNT replicas of service KEY, each asking SHARE, fit nowhere now (0, or no share: none waits)."""
+        if share is None or count <= 0:
+            self.replicas_waiting.pop(key, None)
+            return
+        self.replicas_waiting[key] = (share, count, gpu_type)
+        if share.mig_profile is not None:
+            self.mig.asked({share.mig_profile: count})
 
     def forget(self, pods: Sequence[dict[str, Any]]) -> None:
         """PODS were not created after all: what they were handed is free again."""

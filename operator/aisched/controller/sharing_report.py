@@ -36,8 +36,13 @@ def waiting_shares(asks: Iterable[tuple[str, GpuShare, int, str | None]], gpu_me
 def shared_gpu_usage(
     shares: GpuShares, waiting: Sequence[ShareRequest], whole_gpus_waiting: int
 ) -> list[SharedGpuUsage]:
-    """Per (GPU type, capacity type): GPUs shares hold parts of, what they hold, and GPUs stranded."""
+    """Per (GPU type, capacity type): GPUs shares hold parts of, what they hold, and GPUs stranded.
+
+    The demand is WAITING (TrainingJob workers) and the InferenceService replicas that fit nowhere now
+    (`GpuShares.replicas_waiting`): a GPU only those could use is not stranded."""
     inventory = shares.inventory
+    serving = ((f"{ns}/{name}", *ask) for (ns, name), ask in sorted(shares.replicas_waiting.items()))
+    waiting = [*waiting, *waiting_shares(serving, inventory.smallest_gpu_memory_mib())]
     pools: dict[tuple[str, str], list[int]] = {}
     assumed_nodes = {node for node, _ in shares.assumed.values()}
     for name in sorted(set(inventory.shared_nodes()) | assumed_nodes):

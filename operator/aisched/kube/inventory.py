@@ -27,6 +27,8 @@ from aisched.kube.mig_nodes import NodeMig
 from aisched.kube.records import NodeRecord, PodKey, PodRecord, read_node, read_pod
 from aisched.kube.versions import VersionLedger
 from aisched.policy.cluster import ClusterSnapshot, Node, NodeLabelKeys
+from aisched.policy.shared_room import MILLI, SharedRoom
+from aisched.policy.sharing.mig_configs import STATE_SUCCESS
 from aisched.settings import Settings
 
 __all__ = ["Inventory", "NodeRecord", "PodKey", "PodRecord"]
@@ -175,7 +177,38 @@ class Inventory:
             )
         snapshot = self._base.copy()
         snapshot.allocate({name: gpus for name, gpus in (reserved or {}).items() if name in snapshot})
+        snapshot.shared = self.shared_room()
         return snapshot
+
+    def shared_room(self) -> SharedRoom:
+        """What is left of the GPUs shares hold in part, and the free MIG instances, for placement.
+
+        A fraction's part is read off its pod (the operator's annotation); a MIG node's free instances
+        are what its device plugin advertises less what its pods ask, and none while the MIG manager
+        has not applied its config or it takes no pods (cordoned, not ready, interrupted)."""
+        parts: dict[str, dict[str, tuple[int, int]]] = {}
+        for name in self._sharing:
+            memory = self._gpu_memory.get(name, 0)
+            devices: dict[str, tuple[int, int]] = {}
+            for pod in self.pods_on_node(name):
+                if pod.share is not None and pod.holds_gpus:
+                    milli, left = devices.get(pod.share.device, (MILLI, memory))
+                    devices[pod.share.device] = (milli - pod.share.milli, left - pod.share.memory_mib)
+            parts[name] = devices
+        mig_nodes, mig_free = [], {}
+        for name, mig in self._mig.items():
+            node = self.nodes.get(name)
+            applied = mig.config is None or mig.state == STATE_SUCCESS
+            if node is None or not applied or not self.reachable(name) or not node.schedulable or node.interrupted:
+                continue
+            free = dict(mig.allocatable)
+            for pod in self.pods_on_node(name):
+                if pod.holds_gpus:
+                    for profile in pod.mig_profiles:
+                        free[profile] = free.get(profile, 0) - 1
+            mig_nodes.append(node)
+            mig_free[name] = {profile: count for profile, count in free.items() if count > 0}
+        return SharedRoom(parts, self._gpu_memory, mig_nodes, mig_free)
 
     # -- pods ---------------------------------------------------------------
 

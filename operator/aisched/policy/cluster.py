@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 
 from aisched.policy.nodes import Node, NodeLabelKeys, Pool, local_node, node_from_labels
+from aisched.policy.shared_room import SharedRoom
 from aisched.policy.taints import Taint, TaintEffect, Toleration, TolerationOperator
 from aisched.policy.topology import LOCAL_TOPOLOGY, DomainId, Level, Topology, level_rank
 
@@ -139,6 +140,8 @@ class ClusterSnapshot:
         }
         self._journal: list[tuple[int, int]] = []
         self._trials = 0
+        self.shared = SharedRoom()
+        """GPUs in parts (shares, MIG instances): the owner of the snapshot fills it in (`Inventory.snapshot`)."""
         for ordinal, node in enumerate(gpu_nodes):
             self._index(ordinal, node)
         # The usable nodes of a level's largest domain: where it is one, the Node level says it all.
@@ -279,15 +282,18 @@ class ClusterSnapshot:
     @contextmanager
     def trial(self) -> Iterator[ClusterSnapshot]:
         """A scope whose allocations and releases are undone on exit (nestable)."""
-        mark = len(self._journal)
+        mark, shared_mark = len(self._journal), self.shared.mark()
         self._trials += 1
+        self.shared.trials += 1
         try:
             yield self
         finally:
             self._trials -= 1
+            self.shared.trials -= 1
             while len(self._journal) > mark:
                 ordinal, delta = self._journal.pop()
                 self._apply(ordinal, -delta)
+            self.shared.undo_to(shared_mark)
 
     def copy(self) -> ClusterSnapshot:
         """An independent snapshot in the same state: the indexes copied, not rebuilt (a tenth of the time)."""
@@ -299,6 +305,7 @@ class ClusterSnapshot:
         clone.max_gpus_per_node, clone._most_nodes = self.max_gpus_per_node, self._most_nodes
         clone._used = list(self._used)
         clone._journal, clone._trials = [], 0
+        clone.shared = self.shared.copy()
         copies = {id(d): d.copy() for by_path in self._domains.values() for d in by_path.values()}
         clone._domains = {
             level: {path: copies[id(d)] for path, d in by_path.items()} for level, by_path in self._domains.items()

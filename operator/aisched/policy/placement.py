@@ -23,6 +23,7 @@ from aisched.api.common import CapacityType, SpotPolicy
 from aisched.api.training_job import Placement as PlacementStatus
 from aisched.policy.cluster import ClusterSnapshot, Domain
 from aisched.policy.nodes import Pool
+from aisched.policy.shared_room import SharePart, ShareShape
 from aisched.policy.taints import Toleration
 from aisched.policy.topology import DomainId, Level, Topology, level_rank
 
@@ -60,10 +61,14 @@ class GangRequest:
     excluded_nodes: frozenset[str] = frozenset()
     within: DomainId | None = None
     """Only this domain (growing an elastic gang next to where it runs)."""
+    share: ShareShape | None = None
+    """Each replica asks part of one GPU (a fraction, or a MIG instance): `policy.share_placement` places it."""
 
     def __post_init__(self) -> None:
         if self.replicas < 1 or self.gpus_per_replica < 1:
             raise ValueError("a gang needs at least one replica of at least one GPU")
+        if self.share is not None and self.gpus_per_replica != 1:
+            raise ValueError("a share is a part of one GPU: one GPU per replica")
         if not self.capacity_types:
             raise ValueError("a gang needs at least one allowed capacity type")
 
@@ -82,6 +87,10 @@ class Placement:
     gpu_type: str | None = None
     capacity_type: CapacityType | None = None
     """None when the gang spans capacity types."""
+    parts: tuple[SharePart, ...] = ()
+    """A fraction's replicas, by rank: the GPU each gets and what it takes of it."""
+    mig_profile: str | None = None
+    """Each replica holds one MIG instance of this profile on its node (no whole GPU)."""
 
     @classmethod
     def of_nodes(cls, nodes: Sequence[str], gpus_per_replica: int, snapshot: ClusterSnapshot) -> Placement:
@@ -111,7 +120,14 @@ class Placement:
         return len(self.nodes) * self.gpus_per_replica
 
     def gpus_by_node(self) -> dict[str, int]:
+        """Whole GPUs it takes: a fraction's only where it splits a GPU that was wholly free; a MIG gang's none."""
         gpus: dict[str, int] = defaultdict(int)
+        if self.mig_profile is not None:
+            return {}
+        if self.parts:
+            for part in self.parts:
+                gpus[part.node] += part.splits
+            return {node: count for node, count in gpus.items() if count}
         for name in self.nodes:
             gpus[name] += self.gpus_per_replica
         return dict(gpus)
@@ -140,6 +156,10 @@ class Unplaceable:
 
 def place_gang(request: GangRequest, snapshot: ClusterSnapshot) -> Placement | Unplaceable:
     """Place the whole gang or say why not. Deterministic; reads the snapshot, never changes it."""
+    if request.share is not None:
+        from aisched.policy.share_placement import place_parts  # it builds on this module's search
+
+        return place_parts(request, snapshot)
     placement = _first_placement(request, snapshot)
     if placement is not None:
         return placement
@@ -148,7 +168,19 @@ def place_gang(request: GangRequest, snapshot: ClusterSnapshot) -> Placement | U
 
 def gang_fits(request: GangRequest, snapshot: ClusterSnapshot) -> bool:
     """Whether `place_gang` would place it, without the scan of every node that says why not."""
+    if request.share is not None:
+        return isinstance(place_gang(request, snapshot), Placement)
     return _first_placement(request, snapshot) is not None
+
+
+def hold(snapshot: ClusterSnapshot, placement: Placement) -> None:
+    """Count PLACEMENT as taken in SNAPSHOT: its whole GPUs, its parts of GPUs, its MIG instances."""
+    snapshot.allocate(placement.gpus_by_node())
+    for part in placement.parts:
+        snapshot.shared.take_part(part)
+    if placement.mig_profile is not None:
+        for node in placement.nodes:
+            snapshot.shared.take_mig(node, placement.mig_profile)
 
 
 def _first_placement(request: GangRequest, snapshot: ClusterSnapshot) -> Placement | None:
@@ -172,6 +204,8 @@ def search_levels(request: GangRequest, topology: Topology) -> tuple[Level | Non
 
 def tightest_possible_level(request: GangRequest, snapshot: ClusterSnapshot) -> Level | None:
     """The tightest level at which some domain could hold the gang if the cluster were empty."""
+    if request.share is not None and request.share.is_mig:
+        return request.required_level  # MIG nodes advertise no whole GPU: the domains below do not see them
     search = _Search(snapshot, request, request.capacity_types)
     if not search.groups or request.gpus_per_replica > snapshot.max_gpus_per_node:
         return request.required_level  # nowhere at all: placing it will say why

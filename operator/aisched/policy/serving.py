@@ -11,7 +11,11 @@ exist and the count wanted, :func:`plan_serving` says which replicas to start
   replica on spot serves traffic and a missing one does not; the plan says so.
 - Spread: each new replica goes to the zone with the fewest replicas of the
   service, then the node with the fewest, then the fullest node that still
-  fits (best fit leaves whole nodes free for training gangs).
+  fits (best fit leaves whole nodes free for training gangs). A replica that
+  asks part of a GPU (`gpuShare`) fits a node where what shares left of a GPU
+  holds it, the node whose fragmentation it grows least going first (the GPU
+  `controller/sharing.py` then gives it, `policy.share_placement.share_choice`);
+  one that asks a MIG instance goes only to a node with a free one.
 - Spot interruption: a replica on a node that announced its end is replaced
   at once, and retired only when enough healthy replicas are ready to carry the
   service without it (make before break), or at once if it is not ready.
@@ -29,6 +33,8 @@ from enum import StrEnum
 from aisched.api.common import CapacityType, SpotPolicy
 from aisched.api.inference_service import InferenceServiceSpec
 from aisched.policy.cluster import ClusterSnapshot, Node, Toleration
+from aisched.policy.share_placement import share_choice, share_room
+from aisched.policy.shared_room import ShareShape
 
 
 class PlanReason(StrEnum):
@@ -56,6 +62,8 @@ class ServingRequest:
     spot_policy: SpotPolicy = SpotPolicy.NEVER
     min_on_demand_replicas: int = 1
     tolerations: tuple[Toleration, ...] = ()
+    share: ShareShape | None = None
+    """Each replica asks part of one GPU: a fraction, or a MIG instance."""
 
     @classmethod
     def from_spec(cls, spec: InferenceServiceSpec, tolerations: Sequence[Toleration] = ()) -> ServingRequest:
@@ -65,6 +73,7 @@ class ServingRequest:
             spot_policy=SpotPolicy(spec.spot.policy),
             min_on_demand_replicas=spec.spot.min_on_demand_replicas,
             tolerations=tuple(tolerations),
+            share=ShareShape.of(spec.gpu_share),
         )
 
 
@@ -138,7 +147,13 @@ def plan_serving(
 
 
 def _is_doomed(replica: ServingReplica, snapshot: ClusterSnapshot) -> bool:
-    return replica.node not in snapshot or snapshot.node(replica.node).interrupted
+    node = _node(snapshot, replica.node)
+    return node is None or node.interrupted
+
+
+def _node(snapshot: ClusterSnapshot, name: str) -> Node | None:
+    """The GPU node NAME, one with whole GPUs or a MIG-partitioned one (which advertises none)."""
+    return snapshot.node(name) if name in snapshot else snapshot.shared.mig_nodes.get(name)
 
 
 def _on_demand_floor(request: ServingRequest, desired: int) -> int:
@@ -192,8 +207,22 @@ def _place_new(
     request: ServingRequest,
     snapshot: ClusterSnapshot,
 ) -> tuple[list[NewReplica], int, int]:
-    """New replicas for ``count`` slots; also how many found no room and how many floor slots went spot."""
-    free = {n.name: snapshot.free_gpus(n.name) for n in snapshot.nodes()}
+    """New replicas for ``count`` slots; also how many found no room and how many floor slots went spot.
+
+    The parts of GPUs planned are taken in a trial of SNAPSHOT, so that the next replica sees them, and
+    given back before it returns."""
+    with snapshot.trial():
+        return _place_new_in(kept, count, floor, request, snapshot)
+
+
+def _place_new_in(
+    kept: Sequence[ServingReplica],
+    count: int,
+    floor: int,
+    request: ServingRequest,
+    snapshot: ClusterSnapshot,
+) -> tuple[list[NewReplica], int, int]:
+    room = _Room(snapshot, request)
     zones = Counter(_zone(snapshot, r.node) for r in kept)
     per_node = Counter(r.node for r in kept)
     on_demand = sum(r.capacity_type == CapacityType.ON_DEMAND for r in kept)
@@ -204,20 +233,69 @@ def _place_new(
         # on-demand pool would turn every new replica into a floor replica.
         wants_on_demand = on_demand + floor_unmet < floor or request.spot_policy == SpotPolicy.NEVER
         preferred = CapacityType.ON_DEMAND if wants_on_demand else CapacityType.SPOT
-        node = _best_node(snapshot, free, zones, per_node, request, capacity=preferred)
+        node = _best_node(room, zones, per_node, request, capacity=preferred)
         if node is None and _may_fall_back(request, wants_on_demand):
-            node = _best_node(snapshot, free, zones, per_node, request, capacity=_other(preferred))
+            node = _best_node(room, zones, per_node, request, capacity=_other(preferred))
             if wants_on_demand and node is not None:
                 floor_unmet += 1
         if node is None:
             unplaced += 1
             continue
-        free[node.name] -= request.gpus_per_replica
+        room.take(node.name)
         zones[node.zone] += 1
         per_node[node.name] += 1
         on_demand += node.capacity_type == CapacityType.ON_DEMAND
         starts.append(NewReplica(node.name, node.zone, node.capacity_type))
     return starts, unplaced, floor_unmet
+
+
+class _Room:
+    """Replicas of the request each node still holds, as replicas are planned: whole GPUs, fractions, MIG instances."""
+
+    def __init__(self, snapshot: ClusterSnapshot, request: ServingRequest) -> None:
+        self.snapshot, self.share = snapshot, request.share
+        self.need = 1 if self.share is not None else request.gpus_per_replica
+        """What one replica takes of `left`: GPUs for whole ones, one replica's room for parts."""
+        if self.share is not None and self.share.is_mig:
+            self.nodes = list(snapshot.shared.mig_nodes.values())
+            self.left = {
+                n.name: snapshot.shared.mig_free.get(n.name, {}).get(str(self.share.mig_profile), 0) for n in self.nodes
+            }
+            return
+        self.nodes = [n for n in snapshot.nodes() if n.usable]
+        if self.share is not None:
+            self.left = {n.name: share_room(snapshot, n.name, self.share) for n in self.nodes}
+        else:
+            self.left = {n.name: snapshot.free_gpus(n.name) for n in self.nodes}
+        self._fresh_growth: dict[tuple[str | None, int], float | None] = {}
+
+    @property
+    def fraction(self) -> bool:
+        return self.share is not None and not self.share.is_mig
+
+    def growth(self, node: Node) -> float:
+        """How much a replica grows NODE's fragmentation (fractions only): the same on any wholly free GPU
+        of a product and size, so worked out once for nodes no share holds a part of yet."""
+        assert self.share is not None
+        if node.name in self.snapshot.shared.parts:
+            choice = share_choice(self.snapshot, node.name, self.share)
+            return choice[0] if choice is not None else float("inf")
+        key = (node.gpu_product, self.snapshot.shared.memory_of(node.name))
+        if key not in self._fresh_growth:
+            choice = share_choice(self.snapshot, node.name, self.share)
+            self._fresh_growth[key] = choice[0] if choice is not None else None
+        growth = self._fresh_growth[key]
+        return float("inf") if growth is None else growth
+
+    def take(self, name: str) -> None:
+        self.left[name] -= self.need
+        if self.fraction and self.share is not None:
+            choice = share_choice(self.snapshot, name, self.share)
+            if choice is not None:
+                part = choice[1]
+                self.snapshot.shared.take_part(part)
+                if part.splits:
+                    self.snapshot.allocate({name: 1})
 
 
 def _may_fall_back(request: ServingRequest, wants_on_demand: bool) -> bool:
@@ -232,8 +310,7 @@ def _other(capacity: CapacityType) -> CapacityType:
 
 
 def _best_node(
-    snapshot: ClusterSnapshot,
-    free: dict[str, int],
+    room: _Room,
     zones: Counter[str | None],
     per_node: Counter[str],
     request: ServingRequest,
@@ -242,19 +319,21 @@ def _best_node(
 ) -> Node | None:
     candidates = [
         node
-        for node in snapshot.nodes()
-        if node.usable
+        for node in room.nodes
+        if node.schedulable
+        and not node.interrupted
         and node.capacity_type == capacity
-        and free[node.name] >= request.gpus_per_replica
+        and room.left[node.name] >= room.need
         and (request.gpu_type is None or node.gpu_product == request.gpu_type)
         and _tolerated(node, request.tolerations)
     ]
     if not candidates:
         return None
-    return min(
-        candidates,
-        key=lambda n: (zones[n.zone], per_node[n.name], free[n.name] - request.gpus_per_replica, n.name),
-    )
+    spread = min((zones[n.zone], per_node[n.name]) for n in candidates)
+    candidates = [n for n in candidates if (zones[n.zone], per_node[n.name]) == spread]
+    if room.fraction:
+        return min(candidates, key=lambda n: (room.growth(n), room.left[n.name], n.name))
+    return min(candidates, key=lambda n: (room.left[n.name], n.name))
 
 
 def _tolerated(node: Node, tolerations: Sequence[Toleration]) -> bool:
@@ -277,5 +356,6 @@ def _doomed_to_retire(doomed: Sequence[ServingReplica], desired: int, kept: Sequ
     return sorted(r.name for r in doomed if r.name not in covering)
 
 
-def _zone(snapshot: ClusterSnapshot, node: str) -> str | None:
-    return snapshot.node(node).zone if node in snapshot else None
+def _zone(snapshot: ClusterSnapshot, name: str) -> str | None:
+    node = _node(snapshot, name)
+    return node.zone if node is not None else None

@@ -20,10 +20,10 @@ MODELS: dict[str, type[BaseModel]] = {
 
 def example_objects() -> list[tuple[str, dict[str, Any]]]:
     found = []
-    for path in sorted(EXAMPLES.glob("*.yaml")):
+    for path in sorted(EXAMPLES.rglob("*.yaml")):  # those apart (mig/, real-training/) too
         for document in yaml.safe_load_all(path.read_text()):
             if document:
-                found.append((f"{path.name}:{document['metadata']['name']}", document))
+                found.append((f"{path.relative_to(EXAMPLES)}:{document['metadata']['name']}", document))
     return found
 
 

@@ -148,6 +148,8 @@ class InferenceServiceController:
         self.tenancy.forget(key)
         self.placement.waiting_for_capacity.discard(key)
         self.placement.refused.pop(key, None)
+        if self.placement.shares is not None:
+            self.placement.shares.note_waiting_replicas(key, None, 0, None)
         self.queue.forget(key)
         if self.metrics is not None:
             self.metrics.serving.forget_inference_service(namespace, name)
@@ -365,6 +367,9 @@ class InferenceServiceController:
         doomed = self.inventory.doomed_nodes(now)
         nodes = (replace(n, interrupted=n.interrupted or n.name in doomed) for n in base.nodes())
         snapshot = ClusterSnapshot(nodes, base.topology)
+        snapshot.shared = base.shared  # the base is this pass's own copy: its parts of GPUs and MIG nodes too
+        for name, node in list(snapshot.shared.mig_nodes.items()):
+            snapshot.shared.mig_nodes[name] = replace(node, interrupted=node.interrupted or name in doomed)
         snapshot.allocate(self.replicas.unbound_gpus_by_node(snapshot, self.inventory.pods))
         return snapshot
 

@@ -104,6 +104,8 @@ class ReplicaPlacement:
             self.waiting_for_capacity.add(key)
         else:
             self.waiting_for_capacity.discard(key)
+        if self.shares is not None:  # for the stranded-GPU measure, and a MIG repartition
+            self.shares.note_waiting_replicas(key, service.spec.gpu_share, plan.unplaced, service.spec.gpu_type)
         return plan
 
     async def _start(
@@ -152,6 +154,8 @@ class ReplicaPlacement:
             except ShareDoesNotFitError as full:
                 self.kube.post_event(obj, "Warning", "ShareDoesNotFit", str(full))
                 self.waiting_for_capacity.add(key)
+                waiting = self.shares.replicas_waiting.get(key, (None, 0, None))[1] + len(starts)
+                self.shares.note_waiting_replicas(key, service.spec.gpu_share, waiting, service.spec.gpu_type)
                 return
             await asyncio.gather(*(self.kube.create(claim) for claim in claims))
         outcomes = await asyncio.gather(*(self.kube.create(pod) for pod in pods), return_exceptions=True)

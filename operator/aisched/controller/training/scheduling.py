@@ -20,7 +20,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from aisched.api import CapacityType, Queue, SpotPolicy, TrainingJob, TrainingJobPhase
-from aisched.controller.in_flight import fits, gpus_by_node
+from aisched.controller.in_flight import placement_fits
+from aisched.controller.mig import waiting_instances
 from aisched.controller.training.carbon import CarbonDeferral
 from aisched.controller.training.isolation import CycleWrites, QueueRefusalError
 from aisched.controller.training.reporting import Reporting
@@ -33,7 +34,7 @@ from aisched.policy.job_messages import admitted_message
 from aisched.policy.job_status import placed, preempted, queued, waiting_write_due
 from aisched.policy.level_refusals import level_refusal
 from aisched.policy.lifecycle import HOLDS_GPUS
-from aisched.policy.placement import GangRequest, gang_fits
+from aisched.policy.placement import INSUFFICIENT_GPUS, GangRequest, gang_fits, hold
 from aisched.policy.placement import Placement as PlacementDecision
 from aisched.policy.provisioning import ProvisioningPlan
 from aisched.policy.queueing import QueueQuota, with_locked_default
@@ -41,6 +42,7 @@ from aisched.policy.refusals import refusal_retry_at
 from aisched.policy.scheduler import JobRequest, ScheduleResult, schedule
 from aisched.policy.scheduler.demand import pending_demand
 from aisched.policy.scheduler.results import Admission
+from aisched.policy.shared_room import ShareShape
 from aisched.policy.spot import CapacityChoice, CapacityDecision, SpotJob, choose_capacity, spot_checkpoint_interval
 from aisched.policy.topology import Level, Topology
 
@@ -63,6 +65,9 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         started = time.perf_counter()
         result = await self._decide(snapshot, requests, parsed, now)
         self.queue_room = {name: usage.room_milli for name, usage in result.queues.items()}
+        # MIG gangs left waiting for instances: an idle node may be repartitioned for them (controller/mig.py).
+        short = (parsed[w.key][1].spec for w in result.waiting if w.key in parsed and w.reason == INSUFFICIENT_GPUS)
+        self.shares.mig.asked(waiting_instances(short))
         elapsed = time.perf_counter() - started
         self.metrics.process.record_scheduling_cycle(
             time.perf_counter() - cycle_started, time.thread_time() - cpu_started
@@ -258,14 +263,14 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         fresh = self.cluster_snapshot()
         kept = []
         for admission in admitted:
-            wanted = gpus_by_node(admission.placement.nodes, admission.placement.gpus_per_replica)
-            if not admission.preempting and not fits(fresh, wanted):
+            wanted = admission.placement.gpus_by_node()  # a share's or a MIG instance's: no whole GPU, or fewer
+            if not admission.preempting and not placement_fits(fresh, admission.placement):
                 log.info(
                     "%s: its GPUs were promised elsewhere while the cycle ran; it waits for the next", admission.key
                 )
                 self.queue.wake()
                 continue
-            fresh.allocate(wanted)
+            hold(fresh, admission.placement)
             self.in_flight.promise(("TrainingJob", admission.key), wanted)
             kept.append(admission)
         return kept
@@ -502,6 +507,7 @@ class SchedulingCycle(CarbonDeferral, Reporting):
             tolerations=tolerations,
             capacity_types=capacity_types,
             excluded_nodes=doomed,
+            share=ShareShape.of(spec.gpu_share),
         )
 
 

@@ -45,6 +45,7 @@ class Attempt:
             job.priority,
             g,
             job.replica_milli,
+            job.share,  # a 7g MIG instance is charged as a whole GPU, and placed elsewhere
             most,
             fewest,
             gpu_types,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from aisched.policy.placement import GangRequest, Placement
+from aisched.policy.placement import GangRequest, Placement, hold
 from aisched.policy.scheduler.jobs import JobRequest
 from aisched.policy.scheduler.results import GROWN, Resize
 from aisched.policy.scheduler.service import ran_long_enough
@@ -106,7 +106,7 @@ def _enclosing(cycle: CycleState, placement: Placement, widest_level: Level | No
 
 def _extend(cycle: CycleState, running: RunningGang, extra: Placement, current: int) -> None:
     job = running.job
-    cycle.snapshot.allocate(extra.gpus_by_node())
+    hold(cycle.snapshot, extra)
     cycle.ledger.charge(job.queue, job.charge(extra.replicas), extra.gpu_type)
     nodes = running.placement.nodes + extra.nodes
     running.placement = Placement.of_nodes(nodes, job.gpus_per_replica, cycle.snapshot)

@@ -12,6 +12,7 @@ from aisched.policy.lifecycle import INTERRUPTED
 from aisched.policy.placement import GangRequest, Placement
 from aisched.policy.queueing import MILLI
 from aisched.policy.saturating_time import seconds_duration
+from aisched.policy.shared_room import ShareShape
 from aisched.policy.sharing.charge import replica_milli
 from aisched.policy.topology import LOCAL_TOPOLOGY, Level, Topology
 
@@ -52,10 +53,13 @@ class JobRequest:
     """Queued again because its capacity was interrupted (not preempted): it resumes ahead of newcomers."""
     milli_per_replica: int | None = None
     """GPU-equivalents (thousandths) one replica holds when that is not `gpus_per_replica` whole GPUs (a
-    `gpuShare`: a fraction or a MIG instance). The placement still takes a GPU per replica in the snapshot
-    (the share's node is chosen as for a whole GPU); the queue is charged this."""
+    `gpuShare`: a fraction or a MIG instance): the queue is charged this. In the snapshot a replica takes a
+    whole GPU only where its fraction splits a wholly free one (`Placement.gpus_by_node`)."""
     gpu_memory_mib: int = 0
     """MiB of the GPU a memory share was charged by (0: unknown or no memory share)."""
+    share: ShareShape | None = None
+    """The part of one GPU each replica asks (`gpuShare`): placed where a GPU has room for it, or a MIG
+    instance is free (`policy.share_placement`)."""
 
     @property
     def replica_milli(self) -> int:
@@ -124,6 +128,7 @@ class JobRequest:
                 replica_milli(spec.gpu_share, spec.gpus_per_replica, gpu_memory_mib) if spec.gpu_share else None
             ),
             gpu_memory_mib=gpu_memory_mib,
+            share=ShareShape.of(spec.gpu_share),
         )
 
     def gang(self, replicas: int, gpu_types: frozenset[str] | None, excluded: frozenset[str]) -> GangRequest:
@@ -136,6 +141,7 @@ class JobRequest:
             tolerations=self.tolerations,
             capacity_types=self.capacity_types,
             excluded_nodes=excluded,
+            share=self.share,
         )
 
 

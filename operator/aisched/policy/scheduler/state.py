@@ -13,7 +13,7 @@ from datetime import datetime
 
 from aisched.api.queue import DEFAULT_QUEUE
 from aisched.policy.cluster import ClusterSnapshot
-from aisched.policy.placement import GangRequest, Placement, Unplaceable, place_gang, tightest_possible_level
+from aisched.policy.placement import GangRequest, Placement, Unplaceable, hold, place_gang, tightest_possible_level
 from aisched.policy.queueing import MILLI, QueueQuota, QuotaLedger
 from aisched.policy.saturating_time import time_after
 from aisched.policy.scheduler.jobs import JobRequest
@@ -222,7 +222,7 @@ class CycleState:
         return best
 
     def admit(self, job: JobRequest, placement: Placement, preempting: tuple[str, ...] = ()) -> None:
-        self.snapshot.allocate(placement.gpus_by_node())
+        hold(self.snapshot, placement)
         self.ledger.charge(job.queue, job.charge(placement.replicas), placement.gpu_type)
         self.admitted.append(Admission(job.key, placement, preempting))
         end = time_after(self.now, job.expected_duration) if job.expected_duration else None

@@ -16,7 +16,7 @@ a decision out; ties go to the node and GPU that sort first, so that a decision 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from aisched.policy.sharing.model import MILLI, TaskClass
 
@@ -75,6 +75,8 @@ class ShareAssignment:
     placed: dict[str, DeviceId] = field(default_factory=dict)
     unplaced: dict[str, str] = field(default_factory=dict)
     """Requests that fit on no GPU now, with why, for a person."""
+    growth: float = 0.0
+    """How much the placed requests grew the fragmentation of their nodes, in all (lower is better)."""
 
 
 def free_capacity(gpus: Iterable[Gpu], held: Iterable[HeldShare]) -> dict[DeviceId, GpuFree]:
@@ -120,20 +122,19 @@ def assign_shares(
     whole = [ShareRequest(f"whole-{i}", MILLI, 0) for i in range(max(whole_gpus_waiting, 1))]
     classes = demand_classes([*requests, *waiting, *whole])
     result = ShareAssignment()
+    growth = 0.0
     for request in sorted(requests, key=lambda r: (-r.milli, -r.memory_mib, r.key)):
         best: tuple[float, DeviceId] | None = None
         for node, node_gpus in by_node.items():
             if request.nodes and node not in request.nodes:
                 continue
-            fitting = [gpu for gpu in node_gpus if _fits(request, gpu, free[gpu.id])]
-            if not fitting:
-                continue
-            before = _fragmentation(node_gpus, free, classes)
-            for gpu in fitting:
+            for gpu in node_gpus:
                 left = free[gpu.id]
-                left.milli -= request.milli
-                grown = _fragmentation(node_gpus, free, classes) - before
-                left.milli += request.milli
+                if not _fits(request, gpu, left):
+                    continue
+                # The node's measure is a sum over its GPUs, so only this GPU's term changes.
+                after = GpuFree(left.milli - request.milli, left.memory_mib)
+                grown = _gpu_fragment(gpu, after, classes) - _gpu_fragment(gpu, left, classes)
                 candidate = (grown, gpu.id)  # ties: the GPU that sorts first
                 if best is None or candidate < best:
                     best = candidate
@@ -147,7 +148,8 @@ def assign_shares(
         free[chosen].milli -= request.milli
         free[chosen].memory_mib -= request.memory_mib
         result.placed[request.key] = chosen
-    return result
+        growth += best[0]
+    return replace(result, growth=growth)
 
 
 def _fits(request: ShareRequest, gpu: Gpu, left: GpuFree) -> bool:
@@ -159,17 +161,16 @@ def _fits(request: ShareRequest, gpu: Gpu, left: GpuFree) -> bool:
 def _fragmentation(node_gpus: Sequence[Gpu], free: Mapping[DeviceId, GpuFree], classes: Sequence[TaskClass]) -> float:
     """FGD's F_n for one-GPU classes (`class_fragmentation` in fragmentation.py), per GPU: the free
     compute a class cannot use is that of the GPUs with less than its share free, of a product it
-    does not accept, or with less memory free than it needs."""
-    total = 0.0
-    for task in classes:
-        unusable = 0
-        for gpu in node_gpus:
-            left = free[gpu.id]
-            if left.milli <= 0:
-                continue
-            unusable += 0 if _usable(task, gpu, left) else left.milli
-        total += task.weight * unusable
-    return total
+    does not accept, or with less memory free than it needs. A sum of one term per GPU
+    (`_gpu_fragment`): placing a share changes its GPU's term alone, which is what `assign_shares` weighs."""
+    return sum(_gpu_fragment(gpu, free[gpu.id], classes) for gpu in node_gpus)
+
+
+def _gpu_fragment(gpu: Gpu, left: GpuFree, classes: Sequence[TaskClass]) -> float:
+    """One GPU's term of `_fragmentation`: its free compute, weighted by the classes that cannot use it."""
+    if left.milli <= 0:
+        return 0.0
+    return sum(task.weight * left.milli for task in classes if not _usable(task, gpu, left))
 
 
 def _usable(task: TaskClass, gpu: Gpu, left: GpuFree) -> bool:

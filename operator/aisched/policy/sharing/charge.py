@@ -18,11 +18,15 @@ def share_milli(share: GpuShare, gpu_memory_mib: int) -> int:
     """GPU-equivalents (thousandths) a fraction takes of a GPU with GPU_MEMORY_MIB: the larger of its compute
     and memory shares, rounded up, so that what is charged is what no one else can use. A memory ask on a
     GPU of unknown memory (0) takes the whole GPU."""
-    compute = (share.compute_percent or 0) * 10
-    if share.memory_mib and gpu_memory_mib <= 0:
+    return fraction_milli((share.compute_percent or 0) * 10, share.memory_mib, gpu_memory_mib)
+
+
+def fraction_milli(compute_milli: int, memory_mib: int | None, gpu_memory_mib: int) -> int:
+    """`share_milli` of a fraction asking COMPUTE_MILLI thousandths and MEMORY_MIB (None: no memory ask)."""
+    if memory_mib and gpu_memory_mib <= 0:
         return MILLI
-    memory = -(-(share.memory_mib or 0) * MILLI // max(gpu_memory_mib, 1))
-    return min(max(compute, memory, 1), MILLI)
+    memory = -(-(memory_mib or 0) * MILLI // max(gpu_memory_mib, 1))
+    return min(max(compute_milli, memory, 1), MILLI)
 
 
 def replica_milli(share: GpuShare | None, gpus_per_replica: int, gpu_memory_mib: int = 0) -> int:
