@@ -14,15 +14,20 @@ Setup: a local cluster (`aisched.testing.cluster`, the small preset) with the ge
 CRDs, and the operator as users run it (`aisched run --standalone`, default settings). The
 jobs name a Queue that does not exist, so every one waits: the operator holds them all.
 
-Figures: the operator's resident memory idle, once it has seen all `--jobs` jobs, and its
+Figures: the operator's resident memory idle, once it has seen half the `--jobs` jobs and all
+of them (what the second half added is what a job costs, without once-only costs), and its
 peak (VmHWM) while they arrived; then after a restart, as the operator meets them all at
 once in its first list: its peak and its settled memory. Each against the chart's memory
-limit (helm/aisched/values.yaml). `--jobs` defaults to 1,000: a namespace without a
-ResourceQuota holds as many as etcd takes, and 1,000 such objects are most of etcd's default
-2 GiB quota (1,365 of 1.5 MiB fill it).
+limit (helm/aisched/values.yaml), and projected to `--quota-jobs`, the count of the
+ResourceQuota example in docs/tenancy.md. Baseline in the same run: the operator restarted
+once more on Python's own allocator (PYTHONMALLOC=pymalloc; it runs on glibc's otherwise).
+`--jobs` defaults to 1,000: a namespace without a ResourceQuota holds as many as etcd takes,
+and 1,000 such objects are most of etcd's default 2 GiB quota (1,365 of 1.5 MiB fill it); a
+local API server on a small machine holds tens (about 280 MiB each on 2 cores).
 
 Usage: .venv/bin/python -m benchmarks.tenant_objects [--jobs 1000] [--object-bytes 1400000]
-       [--settle-seconds 20] [--threads 2] [--timeout 1200] [--output PATH] [--update-results]
+       [--settle-seconds 20] [--threads 2] [--quota-jobs 200] [--timeout 1200] [--output PATH]
+       [--update-results]
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from kubernetes.client.exceptions import ApiException
 from aisched.api import GROUP, VERSION
 from aisched.api.pod_template import MAX_ARGS, MAX_COMMAND, MAX_CONTAINERS, MAX_ENV
 from aisched.controller.main import WATCH_PAGE, WORKER_IDLE_SECONDS
+from aisched.controller.process_tuning import ALLOCATOR_VARIABLE
 from aisched.testing.cluster import LocalCluster, start_cluster, stop_cluster, wait_for
 from aisched.testing.operator import OperatorProcess
 from benchmarks.common import REPO_ROOT, add_output_arguments, run_reporting_input_errors, write_figures
@@ -112,18 +118,46 @@ def quantity_mib(quantity: str) -> float:
     return number / 2**20 if unit is None else number * _UNITS[unit]
 
 
-def summarize(readings: dict[str, float], jobs: int, object_bytes: int, limit_mib: float) -> dict[str, Any]:
-    """The figures: READINGS (MiB) with what each job costs and the margin under the chart's limit."""
+def summarize(
+    readings: dict[str, float], jobs: int, object_bytes: int, limit_mib: float, quota_jobs: int = 0
+) -> dict[str, Any]:
+    """The figures: READINGS (MiB) with what each job costs and the margin under the chart's limit;
+    with QUOTA_JOBS, the worst peak projected to that many jobs from what each one kept."""
+
+    def kib_per_job(settled: str) -> float:
+        return round((readings[settled] - readings["idle_rss_mib"]) * 1024 / jobs, 1)
+
     worst = max(readings["peak_rss_mib"], readings["restart_peak_rss_mib"])
-    return {
+    figures: dict[str, Any] = {
         "jobs": jobs,
         "object_bytes": object_bytes,
         **{k: round(v, 1) for k, v in readings.items()},
-        "settled_kib_per_job": round((readings["settled_rss_mib"] - readings["idle_rss_mib"]) * 1024 / jobs, 1),
-        "restart_kib_per_job": round((readings["restart_settled_rss_mib"] - readings["idle_rss_mib"]) * 1024 / jobs, 1),
+        "settled_kib_per_job": kib_per_job("settled_rss_mib"),
+        "restart_kib_per_job": kib_per_job("restart_settled_rss_mib"),
         "chart_limit_mib": round(limit_mib, 1),
         "peak_fraction_of_limit": round(worst / limit_mib, 3),
     }
+    if "half_settled_rss_mib" in readings:
+        added = readings["settled_rss_mib"] - readings["half_settled_rss_mib"]
+        figures["marginal_kib_per_job"] = round(added * 1024 / (jobs - jobs // 2), 1)
+    if "pymalloc_restart_settled_rss_mib" in readings:
+        figures["pymalloc_restart_kib_per_job"] = kib_per_job("pymalloc_restart_settled_rss_mib")
+    if quota_jobs > jobs:
+        # Each job not created keeps what a job added in the second half of the run, or what one kept
+        # after the restart, whichever is more (the first includes none of the once-only costs).
+        kept = (
+            max(
+                0.0, figures.get("marginal_kib_per_job", figures["settled_kib_per_job"]), figures["restart_kib_per_job"]
+            )
+            / 1024
+        )
+        projected = worst + kept * (quota_jobs - jobs)
+        figures["projected"] = {
+            "jobs": quota_jobs,
+            "peak_rss_mib": round(projected, 1),
+            "fraction_of_limit": round(projected / limit_mib, 3),
+        }
+    return figures
 
 
 def create_largest(custom: client.CustomObjectsApi, names: list[str], object_bytes: int, threads: int) -> int:
@@ -189,7 +223,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             readings, size = measure(cluster, Path(state), args)
         finally:
             stop_cluster(Path(state) / "cluster")
-    return summarize(readings, args.jobs, size, limit)
+    return summarize(readings, args.jobs, size, limit, args.quota_jobs)
 
 
 def measure(cluster: LocalCluster, state: Path, args: argparse.Namespace) -> tuple[dict[str, float], int]:
@@ -206,9 +240,17 @@ def measure(cluster: LocalCluster, state: Path, args: argparse.Namespace) -> tup
         pid = start(operator)
         readings["idle_rss_mib"] = settle(pid, args.settle_seconds)
         print(f"idle: {readings['idle_rss_mib']:.0f} MiB; creating {args.jobs} jobs...", flush=True)
+        # Half first, then the rest: what the second half adds is what a job costs, without what the
+        # first jobs cost once (the client's pools, a status writer's first write, metric families).
+        names, half = [f"big-{i:05d}" for i in range(args.jobs)], args.jobs // 2
         started = time.monotonic()
-        size = create_largest(custom, [f"big-{i:05d}" for i in range(args.jobs)], args.object_bytes, args.threads)
-        readings["create_seconds_per_job"] = (time.monotonic() - started) / args.jobs
+        size = create_largest(custom, names[:half], args.object_bytes, args.threads)
+        creating = time.monotonic() - started
+        wait_for(lambda: jobs_seen(operator) >= half, args.timeout, f"the operator to see {half} jobs")
+        readings["half_settled_rss_mib"] = settle(pid, args.settle_seconds)
+        started = time.monotonic()
+        create_largest(custom, names[half:], size, args.threads)
+        readings["create_seconds_per_job"] = (creating + time.monotonic() - started) / args.jobs
         wait_for(lambda: jobs_seen(operator) >= args.jobs, args.timeout, f"the operator to see {args.jobs} jobs")
         readings["peak_rss_mib"] = memory_mib(pid)[1]
         readings["settled_rss_mib"] = settle(pid, args.settle_seconds)
@@ -219,6 +261,14 @@ def measure(cluster: LocalCluster, state: Path, args: argparse.Namespace) -> tup
         wait_for(lambda: jobs_seen(operator) >= args.jobs, args.timeout, "the restarted operator to see every job")
         readings["restart_peak_rss_mib"] = memory_mib(pid)[1]
         readings["restart_settled_rss_mib"] = settle(pid, args.settle_seconds)
+        # The baseline, in the same run on the same jobs: Python's own small-object allocator, whose
+        # arenas the parses of the largest jobs left pinned (aisched.controller.process_tuning).
+        operator.stop()
+        operator.extra_env[ALLOCATOR_VARIABLE] = "pymalloc"
+        pid = start(operator)
+        wait_for(lambda: jobs_seen(operator) >= args.jobs, args.timeout, "the operator on pymalloc to see every job")
+        readings["pymalloc_restart_peak_rss_mib"] = memory_mib(pid)[1]
+        readings["pymalloc_restart_settled_rss_mib"] = settle(pid, args.settle_seconds)
         return readings, size
     except BaseException:
         print(f"operator log (tail):\n{operator.log_tail()}", file=sys.stderr)
@@ -241,6 +291,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--threads", type=int, default=2, help="jobs created at once (the API server takes seconds over each)"
     )
+    parser.add_argument(
+        "--quota-jobs",
+        type=int,
+        default=200,
+        help="project the figures to this many jobs (docs/tenancy.md's ResourceQuota example) when --jobs is fewer",
+    )
     parser.add_argument("--timeout", type=float, default=1200, help="seconds the operator may take to see the jobs")
     add_output_arguments(parser, "tenant_objects.json")
     return run_reporting_input_errors(measure_and_report, parser.parse_args(argv))
@@ -260,13 +316,26 @@ def measure_and_report(args: argparse.Namespace) -> int:
 
 
 def report(result: dict[str, Any]) -> str:
-    return (
+    line = (
         f"{result['jobs']} TrainingJobs of {result['object_bytes']} bytes: operator idle {result['idle_rss_mib']} MiB, "
         f"peak {result['peak_rss_mib']} MiB, settled {result['settled_rss_mib']} MiB "
-        f"({result['settled_kib_per_job']} KiB a job); after a restart peak {result['restart_peak_rss_mib']} MiB, "
-        f"settled {result['restart_settled_rss_mib']} MiB; chart limit {result['chart_limit_mib']} MiB "
-        f"(worst peak {result['peak_fraction_of_limit']:.0%} of it)"
+        f"({result['settled_kib_per_job']} KiB a job, {result.get('marginal_kib_per_job', '-')} KiB each of the "
+        f"second half); after a restart peak {result['restart_peak_rss_mib']} MiB, "
+        f"settled {result['restart_settled_rss_mib']} MiB ({result['restart_kib_per_job']} KiB a job); "
+        f"chart limit {result['chart_limit_mib']} MiB (worst peak {result['peak_fraction_of_limit']:.0%} of it)"
     )
+    if "pymalloc_restart_kib_per_job" in result:
+        line += (
+            f"; on pymalloc, restarted: peak {result['pymalloc_restart_peak_rss_mib']} MiB, settled "
+            f"{result['pymalloc_restart_settled_rss_mib']} MiB ({result['pymalloc_restart_kib_per_job']} KiB a job)"
+        )
+    if "projected" in result:
+        projected = result["projected"]
+        line += (
+            f"; projected to {projected['jobs']} jobs: {projected['peak_rss_mib']} MiB "
+            f"({projected['fraction_of_limit']:.0%} of the limit)"
+        )
+    return line
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from aisched.controller.collector_pacing import CollectorPacing
 from aisched.controller.handlers import register
-from aisched.controller.process_tuning import tune_process
+from aisched.controller.process_tuning import trim_heap_forever, tune_process, use_system_allocator
 from aisched.controller.provisioning import NodeProvisioner
 from aisched.controller.relist import relist
 from aisched.controller.serving import InferenceServiceController
@@ -287,6 +287,7 @@ def _kopf_registry(
         background.append(asyncio.create_task(_relist_forever(), name="relist"))
         background.append(asyncio.create_task(kube.send_events(), name="events"))
         background.append(asyncio.create_task(jobs.shares.mig.run(kube), name="mig-repartitions"))
+        background.append(asyncio.create_task(trim_heap_forever(), name="heap-trim"))
 
     @kopf.on.cleanup(registry=registry)
     async def stop(**_: object) -> None:
@@ -365,6 +366,7 @@ def _prometheus(settings: AutoscalerSettings) -> PrometheusSource | None:
 
 
 def run_operator(settings: Settings, *, standalone: bool = False) -> int:
+    use_system_allocator()  # first: it starts the process again, which checks its settings again
     tune_process()
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if logging.getLogger().level > logging.DEBUG:

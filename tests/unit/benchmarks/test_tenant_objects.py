@@ -96,3 +96,25 @@ def test_the_figures_give_each_jobs_cost_and_the_worst_peak_against_the_limit() 
     assert figures["restart_kib_per_job"] == 10.2
     assert figures["peak_fraction_of_limit"] == 0.5
     assert "512.0 MiB" in tenant_objects.report({**figures, "restart_peak_rss_mib": 512.0})
+
+
+def test_fewer_jobs_than_the_quota_are_projected_to_it_from_what_each_one_kept() -> None:
+    readings = {
+        "idle_rss_mib": 100.0,
+        "half_settled_rss_mib": 109.0,
+        "peak_rss_mib": 200.0,
+        "settled_rss_mib": 110.0,
+        "restart_peak_rss_mib": 300.0,
+        "restart_settled_rss_mib": 120.0,
+        "pymalloc_restart_peak_rss_mib": 320.0,
+        "pymalloc_restart_settled_rss_mib": 140.0,
+    }
+    figures = summarize(readings, jobs=10, object_bytes=1_400_000, limit_mib=1024, quota_jobs=200)
+    assert figures["restart_kib_per_job"] == 2048.0
+    assert figures["marginal_kib_per_job"] == 204.8  # the second 5 jobs added 1 MiB
+    assert figures["pymalloc_restart_kib_per_job"] == 4096.0
+    # The worst peak, and each of the 190 jobs not created keeping what the worst-kept one did.
+    assert figures["projected"] == {"jobs": 200, "peak_rss_mib": 300.0 + 2.0 * 190, "fraction_of_limit": 0.664}
+    assert "projected" not in summarize(readings, jobs=200, object_bytes=1_400_000, limit_mib=1024, quota_jobs=200)
+    assert "projected to 200 jobs: 680.0 MiB (66% of the limit)" in tenant_objects.report(figures)
+    assert "on pymalloc, restarted" in tenant_objects.report(figures)
