@@ -107,9 +107,12 @@ class JobStore:
         for node in after - before:
             self._placed_on.setdefault(node, set()).add(key)
 
-    def written(self, obj: dict[str, Any], status: TrainingJobStatus, version: str | None) -> None:
-        """STATUS is on the server, at VERSION: our copy holds it, so the next pass does not act on a
-        stale one, and the watch events of earlier writes, still on their way, are older."""
+    def written(
+        self, obj: dict[str, Any], status: TrainingJobStatus, version: str | None, wire: dict[str, Any] | None = None
+    ) -> None:
+        """STATUS (WIRE, its wire form, where the writer has it) is on the server, at VERSION: our copy holds
+        it, so the next pass does not act on a stale one, and the watch events of earlier writes, still on
+        their way, are older."""
         namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
         made = PlacementMade.of(status)
         if made is None:
@@ -117,7 +120,8 @@ class JobStore:
         else:
             self._placements_made[(namespace, name)] = made
         metadata = {**obj["metadata"], "resourceVersion": version} if version else obj["metadata"]
-        self.put((namespace, name), {**obj, "metadata": metadata, "status": status.to_wire()})
+        status_wire = wire if wire is not None else status.to_wire()
+        self.put((namespace, name), {**obj, "metadata": metadata, "status": status_wire})
 
     def placement_made(self, key: JobKey) -> PlacementMade | None:
         """The placement this process last wrote for KEY."""

@@ -31,8 +31,9 @@ class StatusWriter:
         if status == job.status:
             return
         namespace, name = job.metadata["namespace"], job.metadata["name"]
-        version = await self._kube.patch_status(PLURAL, namespace, name, status.to_wire())
-        self._store.written(obj, status, version)
+        wire = status.to_wire()
+        version = await self._kube.patch_status(PLURAL, namespace, name, wire)
+        self._store.written(obj, status, version, wire)
 
     async def write_unreadable(self, obj: dict[str, Any], status: TrainingJobStatus) -> None:
         """STATUS written for an object the model refuses: only the status is ours to say anything in."""
