@@ -72,6 +72,8 @@ ELIGIBILITY = ("still stopping", "carbon deferral", "refusal retry")
 
 @dataclass(kw_only=True)
 class SchedulingCycle:
+    """Runs one cycle at a time: the jobs read into requests, the scheduler's decision, its writes."""
+
     settings: Settings
     store: JobStore
     guard: StageGuard
@@ -95,14 +97,15 @@ class SchedulingCycle:
     _requests_made: RequestBook = field(default_factory=RequestBook, init=False)
     # Queue objects the model refuses, each version logged once.
     _refused_queues: dict[str, dict[str, Any]] = field(default_factory=dict, init=False)
+    _eligibility: tuple[Check, ...] = field(default=(), init=False)
 
-    def _eligibility(self) -> tuple[Check, ...]:
+    def __post_init__(self) -> None:
         checks: dict[str, Check] = {
             "still stopping": self._still_stopping,
             "carbon deferral": self._deferred,
             "refusal retry": self._refusal_waits,
         }
-        return tuple(checks[name] for name in ELIGIBILITY)
+        self._eligibility = tuple(checks[name] for name in ELIGIBILITY)
 
     async def run(self) -> None:
         """One scheduling cycle: admit, keep waiting, preempt and resize, as the scheduler decides.
@@ -244,7 +247,7 @@ class SchedulingCycle:
         # A new job (no phase yet) is first written Queued only if this cycle cannot place it.
         if phase in (None, Phase.QUEUED, Phase.DEFERRED) and not job.spec.suspend:
             entering = Entering(obj, job, snapshot, doomed, now, writes)
-            for check in self._eligibility():
+            for check in self._eligibility:
                 if await check(entering):
                     return None
             capacity = self.capacity.choose(job, snapshot, doomed, now)
