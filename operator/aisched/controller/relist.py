@@ -22,7 +22,7 @@ from aisched.api.common import GROUP, VERSION
 from aisched.controller.serving import InferenceServiceController
 from aisched.controller.serving.autoscaling import PLURAL as SERVICES
 from aisched.controller.training import TrainingJobController
-from aisched.controller.training.state import PLURAL as TRAINING_JOBS
+from aisched.controller.training.store import PLURAL as TRAINING_JOBS
 from aisched.kube.client import KubeClient
 from aisched.kube.inventory import Inventory, PodRecord
 from aisched.kube.serving_builders import ServingPod, serving_pod_from_object

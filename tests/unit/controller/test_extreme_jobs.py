@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from aisched.api import CapacityType, SpotPolicy, TrainingJob
 from aisched.api.crd import all_crds
 from aisched.controller.training import TrainingJobController
-from aisched.controller.training.state import finished
+from aisched.controller.training.store import finished
 from aisched.kube.builders import GangLaunch, WorkerSlot, build_headless_service, build_worker_pod
 from aisched.kube.inventory import Inventory
 from aisched.policy.carbon import (
@@ -207,7 +207,7 @@ def _written(obj: dict[str, Any], wire: dict[str, Any]) -> None:
 
 
 def _pending_request(obj: dict[str, Any], job: TrainingJob, snapshot: ClusterSnapshot) -> JobRequest | None:
-    """carbon.CarbonDeferral._defer, then scheduling.SchedulingCycle._enter_cycle for a pending job."""
+    """carbon.CarbonDeferral.defer, then scheduling.SchedulingCycle._enter_cycle for a pending job."""
     spec, status = job.spec, job.status
     paused = status.chunk_work_done_seconds is not None
     if spec.carbon.deferrable and (status.start_time is None or paused):
@@ -240,7 +240,7 @@ def _pending_request(obj: dict[str, Any], job: TrainingJob, snapshot: ClusterSna
 
 
 def _launch(obj: dict[str, Any], job: TrainingJob, placement: Placement, message: str) -> None:
-    """scheduling.SchedulingCycle._launch and _checkpoint_interval, then reconcile's _create_workers."""
+    """decisions.CycleDecisions.launch and _checkpoint_interval, then reconcile's _create_workers."""
     spec, status = job.spec, job.status
     interval = None
     if spec.checkpoint is not None:
@@ -393,9 +393,9 @@ async def _pass_with(obj: dict[str, Any]) -> tuple[TrainingJobController, KubeDo
         await controller.queue.next_batch(controller.jobs.keys, timeout=0), controller.reconcile, concurrency=1
     )
     await controller.schedule()
-    await controller._account_emissions(T0 + timedelta(minutes=5))
-    await controller._end_chunks(T0)
-    controller._report()
+    await controller.deferral.account_emissions(T0 + timedelta(minutes=5))
+    await controller.deferral.end_chunks(T0)
+    controller.reporting.report()
     kube.assert_only_expected_calls()
     return controller, kube
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from aisched.api.common import CapacityType
+from aisched.api.inference_service import InferenceService
 from aisched.controller.serving.queue_share import QueueShare
 from aisched.kube.serving_builders import ServingPod
 from aisched.policy.scheduler import HeldGpus
+from tests.builders import an_inference_service
 
 
 def replica(name: str, node: str | None, gpus: int = 2, phase: str = "Running") -> ServingPod:
@@ -43,3 +45,15 @@ def test_parts_of_gpus_are_charged_in_gpu_equivalents_per_queue_and_type() -> No
     pods.append(("q", replica("whole", "n1", gpus=1)))
     held = sorted(QueueShare().held(pods, {}), key=lambda h: h.queue)
     assert held == [HeldGpus("q", 1900, None), HeldGpus("r", 1, None)]  # what they hold, to the thousandth
+
+
+def test_a_service_gets_the_replicas_its_queues_room_pays_for_and_is_told_why_not_more() -> None:
+    obj = an_inference_service("chat").set("queue", "q").set("gpusPerReplica", 2).obj()
+    service = InferenceService.model_validate(obj)
+    share = QueueShare(room={"q": 5000}.get)
+    most, short = share.replicas_within_room(service, live=1, desired=9)
+    assert most == 3  # 1 running, room for 2 more of 2 GPUs
+    assert short == "queue q has room for 3 replicas of 2 GPUs, not the 9 wanted"
+    share.replicas_started(service, 2)
+    assert share.replicas_within_room(service, live=3, desired=9) == (3, short)
+    assert share.replicas_within_room(service, live=3, desired=2) == (2, None)  # scaling down: nothing to say

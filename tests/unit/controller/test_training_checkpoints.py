@@ -119,7 +119,7 @@ async def test_workers_of_a_deleted_job_are_let_go(kube: KubeDouble) -> None:
     kube.allow("release_report_finalizer")
     controller = a_controller(kube, a_checkpointing_job(), [a_worker(0, step=1200), a_worker(1, phase="Running")])
     controller.job_gone(*KEY)
-    await controller._release_unowned()
+    await controller.releases.release_unowned()
     assert sorted(name for _, name in kube.calls("release_report_finalizer")) == ["llm-g1-w0", "llm-g1-w1"]
-    await controller._release_unowned()  # done: not asked again
+    await controller.releases.release_unowned()  # done: not asked again
     assert len(kube.calls("release_report_finalizer")) == 2

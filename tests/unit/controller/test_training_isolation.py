@@ -103,7 +103,7 @@ async def test_a_job_the_cycle_fails_on_gets_cannot_schedule_and_is_retried_afte
     controller.inventory.upsert_node(a_node("n1", 8))
     controller.job_seen(a_placed_job("poisoned"))
     controller.job_seen(a_placed_job("plain"))
-    choose = controller._choose_capacity
+    choose = controller.cycle.capacity.choose
     broken = True
 
     def choose_capacity(
@@ -113,7 +113,7 @@ async def test_a_job_the_cycle_fails_on_gets_cannot_schedule_and_is_retried_afte
             raise OverflowError("date value out of range")
         return choose(job, snapshot, doomed, now)
 
-    monkeypatch.setattr(controller, "_choose_capacity", choose_capacity)
+    monkeypatch.setattr(controller.cycle.capacity, "choose", choose_capacity)
     await one_pass(controller)
 
     assert status_of(controller, "plain")["phase"] == "Placing"
@@ -161,7 +161,7 @@ async def test_a_placed_gang_set_aside_runs_on_and_says_it_is_out_of_the_schedul
     gang["status"] = {"phase": "Running", "placement": {"nodes": ["n1"]}, "gangGeneration": 1}
     controller.job_seen(gang)
     await controller.queue.next_batch(controller.jobs.keys, timeout=0)
-    enter = controller._enter_cycle
+    enter = controller.cycle._enter_cycle
     broken = True
 
     async def enter_cycle(obj: dict[str, Any], job: TrainingJob, *args: Any, **kwargs: Any) -> Any:
@@ -169,7 +169,7 @@ async def test_a_placed_gang_set_aside_runs_on_and_says_it_is_out_of_the_schedul
             raise ValueError("odd placement")
         return await enter(obj, job, *args, **kwargs)
 
-    monkeypatch.setattr(controller, "_enter_cycle", enter_cycle)
+    monkeypatch.setattr(controller.cycle, "_enter_cycle", enter_cycle)
     await controller.schedule()
     status = status_of(controller, "gang")
     assert status["phase"] == "Running"
@@ -208,14 +208,14 @@ async def test_emissions_of_the_other_gangs_are_written_when_one_write_is_refuse
         job["status"] = {"phase": "Running", "startTime": (T0 - timedelta(hours=1)).isoformat(), "gpus": 4}
         controller.job_seen(job)
     await controller.queue.next_batch(controller.jobs.keys, timeout=0)
-    await controller._account_emissions(T0)
+    await controller.deferral.account_emissions(T0)
     assert status_of(controller, "plain")["estimatedEmissionsGrams"] > 0
     assert reconcile_errors(controller) == 1
     # The refused one sits the stage out until its backoff has passed.
-    await controller._account_emissions(T0 + timedelta(minutes=1))
+    await controller.deferral.account_emissions(T0 + timedelta(minutes=1))
     assert patched(kube).count("refused") == 1
     assert ("ns", "refused") in await marked_within(controller, 1.5)
-    await controller._account_emissions(T0 + timedelta(minutes=2))
+    await controller.deferral.account_emissions(T0 + timedelta(minutes=2))
     assert patched(kube).count("refused") == 2
 
 
@@ -246,7 +246,7 @@ async def test_one_job_whose_gauges_fail_leaves_the_others_reported(
 
     monkeypatch.setattr(controller.metrics.pods, "record", record_job_pods)
     await controller.queue.next_batch(controller.jobs.keys, timeout=0)
-    controller._report()
+    controller.reporting.report()
     jobs = controller.metrics.registry.get_sample_value("aisched_jobs", {"queue": "default", "phase": "Queued"})
     assert jobs == 2
     assert reconcile_errors(controller) == 1

@@ -134,7 +134,7 @@ async def test_a_failing_stage_does_not_stop_the_stages_after_it(
         ran.append("end chunks")
 
     monkeypatch.setattr(controller, "schedule", schedule)
-    monkeypatch.setattr(controller, "_end_chunks", end_chunks)
+    monkeypatch.setattr(controller.deferral, "end_chunks", end_chunks)
     await controller.reconcile_once(await controller.queue.next_batch(controller.jobs.keys))
     assert ran == ["schedule", "end chunks"]
     # The gauges were refreshed after both: the new job waits like a queued one.
@@ -228,12 +228,12 @@ async def test_a_running_chunk_keeps_its_wake_up_at_the_chunk_end_after_an_earli
     job["status"] = {"phase": "Running", "startTime": T0.isoformat(), "chunkEnd": (T0 + STEP).isoformat()}
     controller.job_seen(job)
     await controller.queue.next_batch(controller.jobs.keys)
-    await controller._end_chunks(T0)
+    await controller.deferral.end_chunks(T0)
     # An earlier wake-up (a requeue, a bind timeout) takes the job's one timer and fires...
     controller.queue.add_after(("ns", "chunky"), 5)
     assert await marked_within(controller, 6) == {("ns", "chunky")}
     # ...and the next pass asks again for the chunk's end.
-    await controller._end_chunks(T0)
+    await controller.deferral.end_chunks(T0)
     assert controller.queue.pending_timers() == 1
     assert await marked_within(controller, STEP.total_seconds() - 10) == set()
     assert await marked_within(controller, 10) == {("ns", "chunky")}
@@ -330,12 +330,12 @@ async def test_finished_jobs_are_counted_off_their_objects_and_keep_no_model(kub
     controller.job_seen(done)
     controller.job_seen(a_job("waiting"))
     controller.cluster_snapshot()
-    controller._report()
+    controller.reporting.report()
     jobs = controller.metrics.registry.get_sample_value
     assert jobs("aisched_jobs", {"queue": "research", "phase": "Succeeded"}) == 1
     assert jobs("aisched_jobs", {"queue": "default", "phase": "Queued"}) == 1
     # Thousands of finished jobs would each keep a model of ~9 KiB; they are read off their objects.
-    assert set(controller._parsed) == {("ns", "waiting")}
+    assert controller.store.models_kept() == {("ns", "waiting")}
 
 
 async def test_a_cycle_admits_its_most_and_the_next_pass_follows_at_once_for_the_rest(kube: KubeDouble) -> None:

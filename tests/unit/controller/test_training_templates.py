@@ -120,7 +120,7 @@ async def test_a_large_template_the_model_refuses_is_kept_whole_to_say_why(kube:
     controller = a_controller(kube)
     controller.job_seen(copy.deepcopy(job))
     assert controller.jobs[("ns", "big")]["spec"]["template"] == job["spec"]["template"]
-    assert controller._refusal(controller.jobs[("ns", "big")]) is not None
+    assert controller.store.refusal(controller.jobs[("ns", "big")]) is not None
 
 
 @pytest.mark.asyncio
@@ -129,4 +129,4 @@ async def test_a_deleted_job_forgets_its_template_was_left_out(kube: KubeDouble)
     controller = a_controller(kube)
     controller.job_seen(a_large_job())
     controller.job_gone("ns", "big")
-    assert controller._elided_templates == set()
+    assert controller.store.elided_templates == set()

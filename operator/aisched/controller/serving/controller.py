@@ -58,10 +58,8 @@ from aisched.kube.serving_builders import (
 )
 from aisched.metrics import Metrics
 from aisched.policy.cluster import ClusterSnapshot
-from aisched.policy.queueing import gpus_text
 from aisched.policy.scheduler import HeldGpus
 from aisched.policy.serving_status import find_condition, observed_status, replica_failure, set_service_condition
-from aisched.policy.sharing.charge import replica_milli
 from aisched.policy.tenancy import Refusal
 from aisched.settings import Settings
 from aisched.sources.prometheus import PrometheusSource
@@ -287,7 +285,7 @@ class InferenceServiceController:
                 status, "ScalingActive", False, "AutoscalingDisabled", MANUAL_SCALING, service=service, now=now
             )
         plan = await self.placement.place(obj, service, self._within_quota(obj, service, desired), snapshot)
-        self.queue_share.started(service.spec.queue, len(plan.start) * _replica_milli(service))
+        self.queue_share.replicas_started(service, len(plan.start))
         observed = observed_status(
             service,
             status,
@@ -342,13 +340,11 @@ class InferenceServiceController:
 
     def _within_quota(self, obj: dict[str, Any], service: InferenceService, desired: int) -> int:
         """DESIRED, or fewer where the service's queue has no room for more replicas (`queue_share`)."""
-        queue, each = service.spec.queue, _replica_milli(service)
         key = (service.metadata["namespace"], service.metadata["name"])
         live = sum(1 for p in self.replicas.of(key) if p.serving_candidate)
-        most = self.queue_share.most_replicas(queue, each, live, desired)
-        if most < desired:
-            message = f"queue {queue} has room for {most} replicas of {gpus_text(each)} GPUs, not the {desired} wanted"
-            self.kube.post_event(obj, "Warning", "QuotaExceeded", f"{message}; the rest start when it has room")
+        most, short = self.queue_share.replicas_within_room(service, live, desired)
+        if short is not None:
+            self.kube.post_event(obj, "Warning", "QuotaExceeded", f"{short}; the rest start when it has room")
         return most
 
     def gpus_held(self) -> list[HeldGpus]:
@@ -398,9 +394,3 @@ def _parse(obj: dict[str, Any]) -> InferenceService | None:
         # The API server validated it; this means our model and the CRD differ.
         log.error("cannot read InferenceService %s: %s", obj.get("metadata", {}).get("name"), error)
         return None
-
-
-def _replica_milli(service: InferenceService) -> int:
-    """What one replica is charged before its GPU is known: a memory share counts whole until it holds a part
-    (then the cycle charges what its pod holds)."""
-    return replica_milli(service.spec.gpu_share, service.spec.gpus_per_replica)

@@ -12,9 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from aisched.api.inference_service import InferenceService
 from aisched.kube.serving_builders import ServingPod
 from aisched.policy.cluster import Node
+from aisched.policy.queueing import gpus_text
 from aisched.policy.scheduler import HeldGpus
+from aisched.policy.sharing.charge import replica_milli
 
 
 def no_limit(_queue: str) -> int | None:
@@ -36,6 +39,18 @@ class QueueShare:
         left = max(room - self._started_since_cycle.get(queue, 0), 0)
         return min(desired, live + left // milli_each)
 
+    def replicas_within_room(self, service: InferenceService, live: int, desired: int) -> tuple[int, str | None]:
+        """DESIRED replicas of SERVICE, or fewer where its queue has no room for more; when fewer, why."""
+        queue, each = service.spec.queue, service_replica_milli(service)
+        most = self.most_replicas(queue, each, live, desired)
+        if most >= desired:
+            return most, None
+        return most, f"queue {queue} has room for {most} replicas of {gpus_text(each)} GPUs, not the {desired} wanted"
+
+    def replicas_started(self, service: InferenceService, count: int) -> None:
+        """COUNT replicas of SERVICE were started, charged to its queue's room until the next cycle."""
+        self.started(service.spec.queue, count * service_replica_milli(service))
+
     def started(self, queue: str, milli: int) -> None:
         """Replicas of QUEUE holding MILLI GPU-equivalents were started: its room is that much smaller until the
         next cycle."""
@@ -56,3 +71,9 @@ class QueueShare:
             key = (queue, record.gpu_product if record is not None else None)
             milli[key] = milli.get(key, 0) + pod.held_milli
         return [HeldGpus(queue, total, product) for (queue, product), total in milli.items()]
+
+
+def service_replica_milli(service: InferenceService) -> int:
+    """What one replica is charged before its GPU is known: a memory share counts whole until it holds a part
+    (then the cycle charges what its pod holds)."""
+    return replica_milli(service.spec.gpu_share, service.spec.gpus_per_replica)

@@ -9,15 +9,21 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from aisched.api import TrainingJob, TrainingJobPhase
 from aisched.api.training_job import TrainingJobStatus
-from aisched.controller.training.isolation import CHUNK_ENDS, EMISSIONS, CycleWrites
+from aisched.controller.training.isolation import CHUNK_ENDS, EMISSIONS, CycleWrites, StageGuard
 from aisched.controller.training.reconcile import JobReconciler
-from aisched.controller.training.state import PLURAL, JobKey, finished, start_now_requested
+from aisched.controller.training.store import JobKey, JobStore, start_now_requested, wake_at
+from aisched.controller.training.writer import StatusWriter
+from aisched.controller.workqueue import WorkQueue
 from aisched.kube import labels
+from aisched.kube.client import KubeClient
+from aisched.kube.inventory import Inventory
+from aisched.metrics import Metrics
 from aisched.policy.carbon import (
     CHUNK_ENDED,
     CarbonPlan,
@@ -41,7 +47,9 @@ from aisched.policy.job_status import (
     with_emissions,
 )
 from aisched.policy.lifecycle import Step, Verb
+from aisched.settings import Settings
 from aisched.sources.carbon import CachedCarbonSource, CarbonSourceError
+from aisched.sources.energy import GpuEnergySource
 from aisched.sources.prometheus import PrometheusError
 
 log = logging.getLogger(__name__)
@@ -57,8 +65,24 @@ CARBON_SOURCE_NAMES = {
 }
 
 
-class CarbonDeferral(JobReconciler):
-    async def _defer(self, obj: dict[str, Any], job: TrainingJob, now: datetime, writes: CycleWrites) -> bool:
+@dataclass(kw_only=True)
+class CarbonDeferral:
+    """Deferral to a cleaner start, the ends of carbon chunks, and emissions, for every job that asks."""
+
+    settings: Settings
+    store: JobStore
+    writer: StatusWriter
+    guard: StageGuard
+    reconciler: JobReconciler
+    kube: KubeClient
+    inventory: Inventory
+    queue: WorkQueue[JobKey]
+    metrics: Metrics
+    carbon: CachedCarbonSource | None
+    energy: GpuEnergySource | None  # DCGM's energy counters, where Prometheus has them
+    _emissions_marks: dict[JobKey, datetime] = field(default_factory=dict, init=False)
+
+    async def defer(self, obj: dict[str, Any], job: TrainingJob, now: datetime, writes: CycleWrites) -> bool:
         """Hold a deferrable job in Deferred until its planned start; True while it waits.
 
         Re-planned on every cycle, so a newer forecast moves the start. With no forecast the
@@ -85,8 +109,8 @@ class CarbonDeferral(JobReconciler):
             self.metrics.carbon.record_deferral(str(spec.carbon.mode))
             self.kube.post_event(obj, "Normal", "Deferred", deferred_message(plan))
         if deferral_write_due(status, updated):
-            self._write_in_cycle(writes, obj, job, updated, now)
-        self._wake_at(job, plan.start, now)
+            self.guard.write_in_cycle(writes, obj, job, updated, now)
+        wake_at(self.queue, job, plan.start, now)
         return True
 
     def _start_chunk(
@@ -113,9 +137,11 @@ class CarbonDeferral(JobReconciler):
             updated = with_chunk_end(status, chunk_end)  # keep the scheduler's reason for the wait
         else:
             return
-        writes.append(self._carried_out(obj, job, now, functools.partial(self._write_chunk_end, obj, job, updated)))
+        writes.append(
+            self.guard.carried_out(obj, job, now, functools.partial(self._write_chunk_end, obj, job, updated))
+        )
         if chunk_end is not None:
-            self._wake_at(job, chunk_end, now)
+            wake_at(self.queue, job, chunk_end, now)
 
     async def _carbon_plan(
         self, job: TrainingJob, now: datetime, work: timedelta, *, running: bool = False, paused: bool = False
@@ -154,15 +180,12 @@ class CarbonDeferral(JobReconciler):
         )
         return plan_start(forecast, now, deferrable, options)
 
-    async def _end_chunks(self, now: datetime) -> None:
+    async def end_chunks(self, now: datetime) -> None:
         """Running gangs whose carbon chunk is over: re-plan, then carry on or pause for the next chunk."""
-        for key, obj in list(self.jobs.items()):
-            job = None if finished(obj) else self._read(obj)
-            if job is None or job.status.phase != Phase.RUNNING or job.status.chunk_end is None:
+        for key, obj, job in self.store.running():
+            if job.status.chunk_end is None or self.guard.sits_out(CHUNK_ENDS, key):
                 continue
-            if self._sits_out(CHUNK_ENDS, key):
-                continue
-            with self._isolated(CHUNK_ENDS, key):
+            with self.guard.isolated(CHUNK_ENDS, key):
                 if not (job.spec.carbon.deferrable and job.spec.carbon.interruptible) or start_now_requested(job):
                     await self._set_chunk_end(obj, job, None)
                 elif now >= job.status.chunk_end:
@@ -170,7 +193,7 @@ class CarbonDeferral(JobReconciler):
                 else:
                     # A job keeps one wake-up, the earliest asked for: one for its chunk's end
                     # may have given way to an earlier one, so it is asked for again every pass.
-                    self._wake_at(job, job.status.chunk_end, now)
+                    wake_at(self.queue, job, job.status.chunk_end, now)
 
     async def _end_chunk(self, obj: dict[str, Any], job: TrainingJob, now: datetime) -> None:
         status = job.status
@@ -187,7 +210,7 @@ class CarbonDeferral(JobReconciler):
         if plan is None or not decision.pause:
             await self._set_chunk_end(obj, job, decision.until)
             if decision.until is not None:
-                self._wake_at(job, decision.until, now)
+                wake_at(self.queue, job, decision.until, now)
             return
         # The planned checkpoint: the gang saves on SIGTERM, reports it, and waits Deferred.
         paused = pausing_at_chunk_end(status, plan, decision.message, done)
@@ -198,41 +221,38 @@ class CarbonDeferral(JobReconciler):
         step = Step(Verb.NOTHING, Phase.CHECKPOINTING, CHUNK_ENDED, decision.message, events=events)
         # The status first, as for a preemption: ended before the deletes, the operator leaves a
         # job Checkpointing whose live workers the next one stops, and pauses as planned.
-        await self._carry_out(obj, job, paused, step, pods, now=now)
+        await self.reconciler.carry_out(obj, job, paused, step, pods, now=now)
         await asyncio.gather(*(self.kube.delete_pod(p.namespace, p.name, grace) for p in pods if not p.terminating))
-        await self._drop_chunk_end(job)
+        await self.writer.drop_chunk_end(job)
 
     async def _set_chunk_end(self, obj: dict[str, Any], job: TrainingJob, end: datetime | None) -> None:
         await self._write_chunk_end(obj, job, with_chunk_end(job.status, end))
 
     async def _write_chunk_end(self, obj: dict[str, Any], job: TrainingJob, status: TrainingJobStatus) -> None:
         """STATUS written, its chunk end included: a chunk end it no longer has is dropped explicitly."""
-        await self._write_status(obj, job, status)
+        await self.writer.write(obj, job, status)
         if status.chunk_end is None:
-            await self._drop_chunk_end(job)
+            await self.writer.drop_chunk_end(job)
 
-    async def _drop_chunk_end(self, job: TrainingJob) -> None:
-        """Status writes are merge patches, which drop a field only when told so with a null."""
-        if job.status.chunk_end is not None:
-            namespace, name = job.metadata["namespace"], job.metadata["name"]
-            await self.kube.patch_status(PLURAL, namespace, name, {"chunkEnd": None})
-
-    async def _account_emissions(self, now: datetime) -> None:
+    async def account_emissions(self, now: datetime) -> None:
         """Add each running gang's emissions since its last period: GPU power x grid intensity seen."""
         if self.carbon is None:
             return
         intensities: dict[str, float | None] = {}
-        for key, obj in list(self.jobs.items()):
-            job = None if finished(obj) else self._read(obj)
-            if job is None or job.status.phase != Phase.RUNNING or job.status.start_time is None:
-                self._emissions_marks.pop(key, None)
+        running: set[JobKey] = set()
+        for key, obj, job in self.store.running():
+            started = job.status.start_time
+            if started is None:
                 continue
-            if self._sits_out(EMISSIONS, key):
+            running.add(key)
+            if self.guard.sits_out(EMISSIONS, key):
                 continue
-            with self._isolated(EMISSIONS, key):
+            with self.guard.isolated(EMISSIONS, key):
                 await self._account_job_emissions(
-                    self.carbon, key, obj, job, started=job.status.start_time, now=now, intensities=intensities
+                    self.carbon, key, obj, job, started=started, now=now, intensities=intensities
                 )
+        for gone in self._emissions_marks.keys() - running:  # a gang that stopped starts its count again
+            del self._emissions_marks[gone]
 
     async def _account_job_emissions(
         self,
@@ -268,7 +288,7 @@ class CarbonDeferral(JobReconciler):
         grams = grams_from_joules(joules, intensity)
         self._emissions_marks[key] = now
         self.metrics.carbon.record_carbon("TrainingJob", emitted_grams=grams)
-        await self._write_status(obj, job, with_emissions(job.status, grams))
+        await self.writer.write(obj, job, with_emissions(job.status, grams))
 
     async def _measured_energy(self, job: TrainingJob, start: datetime, end: datetime) -> float | None:
         """Joules the job's GPUs used over [start, end) as DCGM measured them; None without a measurement."""

@@ -22,7 +22,11 @@ from pydantic import ValidationError
 
 from aisched.api import TrainingJob
 from aisched.api.training_job import TrainingJobStatus
-from aisched.controller.training.state import PLURAL, JobKey, TrainingJobState
+from aisched.controller.training.store import JobKey, JobStore
+from aisched.controller.training.writer import StatusWriter
+from aisched.controller.workqueue import FailureBackoff, WorkQueue
+from aisched.kube.client import KubeClient
+from aisched.metrics import Metrics
 from aisched.policy.job_status import CANNOT_SCHEDULE, INVALID_SPEC, set_aside, taken_back
 from aisched.policy.tenancy import Refusal
 
@@ -41,51 +45,72 @@ MAX_QUOTED_VALUE = 80
 MAX_ERRORS_LISTED = 3
 
 
-class JobIsolation(TrainingJobState):
-    def _sits_out(self, stage: str, key: JobKey) -> bool:
+class StageGuard:
+    """Which jobs each guarded stage failed on lately, and the guard each stage puts around each job."""
+
+    def __init__(
+        self,
+        store: JobStore,
+        writer: StatusWriter,
+        kube: KubeClient,
+        queue: WorkQueue[JobKey],
+        metrics: Metrics,
+    ) -> None:
+        self._store = store
+        self._writer = writer
+        self._kube = kube
+        self._queue = queue
+        self._metrics = metrics
+        # Jobs a cluster-wide stage failed on, per (stage, job): each waits out its backoff before that
+        # stage tries it again; the generation of each job the scheduling cycle set aside, so a new
+        # spec is tried at once.
+        self._backoff: FailureBackoff[tuple[str, JobKey]] = FailureBackoff()
+        self._set_aside_generation: dict[JobKey, object] = {}
+
+    def sits_out(self, stage: str, key: JobKey) -> bool:
         """STAGE failed on KEY lately, and KEY waits out its backoff before STAGE tries it again."""
-        return self._stage_backoff.waiting((stage, key))
+        return self._backoff.waiting((stage, key))
 
     @contextlib.contextmanager
-    def _isolated(self, stage: str, key: JobKey) -> Iterator[None]:
+    def isolated(self, stage: str, key: JobKey) -> Iterator[None]:
         """One job's share of STAGE: a failure is logged, counted and retried after a backoff,
         and goes no further than this block, so the stage carries on with the next job."""
         try:
             yield
         except Exception:
-            delay = self._stage_failed(stage, key)
+            delay = self._failed(stage, key)
             log.exception("%s failed for TrainingJob %s/%s; it sits that out for %.3g s", stage, *key, delay)
         else:
-            self._stage_backoff.succeeded((stage, key))
+            self._backoff.succeeded((stage, key))
 
-    def _stage_failed(self, stage: str, key: JobKey) -> float:
-        delay = self._stage_backoff.failed((stage, key))
-        self.metrics.process.record_reconcile_error("TrainingJob")
+    def _failed(self, stage: str, key: JobKey) -> float:
+        delay = self._backoff.failed((stage, key))
+        self._metrics.process.record_reconcile_error("TrainingJob")
         # A pass comes when the wait is over, rather than at the next resync.
-        self.queue.add_after(key, delay)
+        self._queue.add_after(key, delay)
         return delay
 
-    def _forget_failures(self, key: JobKey) -> None:
+    def forget(self, key: JobKey) -> None:
         for stage in GUARDED_STAGES:
-            self._stage_backoff.succeeded((stage, key))
+            self._backoff.succeeded((stage, key))
         self._set_aside_generation.pop(key, None)
 
     # -- the scheduling cycle ---------------------------------------------------
 
-    def _still_set_aside(self, key: JobKey, obj: dict[str, Any]) -> bool:
+    def still_set_aside(self, key: JobKey, obj: dict[str, Any]) -> bool:
         """The cycle set KEY aside and its backoff runs; a new spec (generation) is tried at once."""
         if key not in self._set_aside_generation:
             return False
         if self._set_aside_generation[key] != obj["metadata"].get("generation"):
-            self._stage_backoff.succeeded((SCHEDULING, key))
+            self._backoff.succeeded((SCHEDULING, key))
             return False
-        return self._sits_out(SCHEDULING, key)
+        return self.sits_out(SCHEDULING, key)
 
-    async def _set_aside(self, obj: dict[str, Any], job: TrainingJob | None, error: Exception, now: datetime) -> None:
+    async def set_aside(self, obj: dict[str, Any], job: TrainingJob | None, error: Exception, now: datetime) -> None:
         """Leave the job out of the scheduling cycle until its backoff has passed, and say why in its status."""
         metadata = obj["metadata"]
         key: JobKey = (metadata["namespace"], metadata["name"])
-        delay = self._stage_failed(SCHEDULING, key)
+        delay = self._failed(SCHEDULING, key)
         generation = metadata.get("generation")
         self._set_aside_generation[key] = generation
         reason, message = why_set_aside(error)
@@ -103,44 +128,42 @@ class JobIsolation(TrainingJobState):
             return
         # The write that failed may be the one that refuses this too: the log has said why already.
         try:
-            self.kube.post_event(obj, "Warning", reason, message)
+            self._kube.post_event(obj, "Warning", reason, message)
             if job is not None:
-                await self._write_status(obj, job, updated)
+                await self._writer.write(obj, job, updated)
             else:
-                wire = updated.to_wire()
-                await self.kube.patch_status(PLURAL, key[0], key[1], wire)
-                self.jobs[key] = {**obj, "status": wire}
+                await self._writer.write_unreadable(obj, updated)
         except Exception:
             log.exception("cannot write why TrainingJob %s/%s is left out of the scheduling cycle", *key)
 
-    def _taken_back(
+    def taken_back(
         self, key: JobKey, obj: dict[str, Any], job: TrainingJob, now: datetime, writes: CycleWrites
     ) -> None:
         """KEY went through the cycle's reading of it: a gang the cycle had set aside is in its reach again."""
         if key in self._set_aside_generation:
             del self._set_aside_generation[key]
-            self._stage_backoff.succeeded((SCHEDULING, key))
+            self._backoff.succeeded((SCHEDULING, key))
         # Read off the status rather than the memory above, so a restarted operator clears it too.
         updated = taken_back(job, now)
         if updated is not job.status:
-            self._write_in_cycle(writes, obj, job, updated, now)
+            self.write_in_cycle(writes, obj, job, updated, now)
 
-    async def _carried_out(
+    async def carried_out(
         self, obj: dict[str, Any], job: TrainingJob, now: datetime, action: Callable[[], Awaitable[None]]
     ) -> bool:
         """Carry out one job's share of the cycle's decision; a failure sets that job aside, and no other."""
         try:
             await action()
         except Exception as error:
-            await self._set_aside(obj, job, error, now)
+            await self.set_aside(obj, job, error, now)
             return False
         return True
 
-    def _write_in_cycle(
+    def write_in_cycle(
         self, writes: CycleWrites, obj: dict[str, Any], job: TrainingJob, status: TrainingJobStatus, now: datetime
     ) -> None:
         """A status write of the scheduling cycle's, made with the others it asks for, guarded as they are."""
-        writes.append(self._carried_out(obj, job, now, functools.partial(self._write_status, obj, job, status)))
+        writes.append(self.carried_out(obj, job, now, functools.partial(self._writer.write, obj, job, status)))
 
 
 class QueueRefusalError(Exception):

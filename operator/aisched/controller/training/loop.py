@@ -1,76 +1,228 @@
-"""The TrainingJob reconcile loop: one writer for every TrainingJob.
+"""The TrainingJob controller: its parts, put together, and the loop that drives them.
 
-Watch handlers (handlers.py) only record what they see and mark jobs dirty.
-This loop takes the dirty jobs from its work queue (marks, wake-ups asked for,
-the periodic resync), reconciles each (`reconcile.py`), then runs the
-cluster-wide stages in the order `reconcile_once` lists them: the scheduling
-cycle, emissions, chunk ends, and the gauges.
+Watch handlers (handlers.py) only record what they see (the store) and mark jobs dirty.
+The loop takes the dirty jobs from its work queue (marks, wake-ups asked for, the periodic
+resync), reconciles each (`reconcile.py`), then runs the cluster-wide stages in the order
+`reconcile_once` lists them: the scheduling cycle, emissions, chunk ends, the release of
+workers whose job is gone, and the gauges.
+
+Each part owns its state and is handed the others it needs when it is built (`__init__`
+below): none reaches into the controller, and each can be built and tested alone.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from datetime import datetime
 from typing import Any
 
-from pydantic import ValidationError
+from prometheus_client import CollectorRegistry
 
-from aisched.controller.templates import elided
+from aisched.controller.in_flight import InFlightPlacements
+from aisched.controller.provisioning import NodeProvisioner
+from aisched.controller.sharing import GpuShares
+from aisched.controller.tenancy import TenancyBook
+from aisched.controller.training.capacity import CapacityChooser
+from aisched.controller.training.carbon import CarbonDeferral
+from aisched.controller.training.decisions import CycleDecisions
+from aisched.controller.training.isolation import StageGuard
+from aisched.controller.training.reconcile import JobReconciler
+from aisched.controller.training.releases import WorkerReleases
+from aisched.controller.training.reporting import Reporting
 from aisched.controller.training.scheduling import SchedulingCycle
-from aisched.controller.training.state import CONCURRENT_RECONCILES, JobKey, parse_job
+from aisched.controller.training.store import JobKey, JobStore, utc_now
+from aisched.controller.training.writer import CONCURRENT_RECONCILES, StatusWriter
+from aisched.controller.workqueue import WorkQueue
 from aisched.kube import labels
-from aisched.kube.inventory import PodRecord
+from aisched.kube.client import KubeClient
+from aisched.kube.inventory import Inventory, PodRecord
+from aisched.kube.pools import PoolTracker
 from aisched.kube.versions import is_newer
+from aisched.metrics import Metrics
+from aisched.policy.cluster import ClusterSnapshot
+from aisched.policy.interruptions import InterruptionPrior
+from aisched.policy.scheduler import HeldGpus
+from aisched.settings import Settings
+from aisched.sources.carbon import CachedCarbonSource
+from aisched.sources.energy import GpuEnergySource
 
 log = logging.getLogger(__name__)
 
 
-class TrainingJobController(SchedulingCycle):
+class TrainingJobController:
+    def __init__(
+        self,
+        settings: Settings,
+        kube: KubeClient,
+        inventory: Inventory,
+        *,
+        metrics: Metrics | None = None,
+        carbon: CachedCarbonSource | None = None,
+        provisioner: NodeProvisioner | None = None,  # new nodes for whole gangs (settings.provisioning)
+        energy: GpuEnergySource | None = None,  # DCGM's energy counters, where Prometheus has them
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        self.settings = settings
+        self.kube = kube
+        self.inventory = inventory
+        self.metrics = metrics or Metrics(CollectorRegistry(), process_metrics=False)
+        self.carbon = carbon
+        self.provisioner = provisioner
+        self.clock = clock
+        """What every part reads the time from; replaceable (a test skews it) once the parts are built."""
+        self.in_flight = InFlightPlacements()
+        """GPUs this controller and the InferenceService controller promised and have not yet written down."""
+        self.shares = GpuShares(inventory)
+        """Which GPU each worker of a job with gpuShare gets, and its claim."""
+        self.tenancy = TenancyBook()
+        """What each queue refuses of each job, until either object changes."""
+        self.pools = PoolTracker(
+            InterruptionPrior.per_hour(settings.spot_prior_interruptions_per_hour, settings.spot_prior_weight_hours)
+        )
+        self.queue: WorkQueue[JobKey] = WorkQueue(
+            name="TrainingJob", resync_seconds=settings.resync_seconds, max_batch=settings.reconciles_per_pass
+        )
+        """Jobs to reconcile: dirty marks, one wake-up per job, retries with backoff, the periodic resync."""
+        # Set by every mark; a pass during which no job was marked reports at once: the jobs have settled.
+        self._marked_during_cycle = False
+
+        now = self._now
+        self.store = JobStore(inventory, self.in_flight)
+        self.writer = StatusWriter(kube, self.store)
+        self.guard = StageGuard(self.store, self.writer, kube, self.queue, self.metrics)
+        self.releases = WorkerReleases(self.store, inventory, kube, self.queue)
+        self.reconciler = JobReconciler(
+            settings=settings,
+            store=self.store,
+            writer=self.writer,
+            kube=kube,
+            inventory=inventory,
+            queue=self.queue,
+            metrics=self.metrics,
+            shares=self.shares,
+            releases=self.releases,
+            clock=now,
+        )
+        self.deferral = CarbonDeferral(
+            settings=settings,
+            store=self.store,
+            writer=self.writer,
+            guard=self.guard,
+            reconciler=self.reconciler,
+            kube=kube,
+            inventory=inventory,
+            queue=self.queue,
+            metrics=self.metrics,
+            carbon=carbon,
+            energy=energy,
+        )
+        self.reporting = Reporting(
+            self.store,
+            self.guard,
+            kube=kube,
+            inventory=inventory,
+            metrics=self.metrics,
+            shares=self.shares,
+            clock=now,
+        )
+        self.decisions = CycleDecisions(
+            settings=settings,
+            store=self.store,
+            writer=self.writer,
+            guard=self.guard,
+            reconciler=self.reconciler,
+            kube=kube,
+            inventory=inventory,
+            queue=self.queue,
+            metrics=self.metrics,
+            pools=self.pools,
+        )
+        self.cycle = SchedulingCycle(
+            settings=settings,
+            store=self.store,
+            guard=self.guard,
+            decisions=self.decisions,
+            capacity=CapacityChooser(settings, provisioner),
+            deferral=self.deferral,
+            reporting=self.reporting,
+            inventory=inventory,
+            queue=self.queue,
+            metrics=self.metrics,
+            tenancy=self.tenancy,
+            pools=self.pools,
+            provisioner=provisioner,
+            shares=self.shares,
+            clock=now,
+        )
+
+    def _now(self) -> datetime:
+        return self.clock()
+
+    # -- what others read ----------------------------------------------------
+
+    @property
+    def jobs(self) -> dict[JobKey, dict[str, Any]]:
+        return self.store.jobs
+
+    @property
+    def queues(self) -> dict[str, dict[str, Any]]:
+        """The Queues as the watch shows them; the InferenceService controller reads this same dict."""
+        return self.store.queues
+
+    @property
+    def held_elsewhere(self) -> Callable[[], Sequence[HeldGpus]]:
+        """GPUs the queues' other work holds (InferenceService replicas), charged to their queues each cycle."""
+        return self.cycle.held_elsewhere
+
+    @held_elsewhere.setter
+    def held_elsewhere(self, held: Callable[[], Sequence[HeldGpus]]) -> None:
+        self.cycle.held_elsewhere = held
+
+    def room_of(self, queue: str) -> int | None:
+        """GPU-equivalents (thousandths) QUEUE may still take as the last scheduling cycle left it; None: no
+        limit known."""
+        return self.cycle.queue_room.get(queue)
+
+    def cluster_snapshot(self) -> ClusterSnapshot:
+        return self.store.cluster_snapshot()
+
+    def queue_object(self, name: str) -> dict[str, Any] | None:
+        return self.store.queue_object(name)
+
     # -- fed by the watch handlers ------------------------------------------
 
     def job_seen(self, obj: dict[str, Any]) -> None:
-        key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
-        held = self.jobs.get(key)
-        if held is not None and is_newer(
-            held["metadata"].get("resourceVersion"), obj["metadata"].get("resourceVersion")
-        ):
-            # The event of a write older than one of ours that has landed: its status would undo
-            # ours (a chunk end's pause read back as Running). The events of our writes follow.
-            return
-        kept = elided(obj)
-        # A template the model refuses is kept whole, for the condition that tells its user why.
-        if kept is not None and not isinstance(parse_job(obj), ValidationError):
-            obj = kept  # its key too: nothing kept points into the watch's parse of the object
-            key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
-            self._elided_templates.add(key)
-        else:
-            self._elided_templates.discard(key)
-        self._store_job(key, obj)
-        self.mark(key)
+        key = self.store.seen(obj)
+        if key is not None:
+            self.mark(key)
 
     def job_gone(self, namespace: str, name: str) -> None:
-        self._elided_templates.discard((namespace, name))
-        self._drop_job((namespace, name))
-        self._parsed.pop((namespace, name), None)
-        self.workers_unowned(self.inventory.pods_of_job(namespace, name))
-        self._waiting_written.pop((namespace, name), None)
+        key = (namespace, name)
+        self.store.forget(key)
+        self.tenancy.forget(key)
+        self.releases.workers_unowned(self.inventory.pods_of_job(namespace, name))
+        self.decisions.forget(key)
         self.metrics.workload.forget_job(namespace, name)
-        self.queue.forget((namespace, name))  # no wake-up or retry for a job that is gone
-        self._forget_failures((namespace, name))
+        self.queue.forget(key)  # no wake-up or retry for a job that is gone
+        self.guard.forget(key)
         self.queue.wake()  # its GPUs are free for whoever waits
 
+    def workers_unowned(self, pods: Iterable[PodRecord]) -> None:
+        self.releases.workers_unowned(pods)
+
     def queue_seen(self, obj: dict[str, Any]) -> None:
-        self.queues[obj["metadata"]["name"]] = obj
+        self.store.queues[obj["metadata"]["name"]] = obj
         self.queue.wake()
 
     def queue_gone(self, name: str) -> None:
-        self.queues.pop(name, None)
+        self.store.queues.pop(name, None)
 
     def queues_relisted(self, listed: Iterable[dict[str, Any]]) -> None:
         """Queues as a list read them: each one newer than ours (or new to us) is taken, as a watch
         event would be. A Queue missing from the list is left to the watch's delete event."""
         for obj in listed:
-            held = self.queues.get(obj["metadata"]["name"])
+            held = self.store.queues.get(obj["metadata"]["name"])
             if held is None or is_newer(
                 obj["metadata"].get("resourceVersion"), held["metadata"].get("resourceVersion")
             ):
@@ -85,7 +237,7 @@ class TrainingJobController(SchedulingCycle):
     def node_changed(self, name: str) -> None:
         """NAME came, went, or changed as placement sees it (taints, readiness, GPUs, labels)."""
         # An interruption taint or NotReady affects the jobs on the node, and only those.
-        for key in self.jobs_on_node(name):
+        for key in self.store.jobs_on_node(name):
             self.mark(key)
         self.queue.wake()  # GPUs came or went: the scheduling cycle and the gauges run even with no job marked
 
@@ -99,9 +251,15 @@ class TrainingJobController(SchedulingCycle):
         """Reconcile for ever; `on_pass` hears of each pass completed (the liveness probe's evidence)."""
         while True:
             # At the resync every job is dirty: the timers the loop keeps (TTL, deadlines) fire there too.
-            keys = await self.queue.next_batch(self.jobs.keys)
+            keys = await self.queue.next_batch(self.store.jobs.keys)
             await self.reconcile_once(keys)
             on_pass()
+
+    async def reconcile(self, key: JobKey) -> None:
+        await self.reconciler.reconcile(key)
+
+    async def schedule(self) -> None:
+        await self.cycle.run()
 
     async def reconcile_once(self, keys: Iterable[JobKey]) -> None:
         """One pass: reconcile KEYS, then each cluster-wide stage, in this order."""
@@ -110,16 +268,19 @@ class TrainingJobController(SchedulingCycle):
         # Jobs are independent: their API round trips overlap, so hundreds of jobs
         # submitted at once do not wait for each other's writes. A failing job is
         # retried with backoff and stops none of the others.
-        await self.queue.process(keys, self.reconcile, concurrency=CONCURRENT_RECONCILES, on_done=self._reconciled)
+        reconciler = self.reconciler
+        await self.queue.process(
+            keys, reconciler.reconcile, concurrency=CONCURRENT_RECONCILES, on_done=reconciler.reconciled
+        )
         self.metrics.process.record_workqueue(
             "TrainingJob", depth=self.queue.depth(), pending_wakeups=self.queue.pending_timers()
         )
         stages: tuple[tuple[str, Callable[[], Awaitable[None]]], ...] = (
             ("scheduling cycle", self.schedule),
-            ("estimating emissions", lambda: self._account_emissions(self.clock())),
-            ("ending carbon chunks", lambda: self._end_chunks(self.clock())),
-            ("releasing workers of deleted jobs", self._release_unowned),
-            ("reporting", lambda: self._report_if_due(settled=not self._marked_during_cycle)),
+            ("estimating emissions", lambda: self.deferral.account_emissions(self.clock())),
+            ("ending carbon chunks", lambda: self.deferral.end_chunks(self.clock())),
+            ("releasing workers of deleted jobs", self.releases.release_unowned),
+            ("reporting", lambda: self.reporting.report_if_due(settled=not self._marked_during_cycle)),
         )
         for name, stage in stages:
             # Each stage is on its own: one failing leaves the next to run, and the next pass retries it.

@@ -7,22 +7,27 @@ picks up where the last one stopped, and every write is idempotent.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
 
 from aisched.api import TrainingJob, TrainingJobPhase
 from aisched.api.training_job import TrainingJobStatus
-from aisched.controller.sharing import ShareDoesNotFitError
+from aisched.controller.sharing import GpuShares, ShareDoesNotFitError
 from aisched.controller.training.releases import WorkerReleases
-from aisched.controller.training.state import PLURAL, JobKey
-from aisched.controller.workqueue import RefusedError
+from aisched.controller.training.store import PLURAL, JobKey, JobStore, parse_job
+from aisched.controller.training.writer import StatusWriter
+from aisched.controller.workqueue import RefusedError, WorkQueue
 from aisched.kube import labels
 from aisched.kube.api_errors import namespace_closing, refused_create
 from aisched.kube.builders import GangLaunch, WorkerSlot, build_headless_service, build_worker_pod, owner_reference
-from aisched.kube.inventory import PodRecord
+from aisched.kube.client import KubeClient
+from aisched.kube.inventory import Inventory, PodRecord
+from aisched.metrics import Metrics
 from aisched.policy.checkpoint_grace import checkpoint_grace_condition
 from aisched.policy.checkpoint_reports import REPORT_REJECTED, ReportReading, read_report, rejection_message
 from aisched.policy.deadlines import checkpoint_grace_seconds
@@ -35,18 +40,35 @@ from aisched.policy.placement_record import (
     placement_vouched_for,
 )
 from aisched.policy.refusals import FAILED_CREATE, failed_create, workers_created
+from aisched.settings import Settings
 
 Phase = TrainingJobPhase
 
 
-class JobReconciler(WorkerReleases):
+@dataclass(kw_only=True)
+class JobReconciler:
+    """One job at a time: observe its pods, ask the lifecycle what to do, do it."""
+
+    settings: Settings
+    store: JobStore
+    writer: StatusWriter
+    kube: KubeClient
+    inventory: Inventory
+    queue: WorkQueue[JobKey]
+    metrics: Metrics
+    shares: GpuShares
+    releases: WorkerReleases
+    clock: Callable[[], datetime]
+    # Workers of each job whose checkpoint report was rejected and the job told so (a Warning event, once).
+    _rejected_reports_told: dict[JobKey, frozenset[str]] = field(default_factory=dict, init=False)
+
     async def reconcile(self, key: JobKey) -> None:
-        obj = self.jobs.get(key)
+        obj = self.store.jobs.get(key)
         if obj is None:
             self._rejected_reports_told.pop(key, None)
-        if obj is None or self._in_closing_namespace(key):
+        if obj is None or self.store.in_closing_namespace(key):
             return
-        job = self._read(obj)
+        job = self.store.read(obj)
         if job is None:
             return
         now = self.clock()
@@ -54,10 +76,10 @@ class JobReconciler(WorkerReleases):
         generation = status.gang_generation or 0
         pods = self.inventory.pods_of_job(*key)
         seats = [WorkerSeat(p.labels.get(labels.GANG_GENERATION), p.labels.get(labels.RANK), p.gpu_node) for p in pods]
-        if not placement_vouched_for(status, self._placements_made.get(key), seats):
+        if not placement_vouched_for(status, self.store.placement_made(key), seats):
             ignored = placement_ignored(job, now)
             self.kube.post_event(obj, "Warning", PLACEMENT_NOT_VERIFIED, ignored.message or "")
-            await self._write_status(obj, job, ignored)
+            await self.writer.write(obj, job, ignored)
             return
         current = [p for p in pods if p.labels.get(labels.GANG_GENERATION) == str(generation)]
         stale = tuple(p.name for p in pods if p not in current)
@@ -72,7 +94,7 @@ class JobReconciler(WorkerReleases):
         )
         if self._others_leaving(key, placement_nodes):
             # A preemptor's workers wait for their victims, who may take their checkpoint grace to go.
-            seen = replace(seen, bind_timeout=seen.bind_timeout + timedelta(seconds=self._checkpoint_grace()))
+            seen = replace(seen, bind_timeout=seen.bind_timeout + timedelta(seconds=checkpoint_grace(self.settings)))
         if (grace_ends := self.inventory.not_ready_grace_ends(placement_nodes)) is not None and grace_ends > now:
             self.queue.add_after(key, (grace_ends - now).total_seconds())  # lost then, unless Ready again
         # Workers keep their pods (the report finalizer) until the status written below holds their reports.
@@ -80,8 +102,8 @@ class JobReconciler(WorkerReleases):
         self._tell_rejected_reports(obj, key, readings, status)
         status = record_checkpoints(status, [(p.labels.get(labels.RANK), r.report) for p, r in readings])
         step = next_step(job.spec, status, seen)
-        await self._carry_out(obj, job, status, step, pods, now=now)
-        await self._release_workers(key, pods, now)
+        await self.carry_out(obj, job, status, step, pods, now=now)
+        await self.releases.release_workers(key, pods, now)
 
     def _tell_rejected_reports(
         self, obj: dict[str, Any], key: JobKey, readings: list[tuple[PodRecord, ReportReading]], kept: TrainingJobStatus
@@ -105,17 +127,17 @@ class JobReconciler(WorkerReleases):
             for p in self.inventory.pods_on_node(node)
         )
 
-    async def _reconcile_now(self, key: JobKey) -> None:
+    async def reconcile_now(self, key: JobKey) -> None:
         """Reconcile KEY at once rather than on the next pass, which waits for every other job.
 
         Through the queue, so a failure is logged and retried with backoff as any other.
         """
-        await self.queue.process([key], self.reconcile, concurrency=1, on_done=self._reconciled)
+        await self.queue.process([key], self.reconcile, concurrency=1, on_done=self.reconciled)
 
-    def _reconciled(self, key: JobKey, seconds: float, failed: bool) -> None:
+    def reconciled(self, key: JobKey, seconds: float, failed: bool) -> None:
         self.metrics.process.record_reconcile("TrainingJob", seconds, failed=failed)
 
-    async def _carry_out(
+    async def carry_out(
         self,
         obj: dict[str, Any],
         job: TrainingJob,
@@ -128,14 +150,14 @@ class JobReconciler(WorkerReleases):
         namespace, name = job.metadata["namespace"], job.metadata["name"]
         if step.verb == Verb.CREATE_WORKERS:
             status = await self._create_workers(obj, job, status, pods, now)
-            if self._in_closing_namespace((namespace, name)):
+            if self.store.in_closing_namespace((namespace, name)):
                 return
         elif step.verb == Verb.RELEASE_GATES:
             await asyncio.gather(*(self.kube.release_scheduling_gates(p.namespace, p.name) for p in pods if p.gated))
         elif step.verb == Verb.DELETE_WORKERS:
             # Workers stopped to be resumed later save first; those of a failed or finished gang need not.
             saving = (step.phase or status.phase) in (Phase.CHECKPOINTING, *WAITING)
-            grace = self._checkpoint_grace() if saving else None
+            grace = checkpoint_grace(self.settings) if saving else None
             await asyncio.gather(*(self.kube.delete_pod(p.namespace, p.name, grace) for p in pods if not p.terminating))
         elif step.verb == Verb.DELETE_JOB:
             await self.kube.delete_custom(PLURAL, namespace, name)
@@ -144,7 +166,7 @@ class JobReconciler(WorkerReleases):
             self.kube.post_event(obj, event_type, reason, message)
         updated = apply_step(job, status, step, now)
         self._count_step(job, status, updated, step)
-        await self._write_status(obj, job, updated)
+        await self.writer.write(obj, job, updated)
         if step.requeue_after is not None:
             self.queue.add_after((namespace, name), step.requeue_after.total_seconds())
 
@@ -163,9 +185,6 @@ class JobReconciler(WorkerReleases):
             self.metrics.interruptions.record_gang_restart("WorkerFailure")
         if step.finished and step.phase in (Phase.SUCCEEDED, Phase.FAILED):
             self.metrics.workload.record_job_finished(job.spec.queue, str(step.phase))
-
-    def _checkpoint_grace(self) -> int:
-        return checkpoint_grace_seconds(self.settings.spot_notice_seconds)
 
     async def _create_workers(
         self, obj: dict[str, Any], job: TrainingJob, status: TrainingJobStatus, pods: list[PodRecord], now: datetime
@@ -193,9 +212,9 @@ class JobReconciler(WorkerReleases):
             checkpoint_interval_seconds=status.checkpoint_interval_seconds,
             resume_step=last.step if last else None,
             resume_path=last.path if last else None,
-            termination_grace_seconds=(self._checkpoint_grace() if placement.capacity_type == "Spot" else None),
+            termination_grace_seconds=(checkpoint_grace(self.settings) if placement.capacity_type == "Spot" else None),
             priority_class_name=self.settings.worker_priority_class_name,
-            stop_grace_seconds=self._checkpoint_grace(),  # any stop to save deletes the workers with it
+            stop_grace_seconds=checkpoint_grace(self.settings),  # any stop to save deletes the workers with it
         )
         to_create = [build_worker_pod(job, launch, slot) for slot in launch.slots]
         # Only a gang needs the Service to rendezvous; a lone worker is its own master.
@@ -217,7 +236,7 @@ class JobReconciler(WorkerReleases):
             raise WorkersRefusedError(f"a worker's GPU share does not fit: {full}") from None
         except ApiException as error:
             if namespace_closing(error):
-                self._namespace_closed(job.metadata["namespace"])
+                self.store.namespace_closed(job.metadata["namespace"])
                 return status
             refused = refused_create(error)
             if refused is None:
@@ -234,7 +253,27 @@ class JobReconciler(WorkerReleases):
                 if pod["spec"].get("schedulingGates")
             )
         )
-        return checkpoint_grace_condition(job, workers_created(job, status, now), self._checkpoint_grace(), now)
+        return checkpoint_grace_condition(job, workers_created(job, status, now), checkpoint_grace(self.settings), now)
+
+    async def _with_full_template(self, job: TrainingJob) -> TrainingJob | None:
+        """JOB with the whole of its template, to build its pods from; None when it is gone.
+
+        A job kept without its template's process settings is read again from the API server:
+        one read a launch. A spec that changed since our copy fails the launch, to be tried again
+        (with backoff) on the new spec the watch is bringing.
+        """
+        key = (job.metadata["namespace"], job.metadata["name"])
+        if key not in self.store.elided_templates:
+            return job
+        current = await self.kube.get_custom(PLURAL, *key)
+        if current is None:
+            return None
+        full = parse_job(current)
+        if isinstance(full, ValidationError):
+            raise TemplateChangedError(f"TrainingJob {key[0]}/{key[1]} as stored now cannot be read: {full}")
+        if full.metadata.get("generation") != job.metadata.get("generation"):
+            raise TemplateChangedError(f"TrainingJob {key[0]}/{key[1]} changed since it was placed")
+        return job.model_copy(update={"spec": full.spec})
 
     async def _refused(
         self,
@@ -250,7 +289,16 @@ class JobReconciler(WorkerReleases):
         if status.phase == Phase.QUEUED:
             namespace = job.metadata["namespace"]
             await asyncio.gather(*(self.kube.delete_pod(namespace, w["metadata"]["name"]) for w in workers))
-        await self._write_status(obj, job, status)
+        await self.writer.write(obj, job, status)
+
+
+def checkpoint_grace(settings: Settings) -> int:
+    """Seconds a worker stopped to be resumed has to save its checkpoint."""
+    return checkpoint_grace_seconds(settings.spot_notice_seconds)
+
+
+class TemplateChangedError(Exception):
+    """The job read again for its launch is not the one placed: the launch waits for the watch to catch up."""
 
 
 class WorkersRefusedError(RefusedError):

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 from aisched.api import Queue, TrainingJob, TrainingJobPhase
 from aisched.api.queue import DEFAULT_QUEUE
 from aisched.api.sharing import GpuShare
+from aisched.controller.sharing import GpuShares
 from aisched.controller.sharing_report import mig_instances, shared_gpu_usage, waiting_shares
-from aisched.controller.training.isolation import REPORTING, JobIsolation
-from aisched.controller.training.state import JobKey, finished
-from aisched.metrics import GpuPoolUsage
+from aisched.controller.training.isolation import REPORTING, StageGuard
+from aisched.controller.training.store import JobKey, JobStore, finished
+from aisched.kube.client import KubeClient
+from aisched.kube.inventory import Inventory
+from aisched.metrics import GpuPoolUsage, Metrics
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.deadlines import deadline_slack_seconds
 from aisched.policy.scheduler import QueueUsage, ScheduleResult
@@ -24,35 +28,57 @@ Phase = TrainingJobPhase
 REPORT_PERIOD = timedelta(seconds=5)
 
 
-class Reporting(JobIsolation):
-    async def _report_if_due(self, settled: bool) -> None:
+class Reporting:
+    """The gauges of the jobs and the cluster, refreshed every period; each Queue's usage, every cycle."""
+
+    def __init__(
+        self,
+        store: JobStore,
+        guard: StageGuard,
+        *,
+        kube: KubeClient,
+        inventory: Inventory,
+        metrics: Metrics,
+        shares: GpuShares,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self._store = store
+        self._guard = guard
+        self._kube = kube
+        self._inventory = inventory
+        self._metrics = metrics
+        self._shares = shares
+        self._clock = clock
+        self._reported_at: datetime | None = None
+
+    async def report_if_due(self, settled: bool) -> None:
         """Report once a period has passed since the last report, or when the jobs have SETTLED
         (nothing is waiting to be reconciled), so the gauges show a burst's outcome at once."""
-        now = self.clock()
+        now = self._clock()
         if self._reported_at is None or now - self._reported_at >= REPORT_PERIOD or settled:
-            self._report()
+            self.report()
             self._reported_at = now
 
-    def _report(self) -> None:
+    def report(self) -> None:
         """Refresh the gauges that describe the whole cluster and every job."""
         census: dict[tuple[str, str], int] = {}
         gangs_by_level: dict[str, int] = {}
         pending_sizes: list[int] = []
         share_asks: list[tuple[str, GpuShare, int, str | None]] = []
         whole_waiting = 0
-        for key, obj in self.jobs.items():
-            if self._sits_out(REPORTING, key):
+        for key, obj in self._store.jobs.items():
+            if self._guard.sits_out(REPORTING, key):
                 continue
             if finished(obj):  # counted off its object: a finished job's model is not kept
-                with self._isolated(REPORTING, key):
+                with self._guard.isolated(REPORTING, key):
                     census_key = (_queue_of(obj), str(obj["status"]["phase"]))
                     census[census_key] = census.get(census_key, 0) + 1
                     self._report_pods(key)
                 continue
-            job = self._read(obj)
+            job = self._store.read(obj)
             if job is None:
                 continue
-            with self._isolated(REPORTING, key):
+            with self._guard.isolated(REPORTING, key):
                 phase = str(job.status.phase or Phase.QUEUED)  # new jobs wait like queued ones
                 census[(job.spec.queue, phase)] = census.get((job.spec.queue, phase), 0) + 1
                 if phase == Phase.QUEUED:
@@ -65,37 +91,39 @@ class Reporting(JobIsolation):
                 if phase == Phase.RUNNING and job.status.placement:
                     # A level the topology no longer has (the operator was reconfigured) counts as spread.
                     level = job.status.placement.level
-                    level = level if level in self.metrics.workload.topology_levels else "Cluster"
+                    level = level if level in self._metrics.workload.topology_levels else "Cluster"
                     gangs_by_level[level] = gangs_by_level.get(level, 0) + 1
                 self._report_job(key, job, phase)
-        self.metrics.workload.record_jobs(census)
-        self.metrics.workload.record_running_gangs(gangs_by_level)
-        self.metrics.capacity.record_gpu_pools(_gpu_pools(self.cluster_snapshot(), min(pending_sizes, default=None)))
-        waiting = waiting_shares(share_asks, self.inventory.smallest_gpu_memory_mib())
-        self.metrics.sharing.record_shared_gpus(shared_gpu_usage(self.shares, waiting, whole_waiting))
-        self.metrics.sharing.record_mig_slices(mig_instances(self.inventory))
+        self._metrics.workload.record_jobs(census)
+        self._metrics.workload.record_running_gangs(gangs_by_level)
+        self._metrics.capacity.record_gpu_pools(
+            _gpu_pools(self._store.cluster_snapshot(), min(pending_sizes, default=None))
+        )
+        waiting = waiting_shares(share_asks, self._inventory.smallest_gpu_memory_mib())
+        self._metrics.sharing.record_shared_gpus(shared_gpu_usage(self._shares, waiting, whole_waiting))
+        self._metrics.sharing.record_mig_slices(mig_instances(self._inventory))
 
     def _report_job(self, key: JobKey, job: TrainingJob, phase: str) -> None:
         namespace, name = key
         if phase == Phase.QUEUED:
-            self.metrics.workload.record_job_pending(
-                namespace, name, job.spec.queue, job.status.queued_time or self.clock()
+            self._metrics.workload.record_job_pending(
+                namespace, name, job.spec.queue, job.status.queued_time or self._clock()
             )
         if job.spec.deadline is not None and phase not in (Phase.SUCCEEDED, Phase.FAILED):
             remaining = float(job.spec.expected_duration_seconds or 0)
-            self.metrics.workload.record_deadline_slack(
-                namespace, name, deadline_slack_seconds(job.spec.deadline, self.clock(), remaining)
+            self._metrics.workload.record_deadline_slack(
+                namespace, name, deadline_slack_seconds(job.spec.deadline, self._clock(), remaining)
             )
         self._report_pods(key)
 
     def _report_pods(self, key: JobKey) -> None:
         namespace, name = key
-        pods = [p.name for p in self.inventory.pods_of_job(namespace, name)]
-        self.metrics.pods.record(namespace, name, "TrainingJob", pods)
+        pods = [p.name for p in self._inventory.pods_of_job(namespace, name)]
+        self._metrics.pods.record(namespace, name, "TrainingJob", pods)
 
-    async def _report_queues(self, result: ScheduleResult) -> None:
+    async def report_queues(self, result: ScheduleResult) -> None:
         for name, usage in result.queues.items():
-            obj = self.queues.get(name)
+            obj = self._store.queues.get(name)
             if obj is None:
                 continue
             # One Queue whose status cannot be written (or read) leaves the others' to be written.
@@ -106,7 +134,7 @@ class Reporting(JobIsolation):
 
     async def _report_queue(self, name: str, obj: dict[str, Any], usage: QueueUsage) -> None:
         queue = Queue.model_validate(obj)
-        self.metrics.workload.record_queue(
+        self._metrics.workload.record_queue(
             name,
             nominal_gpus=queue.spec.nominal_gpus,
             used_gpus=usage.used_milli / 1000,
@@ -117,8 +145,8 @@ class Reporting(JobIsolation):
         status.admitted_jobs, status.pending_jobs = usage.admitted_jobs, usage.pending_jobs
         status.observed_generation = obj["metadata"].get("generation")
         if status != queue.status:
-            await self.kube.patch_status("queues", None, name, status.to_wire())
-            self.queues[name] = {**obj, "status": status.to_wire()}
+            await self._kube.patch_status("queues", None, name, status.to_wire())
+            self._store.queues[name] = {**obj, "status": status.to_wire()}
 
 
 def _gpu_pools(snapshot: ClusterSnapshot, smallest_pending_replica: int | None) -> list[GpuPoolUsage]:

@@ -1,58 +1,117 @@
-"""The scheduling cycle's glue: waiting jobs to the scheduler, its decisions to the cluster.
+"""The scheduling cycle: waiting and placed jobs to the scheduler, its decisions to the cluster.
 
-The scheduler (`policy.scheduler`) decides who is admitted, preempted, resized or
-keeps waiting; this layer builds its requests (capacity type, excluded nodes),
-launches the admitted gangs, stops the preempted ones and writes why others wait.
-Each job's part, from its request to its decision carried out, is guarded on its
-own: a job the cycle cannot handle is set aside, and the cycle goes on without it.
+The scheduler (`policy.scheduler`) decides who is admitted, preempted, resized or keeps waiting.
+This part reads every job into a request, in stages written out in one place: a waiting job
+first passes the checks of `ELIGIBILITY`, in that order, then gets its capacity (spot or
+on-demand, `capacity.py`); it hands the decision to `decisions.py` to carry out. Each job's
+part, from its request to its decision carried out, is guarded on its own: a job the cycle
+cannot handle is set aside, and the cycle goes on without it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import time
-from collections.abc import Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
 
-from aisched.api import CapacityType, Queue, SpotPolicy, TrainingJob, TrainingJobPhase
-from aisched.controller.in_flight import placement_fits
+from aisched.api import CapacityType, Queue, TrainingJob, TrainingJobPhase
 from aisched.controller.mig import waiting_instances
+from aisched.controller.provisioning import NodeProvisioner
+from aisched.controller.sharing import GpuShares
+from aisched.controller.tenancy import TenancyBook
+from aisched.controller.training.capacity import CapacityChooser
 from aisched.controller.training.carbon import CarbonDeferral
-from aisched.controller.training.isolation import CycleWrites, QueueRefusalError
+from aisched.controller.training.decisions import CycleDecisions, CycleJobs
+from aisched.controller.training.isolation import CycleWrites, QueueRefusalError, StageGuard
 from aisched.controller.training.reporting import Reporting
-from aisched.controller.training.state import CONCURRENT_RECONCILES, finished
-from aisched.kube import labels
-from aisched.policy.cluster import ClusterSnapshot, Toleration
+from aisched.controller.training.requests import RequestBook
+from aisched.controller.training.store import JobKey, JobStore, job_key, wake_at
+from aisched.controller.training.writer import CONCURRENT_RECONCILES, at_most
+from aisched.controller.workqueue import WorkQueue
+from aisched.kube.inventory import Inventory
+from aisched.kube.pools import PoolTracker
+from aisched.metrics import Metrics
+from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.culprits import culprits
-from aisched.policy.deadlines import deadline_slack_seconds
-from aisched.policy.job_messages import admitted_message
-from aisched.policy.job_status import placed, preempted, queued, waiting_write_due
+from aisched.policy.job_status import queued
 from aisched.policy.level_refusals import level_refusal
 from aisched.policy.lifecycle import HOLDS_GPUS
-from aisched.policy.placement import INSUFFICIENT_GPUS, GangRequest, gang_fits, hold
-from aisched.policy.placement import Placement as PlacementDecision
+from aisched.policy.placement import INSUFFICIENT_GPUS
 from aisched.policy.provisioning import ProvisioningPlan
 from aisched.policy.queueing import QueueQuota, with_locked_default
 from aisched.policy.refusals import refusal_retry_at
-from aisched.policy.scheduler import JobRequest, ScheduleResult, schedule
+from aisched.policy.scheduler import HeldGpus, JobRequest, ScheduleResult, schedule
 from aisched.policy.scheduler.demand import pending_demand
-from aisched.policy.scheduler.results import Admission
-from aisched.policy.shared_room import ShareShape
-from aisched.policy.spot import CapacityChoice, CapacityDecision, SpotJob, choose_capacity, spot_checkpoint_interval
-from aisched.policy.topology import Level, Topology
+from aisched.policy.spot import CapacityChoice, CapacityDecision
+from aisched.settings import Settings
 
 log = logging.getLogger(__name__)
 Phase = TrainingJobPhase
-DEADLINE_NEEDS_ON_DEMAND = "DeadlineNeedsOnDemand"
 
 
-class SchedulingCycle(CarbonDeferral, Reporting):
-    async def schedule(self) -> None:
+@dataclass(frozen=True, slots=True)
+class Entering:
+    """A waiting job on its way into the cycle, with what its checks read."""
+
+    obj: dict[str, Any]
+    job: TrainingJob
+    snapshot: ClusterSnapshot
+    doomed: frozenset[str]
+    now: datetime
+    writes: CycleWrites
+
+
+# A check that keeps a waiting job out of this cycle (True), having said why or asked to be woken.
+Check = Callable[[Entering], Awaitable[bool]]
+# The checks a waiting job passes before its capacity is chosen and the scheduler is asked for it, in order.
+ELIGIBILITY = ("still stopping", "carbon deferral", "refusal retry")
+
+
+@dataclass(kw_only=True)
+class SchedulingCycle:
+    """Runs one cycle at a time: the jobs read into requests, the scheduler's decision, its writes."""
+
+    settings: Settings
+    store: JobStore
+    guard: StageGuard
+    decisions: CycleDecisions
+    capacity: CapacityChooser
+    deferral: CarbonDeferral
+    reporting: Reporting
+    inventory: Inventory
+    queue: WorkQueue[JobKey]
+    metrics: Metrics
+    tenancy: TenancyBook
+    pools: PoolTracker
+    provisioner: NodeProvisioner | None
+    shares: GpuShares
+    clock: Callable[[], datetime]
+    held_elsewhere: Callable[[], Sequence[HeldGpus]] = lambda: ()
+    """GPUs the queues' other work holds (InferenceService replicas), charged to their queues each cycle."""
+    queue_room: dict[str, int | None] = field(default_factory=dict, init=False)
+    """GPUs each queue may still take, as the last cycle left it (its InferenceServices start replicas
+    within it)."""
+    # Each job's request to the scheduler, made again only when what it is made of changed.
+    _requests_made: RequestBook = field(default_factory=RequestBook, init=False)
+    # Queue objects the model refuses, each version logged once.
+    _refused_queues: dict[str, dict[str, Any]] = field(default_factory=dict, init=False)
+    _eligibility: tuple[Check, ...] = field(default=(), init=False)
+
+    def __post_init__(self) -> None:
+        checks: dict[str, Check] = {
+            "still stopping": self._still_stopping,
+            "carbon deferral": self._deferred,
+            "refusal retry": self._refusal_waits,
+        }
+        self._eligibility = tuple(checks[name] for name in ELIGIBILITY)
+
+    async def run(self) -> None:
         """One scheduling cycle: admit, keep waiting, preempt and resize, as the scheduler decides.
 
         Each job is read into the cycle, and each decision carried out, inside its own guard:
@@ -60,7 +119,7 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         """
         now = self.clock()
         cycle_started, cpu_started = time.perf_counter(), time.thread_time()
-        snapshot = self.cluster_snapshot()
+        snapshot = self.store.cluster_snapshot()
         parsed, requests, capacity_of, writes = await self._requests(snapshot, now)
         started = time.perf_counter()
         result = await self._decide(snapshot, requests, parsed, now)
@@ -75,11 +134,11 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         # Thousands of jobs may sit this cycle out with a status to write: the writes overlap, and
         # land before any decision is carried out (one job may be written again by its launch).
         # They wait on the API server, not on the decision, so they are not part of its time.
-        await _at_most(CONCURRENT_RECONCILES, writes)
-        await self._carry_out_cycle(result, parsed, capacity_of, now=now, elapsed=elapsed)
+        await at_most(CONCURRENT_RECONCILES, writes)
+        await self.decisions.carry_out(result, parsed, capacity_of, now=now, elapsed=elapsed)
         plan = await self._provision(result, requests, now)
         self._record_demand(snapshot, result, requests, plan)
-        await self._report_queues(result)
+        await self.reporting.report_queues(result)
         if result.deferred:
             self.queue.wake()  # the jobs this cycle did not reach have the next one, at once
 
@@ -121,42 +180,40 @@ class SchedulingCycle(CarbonDeferral, Reporting):
 
     async def _requests(
         self, snapshot: ClusterSnapshot, now: datetime
-    ) -> tuple[
-        dict[str, tuple[dict[str, Any], TrainingJob]], list[JobRequest], dict[str, CapacityDecision], CycleWrites
-    ]:
+    ) -> tuple[CycleJobs, list[JobRequest], dict[str, CapacityDecision], CycleWrites]:
         """What the scheduler is asked: every waiting job (unless deferred, waiting for capacity or set
         aside) and every placed one, with the jobs by key, the capacity chosen for each waiting job,
         and the status writes of the jobs that sit the cycle out, for the caller to make."""
         doomed = self.inventory.doomed_nodes(now)
-        self._spot_fits.clear()  # the snapshot is this cycle's: so are the answers about it
+        self.capacity.begin_cycle()
         self._requests_made.begin_cycle()
-        parsed: dict[str, tuple[dict[str, Any], TrainingJob]] = {}
+        parsed: CycleJobs = {}
         requests: list[JobRequest] = []
         capacity_of: dict[str, CapacityDecision] = {}
         writes: CycleWrites = []
-        for key, obj in list(self.jobs.items()):
-            if finished(obj) or self._still_set_aside(key, obj) or self._in_closing_namespace(key):
+        for key, obj in self.store.unfinished():
+            if self.guard.still_set_aside(key, obj):
                 continue
-            job = self._parse_once(obj)
+            job = self.store.parse_once(obj)
             if isinstance(job, ValidationError):  # a CRD older or looser than this operator let it in
-                await self._set_aside(obj, None, job, now)
+                await self.guard.set_aside(obj, None, job, now)
                 continue
             queue = job.spec.queue
             try:
                 refused = self.tenancy.refusal(
                     key,
                     queue_name=queue,
-                    queue=self.queue_object(queue),
+                    queue=self.store.queue_object(queue),
                     priority=job.spec.priority,
                     template=job.spec.template,
                 )
-                if refused is not None and job.status.phase in HOLDS_GPUS and queue in self.queues:
+                if refused is not None and job.status.phase in HOLDS_GPUS and queue in self.store.queues:
                     # Its spec changed under a running gang (a priority raised past the cap, another
                     # queue, a toleration, a template the pod policy refuses): it stops to a checkpoint,
                     # so it never runs uncharged, and the next cycle finds it waiting and refused. Not
                     # for a queue this process has not read (yet): a new leader's first cycle may come
                     # before the Queues, and that is no reason to stop anyone.
-                    await self._stop_gang(obj, job, now, refused.reason, f"stopped: {refused.message}")
+                    await self.decisions.stop_gang(obj, job, now, refused.reason, f"stopped: {refused.message}")
                     continue
                 if refused is not None:  # tenancy: its namespace is not bound to the queue, or it asks too much
                     raise QueueRefusalError(refused)
@@ -165,9 +222,9 @@ class SchedulingCycle(CarbonDeferral, Reporting):
                     if levels is not None:
                         raise QueueRefusalError(levels)
                 entry = await self._enter_cycle(obj, job, snapshot, doomed, now=now, writes=writes)
-                self._taken_back(key, obj, job, now, writes)
+                self.guard.taken_back(key, obj, job, now, writes)
             except Exception as error:
-                await self._set_aside(obj, job, error, now)
+                await self.guard.set_aside(obj, job, error, now)
                 continue
             if entry is None:
                 continue
@@ -178,102 +235,6 @@ class SchedulingCycle(CarbonDeferral, Reporting):
             parsed[request.key] = (obj, job)
         self._requests_made.end_cycle()
         return parsed, requests, capacity_of, writes
-
-    async def _carry_out_cycle(
-        self,
-        result: ScheduleResult,
-        parsed: dict[str, tuple[dict[str, Any], TrainingJob]],
-        capacity_of: dict[str, CapacityDecision],
-        *,
-        now: datetime,
-        elapsed: float,
-    ) -> None:
-        """Stop the preempted, relaunch the resized, launch the admitted, tell the waiting why; each job's
-        share is guarded on its own."""
-        for preemption in result.preempted:
-            obj, job = parsed[preemption.key]
-            stop = functools.partial(self._stop_gang, obj, job, now, preemption.reason, preemption.message)
-            if await self._carried_out(obj, job, now, stop):
-                self.metrics.workload.record_preemption(job.spec.queue)
-                self.metrics.interruptions.record_gang_restart("Preemption")
-        for resize in result.resized:
-            obj, job = parsed[resize.key]
-            relaunch = functools.partial(
-                self._launch,
-                obj,
-                job,
-                resize.placement,
-                reason=resize.reason,
-                message=resize.message,
-                capacity=None,
-                now=now,
-            )
-            if await self._carried_out(obj, job, now, relaunch):
-                self.metrics.interruptions.record_gang_restart("Resize")
-        launches: list[Coroutine[Any, Any, bool]] = []
-        for admission in self._still_free(result.admitted):
-            obj, job = parsed[admission.key]
-            self.metrics.workload.record_placement(elapsed, placed=True)
-            waited = (now - job.status.queued_time).total_seconds() if job.status.queued_time else 0.0
-            self.metrics.workload.record_job_admitted(
-                job.metadata["namespace"], job.metadata["name"], job.spec.queue, waited
-            )
-            decision = capacity_of.get(admission.key)
-            if decision is not None and decision.pinned_on_demand and not _was_pinned(job):
-                self.metrics.interruptions.record_on_demand_fallback()
-            message = admitted_message(admission.placement, admission.preempting)
-            launch = functools.partial(
-                self._launch,
-                obj,
-                job,
-                admission.placement,
-                reason="Admitted",
-                message=message,
-                capacity=decision,
-                now=now,
-            )
-            launches.append(self._carried_out(obj, job, now, launch))
-        # Admitted gangs never share nodes, so their launches overlap like reconciles do.
-        await _at_most(CONCURRENT_RECONCILES, launches)
-        # Thousands may wait: their writes overlap too, and only those due are made.
-        waits: list[Coroutine[Any, Any, bool]] = []
-        for waiting in result.waiting:
-            obj, job = parsed[waiting.key]
-            self.metrics.workload.record_placement(elapsed, placed=False)
-            key = (job.metadata["namespace"], job.metadata["name"])
-            if not waiting_write_due(
-                job.status, waiting.reason, waiting.message, last_written=self._waiting_written.get(key), now=now
-            ):
-                continue
-            self._waiting_written[key] = now
-            wait = functools.partial(self._keep_waiting, obj, job, waiting.reason, waiting.message, now)
-            waits.append(self._carried_out(obj, job, now, wait))
-        await _at_most(CONCURRENT_RECONCILES, waits)
-
-    def _still_free(self, admitted: Sequence[Admission]) -> list[Admission]:
-        """The admissions whose GPUs are still free, each promised (`in_flight`) before any is carried out.
-
-        The cycle decided on the snapshot it took at its start, and waited on the API server since:
-        the InferenceService controller may have placed replicas on those GPUs meanwhile. An
-        admission that no longer fits waits for the next cycle, which comes at once. One that
-        preempts fits once its victims are gone, which their own stopping sees to.
-        """
-        if not admitted:
-            return []
-        fresh = self.cluster_snapshot()
-        kept = []
-        for admission in admitted:
-            wanted = admission.placement.gpus_by_node()  # a share's or a MIG instance's: no whole GPU, or fewer
-            if not admission.preempting and not placement_fits(fresh, admission.placement):
-                log.info(
-                    "%s: its GPUs were promised elsewhere while the cycle ran; it waits for the next", admission.key
-                )
-                self.queue.wake()
-                continue
-            hold(fresh, admission.placement)
-            self.in_flight.promise(("TrainingJob", admission.key), wanted)
-            kept.append(admission)
-        return kept
 
     async def _enter_cycle(
         self,
@@ -289,22 +250,18 @@ class SchedulingCycle(CarbonDeferral, Reporting):
 
         The status writes this asks for are added to WRITES, for the cycle to make together."""
         phase = job.status.phase
-        key = (job.metadata["namespace"], job.metadata["name"])
+        key = job_key(job)
         # A new job (no phase yet) is first written Queued only if this cycle cannot place it.
         if phase in (None, Phase.QUEUED, Phase.DEFERRED) and not job.spec.suspend:
-            # While its last gang is still stopping, the step it would resume from is not in yet.
-            stopping = bool(self.inventory.pods_of_job(job.metadata["namespace"], job.metadata["name"]))
-            if stopping or await self._defer(obj, job, now, writes):
-                return None
-            if (retry_at := refusal_retry_at(job, now)) is not None:
-                self._wake_at(job, retry_at, now)
-                return None
-            capacity = self._choose_capacity(job, snapshot, doomed, now)
+            entering = Entering(obj, job, snapshot, doomed, now, writes)
+            for check in self._eligibility:
+                if await check(entering):
+                    return None
+            capacity = self.capacity.choose(job, snapshot, doomed, now)
             if capacity.choice == CapacityChoice.WAIT:
-                last = self._waiting_written.get(key)
-                if waiting_write_due(job.status, capacity.reason, capacity.message, last_written=last, now=now):
-                    self._waiting_written[key] = now
-                    self._write_in_cycle(writes, obj, job, queued(job, capacity.reason, capacity.message, now), now)
+                if self.decisions.waiting_write_due(job, capacity.reason, capacity.message, now):
+                    waiting = queued(job, capacity.reason, capacity.message, now)
+                    self.guard.write_in_cycle(writes, obj, job, waiting, now)
                 return None
             spot = capacity.choice == CapacityChoice.SPOT
             types = (CapacityType.SPOT,) if spot else (CapacityType.ON_DEMAND,)
@@ -322,11 +279,29 @@ class SchedulingCycle(CarbonDeferral, Reporting):
             return request, None
         return None
 
+    # -- the eligibility checks, in the order ELIGIBILITY names them ----------------------------
+
+    async def _still_stopping(self, entering: Entering) -> bool:
+        """Its last gang is still stopping: the step it would resume from is not in yet."""
+        return bool(self.inventory.pods_of_job(*job_key(entering.job)))
+
+    async def _deferred(self, entering: Entering) -> bool:
+        """A carbon-aware job waits for its planned start (`carbon.py`)."""
+        return await self.deferral.defer(entering.obj, entering.job, entering.now, entering.writes)
+
+    async def _refusal_waits(self, entering: Entering) -> bool:
+        """A gang whose workers the API server refused waits out its retry before it asks again."""
+        retry_at = refusal_retry_at(entering.job, entering.now)
+        if retry_at is None:
+            return False
+        wake_at(self.queue, entering.job, retry_at, entering.now)
+        return True
+
     async def _decide(
         self,
         snapshot: ClusterSnapshot,
         requests: list[JobRequest],
-        parsed: dict[str, tuple[dict[str, Any], TrainingJob]],
+        parsed: CycleJobs,
         now: datetime,
     ) -> ScheduleResult:
         """The scheduler's decision. Should it raise, the jobs it raises on are found by halving
@@ -359,7 +334,7 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         found = culprits([], placed_gangs, fails) if fails(placed_gangs) else culprits(placed_gangs, waiting, fails)
         for request, raised in found:
             obj, job = parsed.pop(request.key)
-            await self._set_aside(obj, job, raised, now)
+            await self.guard.set_aside(obj, job, raised, now)
         # With no job to blame this raises, and the stage fails as a whole, to be tried next pass.
         return decide([r for r in requests if r.key in parsed], admissions_per_cycle=most)
 
@@ -367,7 +342,7 @@ class SchedulingCycle(CarbonDeferral, Reporting):
         """The quotas of the Queues this operator can read; the jobs of one it cannot wait, as for a missing
         queue, but for the default queue's, which get the locked one (`with_locked_default`)."""
         quotas = []
-        for name, obj in self.queues.items():
+        for name, obj in self.store.queues.items():
             try:
                 quotas.append(QueueQuota.from_queue(Queue.model_validate(obj)))
             except ValidationError as error:
@@ -375,156 +350,3 @@ class SchedulingCycle(CarbonDeferral, Reporting):
                     log.error("cannot read Queue %s: %s; its jobs wait as for a queue that does not exist", name, error)
                     self._refused_queues[name] = obj
         return with_locked_default(quotas)
-
-    async def _keep_waiting(
-        self, obj: dict[str, Any], job: TrainingJob, reason: str, message: str, now: datetime
-    ) -> None:
-        if job.status.reason != reason:
-            self.kube.post_event(obj, "Normal", reason, message)
-        await self._write_status(obj, job, queued(job, reason, message, now))
-
-    async def _launch(
-        self,
-        obj: dict[str, Any],
-        job: TrainingJob,
-        placement: PlacementDecision,
-        *,
-        reason: str,
-        message: str,
-        capacity: CapacityDecision | None,
-        now: datetime,
-    ) -> None:
-        """Record a (new) placement as the gang's next generation; reconcile then creates its pods.
-
-        Once the status holds the placement (or the write failed), the cycle's promise of its GPUs goes."""
-        namespace, name = job.metadata["namespace"], job.metadata["name"]
-        promise = ("TrainingJob", f"{namespace}/{name}")
-        try:
-            running = [p for p in self.inventory.pods_of_job(namespace, name) if not p.terminating]
-            await asyncio.gather(*(self.kube.delete_pod(p.namespace, p.name) for p in running))
-            status = placed(
-                job,
-                placement,
-                reason=reason,
-                message=message,
-                selector=labels.job_selector("TrainingJob", name),
-                checkpoint_interval_seconds=self._checkpoint_interval(job, placement.nodes, now),
-                capacity=capacity,
-                now=now,
-            )
-            self.kube.post_event(obj, "Normal", reason, message)
-            await self._write_status(obj, job, status)
-        finally:
-            self.in_flight.settle(promise)  # the status holds the GPUs now, or the decision is dropped
-        # Create the gang now rather than on the next pass: that pass waits for every other job.
-        await self._reconcile_now((namespace, name))
-
-    async def _stop_gang(self, obj: dict[str, Any], job: TrainingJob, now: datetime, reason: str, message: str) -> None:
-        """Preempted: the job waits again and its whole gang goes (checkpointing on SIGTERM).
-
-        The status first: should the operator end before the deletes, the next one finds a waiting
-        job with live workers and stops them (`lifecycle`); the other way round, it would find a
-        running gang losing workers, and count an interruption that never was."""
-        namespace, name = job.metadata["namespace"], job.metadata["name"]
-        self.kube.post_event(obj, "Warning", reason, message)
-        await self._write_status(obj, job, preempted(job, reason, message, now))
-        pods = [p for p in self.inventory.pods_of_job(namespace, name) if not p.terminating]
-        await asyncio.gather(*(self.kube.delete_pod(p.namespace, p.name, self._checkpoint_grace()) for p in pods))
-
-    def _choose_capacity(
-        self, job: TrainingJob, snapshot: ClusterSnapshot, doomed: frozenset[str], now: datetime
-    ) -> CapacityDecision:
-        spec = job.spec
-        spot_fits = False
-        if spec.spot.policy != SpotPolicy.NEVER:
-            # Thousands of waiting jobs come in a few shapes: one search per shape and cycle, not per job.
-            on_spot = self._request(job, doomed, (CapacityType.SPOT,), snapshot.topology)
-            fits = self._spot_fits.get(on_spot)
-            if fits is None:
-                fits = self._spot_fits[on_spot] = gang_fits(on_spot, snapshot)
-            # A fleet that grows has spot whenever it offers it: nodes are asked for after the cycle.
-            spot_fits = fits or (
-                self.provisioner is not None and self.provisioner.offers(CapacityType.SPOT, spec.gpu_type)
-            )
-        capacity = next((c for c in job.status.conditions if c.type == "Capacity"), None)
-        pinned = None
-        if capacity is not None and capacity.reason == DEADLINE_NEEDS_ON_DEMAND:
-            pinned = CapacityDecision(CapacityChoice.ON_DEMAND, capacity.reason, capacity.message, True)
-        return choose_capacity(
-            SpotPolicy(spec.spot.policy),
-            SpotJob(
-                # Conservative: work done before an interruption is not credited, so
-                # the switch to on-demand comes early rather than late.
-                remaining_work_s=float(spec.expected_duration_seconds or 0),
-                restart_overhead_s=self.settings.restart_overhead_seconds,
-            ),
-            now=now,
-            deadline=spec.deadline,
-            spot_available=spot_fits,
-            decision_period_s=self.settings.resync_seconds,
-            previous=pinned,
-        )
-
-    def _checkpoint_interval(self, job: TrainingJob, nodes: tuple[str, ...], now: datetime) -> int | None:
-        checkpoint = job.spec.checkpoint
-        if checkpoint is None:
-            return None
-        if checkpoint.interval_seconds is not None:
-            return checkpoint.interval_seconds
-        # A gang stops when any of its nodes goes: the rates of its nodes add up.
-        rate = sum(self.pools.rate_per_second(self.inventory.nodes[n]) for n in nodes if n in self.inventory.nodes)
-        slack = None
-        if job.spec.deadline is not None:
-            # Beyond the work: a restart after an interruption, and one decision period to notice it.
-            slack = deadline_slack_seconds(
-                job.spec.deadline,
-                now,
-                float(job.spec.expected_duration_seconds or 0),
-                self.settings.restart_overhead_seconds,
-                self.settings.resync_seconds,
-            )
-        interval = spot_checkpoint_interval(
-            checkpoint.cost_seconds,
-            rate,
-            notice_s=self.settings.spot_notice_seconds,
-            interruptions=job.status.interruptions or 0,
-            saved_on_notice=min(job.status.saved_on_notice or 0, job.status.interruptions or 0),
-            slack_s=slack,
-        )
-        return round(interval)
-
-    def _request(
-        self, job: TrainingJob, doomed: frozenset[str], capacity_types: tuple[CapacityType, ...], topology: Topology
-    ) -> GangRequest:
-        spec = job.spec
-        tolerations = tuple(Toleration.from_dict(t) for t in (spec.template.get("spec") or {}).get("tolerations", []))
-        return GangRequest(
-            replicas=spec.replicas,
-            gpus_per_replica=spec.gpus_per_replica,
-            gpu_types=frozenset({spec.gpu_type}) if spec.gpu_type else None,
-            required_level=_level(topology, spec.topology.required_level),
-            preferred_level=_level(topology, spec.topology.preferred_level),
-            tolerations=tolerations,
-            capacity_types=capacity_types,
-            excluded_nodes=doomed,
-            share=ShareShape.of(spec.gpu_share),
-        )
-
-
-def _was_pinned(job: TrainingJob) -> bool:
-    return any(c.type == "Capacity" and c.reason == DEADLINE_NEEDS_ON_DEMAND for c in job.status.conditions)
-
-
-async def _at_most(limit: int, calls: list[Coroutine[Any, Any, bool]]) -> None:
-    """Await CALLS concurrently, at most LIMIT at a time."""
-    slots = asyncio.Semaphore(limit)
-
-    async def bounded(call: Coroutine[Any, Any, bool]) -> None:
-        async with slots:
-            await call
-
-    await asyncio.gather(*(bounded(call) for call in calls))
-
-
-def _level(topology: Topology, name: str | None) -> Level | None:
-    return topology.find(name) if name else None

@@ -1,0 +1,286 @@
+"""What the TrainingJob controller knows of its jobs and Queues: one store, handed to every part.
+
+The watch handlers put objects in; the parts read them (a job's model is made once per object,
+until the next watch event or our own status write replaces it) and keep no copy of their own.
+The store also answers what follows from the jobs alone: which jobs sit on a node, which are in a
+namespace being deleted, and the cluster as placement sees it, with the GPUs of placed gangs whose
+pods are not created yet.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from aisched.api import DEFAULT_QUEUE, TrainingJob, TrainingJobPhase
+from aisched.api.training_job import TrainingJobStatus
+from aisched.controller.in_flight import InFlightPlacements
+from aisched.controller.templates import elided
+from aisched.controller.workqueue import WorkQueue
+from aisched.kube import labels
+from aisched.kube.inventory import Inventory
+from aisched.kube.versions import is_newer
+from aisched.policy.cluster import ClusterSnapshot
+from aisched.policy.lifecycle import FINISHED, HOLDS_GPUS
+from aisched.policy.placement_record import PlacementMade
+from aisched.policy.queueing import locked_default_queue
+
+log = logging.getLogger(__name__)
+JobKey = tuple[str, str]
+PLURAL = "trainingjobs"
+# A namespace found being deleted is left alone this long: its jobs can create nothing and hold no GPUs.
+CLOSING_NAMESPACE_SECONDS = 60.0
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class JobStore:
+    """The TrainingJobs and Queues as the watches (and our own writes) last showed them."""
+
+    def __init__(
+        self,
+        inventory: Inventory,
+        in_flight: InFlightPlacements,
+        *,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.inventory = inventory
+        self.in_flight = in_flight
+        """GPUs promised by this controller and the InferenceService controller, not yet written down."""
+        self._monotonic = monotonic
+        self.jobs: dict[JobKey, dict[str, Any]] = {}
+        self.queues: dict[str, dict[str, Any]] = {}
+        # Each cycle reads every job several times; an object is parsed once, until the next watch event
+        # replaces it. An object the model refuses is kept with what the model said, for the condition
+        # that tells its user.
+        self._parsed: dict[JobKey, tuple[dict[str, Any], TrainingJob | ValidationError]] = {}
+        self.elided_templates: set[JobKey] = set()
+        """Jobs kept without their template's process settings (templates.py): their launch reads them again."""
+        # The placement this process last wrote for each job: the status is our record, never a grant
+        # (`policy.placement_record`).
+        self._placements_made: dict[JobKey, PlacementMade] = {}
+        # Jobs by the nodes of their status placement: a node's event marks those jobs, not every job.
+        self._placed_on: dict[str, set[JobKey]] = {}
+        # Namespaces the API server said are being deleted, with when (monotonic) that is next asked again.
+        self._closing_namespaces: dict[str, float] = {}
+
+    # -- the watch's objects, and our writes ----------------------------------------
+
+    def seen(self, obj: dict[str, Any]) -> JobKey | None:
+        """OBJ from a watch event, kept (without its template's process settings where they are
+        large); its key, or None for the event of a write older than one of ours that has landed."""
+        key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+        held = self.jobs.get(key)
+        if held is not None and is_newer(
+            held["metadata"].get("resourceVersion"), obj["metadata"].get("resourceVersion")
+        ):
+            # Its status would undo ours (a chunk end's pause read back as Running). The events of
+            # our writes follow.
+            return None
+        kept = elided(obj)
+        # A template the model refuses is kept whole, for the condition that tells its user why.
+        if kept is not None and not isinstance(parse_job(obj), ValidationError):
+            obj = kept  # its key too: nothing kept points into the watch's parse of the object
+            key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+            self.elided_templates.add(key)
+        else:
+            self.elided_templates.discard(key)
+        self.put(key, obj)
+        return key
+
+    def put(self, key: JobKey, obj: dict[str, Any]) -> None:
+        """Our copy of a job, from its watch event or our own status write."""
+        old = self.jobs.get(key)
+        self.jobs[key] = obj
+        if finished(obj):
+            self._parsed.pop(key, None)
+        before, after = _placed_nodes(old), _placed_nodes(obj)
+        for node in before - after:
+            self._unplace(key, node)
+        for node in after - before:
+            self._placed_on.setdefault(node, set()).add(key)
+
+    def written(
+        self, obj: dict[str, Any], status: TrainingJobStatus, version: str | None, wire: dict[str, Any] | None = None
+    ) -> None:
+        """STATUS (WIRE, its wire form, where the writer has it) is on the server, at VERSION: our copy holds
+        it, so the next pass does not act on a stale one, and the watch events of earlier writes, still on
+        their way, are older."""
+        namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
+        made = PlacementMade.of(status)
+        if made is None:
+            self._placements_made.pop((namespace, name), None)
+        else:
+            self._placements_made[(namespace, name)] = made
+        metadata = {**obj["metadata"], "resourceVersion": version} if version else obj["metadata"]
+        status_wire = wire if wire is not None else status.to_wire()
+        self.put((namespace, name), {**obj, "metadata": metadata, "status": status_wire})
+
+    def placement_made(self, key: JobKey) -> PlacementMade | None:
+        """The placement this process last wrote for KEY."""
+        return self._placements_made.get(key)
+
+    def forget(self, key: JobKey) -> None:
+        """KEY is gone: nothing of it is kept."""
+        self._placements_made.pop(key, None)
+        self.elided_templates.discard(key)
+        self._parsed.pop(key, None)
+        for node in _placed_nodes(self.jobs.pop(key, None)):
+            self._unplace(key, node)
+
+    def _unplace(self, key: JobKey, node: str) -> None:
+        jobs = self._placed_on.get(node, set())
+        jobs.discard(key)
+        if not jobs:
+            self._placed_on.pop(node, None)
+
+    # -- the typed records ------------------------------------------------------------
+
+    def read(self, obj: dict[str, Any]) -> TrainingJob | None:
+        """OBJ as a model; the models are shared, so callers copy before they change one.
+
+        None for an object the model refuses (`refusal` says why).
+        """
+        parsed = self.parse_once(obj)
+        return parsed if isinstance(parsed, TrainingJob) else None
+
+    def refusal(self, obj: dict[str, Any]) -> ValidationError | None:
+        """Why the model refuses OBJ; None when it reads it."""
+        parsed = self.parse_once(obj)
+        return parsed if isinstance(parsed, ValidationError) else None
+
+    def parse_once(self, obj: dict[str, Any]) -> TrainingJob | ValidationError:
+        key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+        cached = self._parsed.get(key)
+        if cached is not None and cached[0] is obj:
+            return cached[1]
+        parsed = parse_job(obj)
+        if finished(obj):
+            # Most of a long backlog is jobs that finished, which the stages read off their
+            # objects (`finished`): their models (~9 KiB each) are made when asked for, not kept.
+            self._parsed.pop(key, None)
+        else:
+            self._parsed[key] = (obj, parsed)
+        return parsed
+
+    def models_kept(self) -> set[JobKey]:
+        """The jobs whose model is kept between reads."""
+        return set(self._parsed)
+
+    def running(self) -> Iterator[tuple[JobKey, dict[str, Any], TrainingJob]]:
+        """The readable jobs in phase Running, with their objects; a copy, so writes may follow."""
+        for key, obj in list(self.jobs.items()):
+            job = None if finished(obj) else self.read(obj)
+            if job is not None and job.status.phase == TrainingJobPhase.RUNNING:
+                yield key, obj, job
+
+    def unfinished(self) -> Iterator[tuple[JobKey, dict[str, Any]]]:
+        """The jobs that have not succeeded or failed, outside namespaces being deleted; a copy."""
+        for key, obj in list(self.jobs.items()):
+            if not finished(obj) and not self.in_closing_namespace(key):
+                yield key, obj
+
+    # -- Queues ------------------------------------------------------------------------
+
+    def queue_object(self, name: str) -> dict[str, Any] | None:
+        """Queue NAME as stored; the default queue, where nobody wrote one, as the locked one the
+        operator creates (it grants nothing), never an open one."""
+        queue = self.queues.get(name)
+        if queue is None and name == DEFAULT_QUEUE:
+            return locked_default_queue().to_wire()
+        return queue
+
+    # -- what follows from the jobs -------------------------------------------------------
+
+    def namespace_closed(self, namespace: str) -> None:
+        """NAMESPACE is being deleted: its jobs are left out of scheduling and reconciles for a while.
+
+        Until the namespace controller deletes them, they would otherwise be admitted, hold
+        GPUs their pods can never use, and fail a reconcile each (a tenant deleting a
+        namespace of a thousand jobs would stall everyone else)."""
+        if namespace not in self._closing_namespaces:
+            log.info("namespace %s is being deleted: its TrainingJobs are left alone", namespace)
+        self._closing_namespaces[namespace] = self._monotonic() + CLOSING_NAMESPACE_SECONDS
+
+    def in_closing_namespace(self, key: JobKey) -> bool:
+        until = self._closing_namespaces.get(key[0])
+        if until is None:
+            return False
+        if self._monotonic() < until:
+            return True
+        del self._closing_namespaces[key[0]]
+        return False
+
+    def jobs_on_node(self, node: str) -> set[JobKey]:
+        """TrainingJobs with a worker on NODE, or NODE in their placement."""
+        on_node = {
+            p.job_key
+            for p in self.inventory.pods_on_node(node)
+            if p.job_key is not None and p.labels.get(labels.JOB_KIND) == "TrainingJob"
+        }
+        return (on_node | self._placed_on.get(node, set())) & self.jobs.keys()
+
+    def cluster_snapshot(self) -> ClusterSnapshot:
+        """The cluster as placement sees it, shared with the InferenceService controller: every pod's
+        GPUs, the ranks of placed gangs not created yet, and what is promised but not written yet."""
+        reserved: dict[str, int] = self.in_flight.by_node()
+        for key, obj in self.unfinished():
+            job = self.read(obj)
+            if job is None or job.status.phase not in HOLDS_GPUS or job.status.placement is None:
+                continue
+            # Pods that exist hold their GPUs in the inventory (pinned by node selector even
+            # while gated); ranks whose pods are not created yet hold them through the placement.
+            created = {
+                p.labels.get(labels.RANK)
+                for p in self.inventory.pods_of_job(*key)
+                if p.labels.get(labels.GANG_GENERATION) == str(job.status.gang_generation)
+            }
+            for rank, node in enumerate(job.status.placement.nodes):
+                if str(rank) not in created:
+                    reserved[node] = reserved.get(node, 0) + job.spec.gpus_per_replica
+        return self.inventory.snapshot(reserved)
+
+
+def finished(obj: dict[str, Any]) -> bool:
+    """The stored status says the job succeeded or failed: read off the object, with no model made."""
+    status = obj.get("status")
+    return isinstance(status, dict) and status.get("phase") in FINISHED
+
+
+def start_now_requested(job: TrainingJob) -> bool:
+    """The user set the start-now annotation: the job skips its carbon deferral."""
+    return str((job.metadata.get("annotations") or {}).get(labels.START_NOW, "")).lower() == "true"
+
+
+def job_key(job: TrainingJob) -> JobKey:
+    return job.metadata["namespace"], job.metadata["name"]
+
+
+def _placed_nodes(obj: dict[str, Any] | None) -> set[str]:
+    """The nodes in OBJ's status placement, read defensively: status is whatever was stored."""
+    status = (obj or {}).get("status")
+    placement = status.get("placement") if isinstance(status, dict) else None
+    nodes = placement.get("nodes") if isinstance(placement, dict) else None
+    return {n for n in nodes if isinstance(n, str)} if isinstance(nodes, list) else set()
+
+
+def parse_job(obj: dict[str, Any]) -> TrainingJob | ValidationError:
+    try:
+        return TrainingJob.model_validate(obj)
+    except ValidationError as error:
+        # The API server validated it: the CRD installed is older or looser than this
+        # operator's model (an object stored before an upgrade tightened a bound).
+        log.error("cannot read TrainingJob %s: %s", obj.get("metadata", {}).get("name"), error)
+        return error
+
+
+def wake_at(queue: WorkQueue[JobKey], job: TrainingJob, when: datetime, now: datetime) -> None:
+    """Reconcile JOB again at WHEN; an earlier wake-up already pending for it stands."""
+    queue.add_after(job_key(job), max(1.0, (when - now).total_seconds()))
