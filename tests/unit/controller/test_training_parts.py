@@ -272,6 +272,26 @@ async def test_spot_is_searched_for_once_per_gang_shape_and_cycle(monkeypatch: p
     assert len(searched) == 2
 
 
+async def test_an_elastic_job_has_spot_when_its_minimum_fits_there() -> None:
+    spot_node = a_node("spot", 8)
+    spot_node["metadata"]["labels"]["karpenter.sh/capacity-type"] = "spot"
+    store = a_store(spot_node)
+    chooser = CapacityChooser(SETTINGS, provisioner=None)
+    snapshot = store.cluster_snapshot()
+
+    def choice(**spec: Any) -> CapacityChoice:
+        obj = a_job("wide")
+        obj["spec"].update(replicas=4, spot={"policy": SpotPolicy.ONLY.value}, **spec)
+        job = store.read(obj)
+        assert job is not None
+        return chooser.choose(job, snapshot, frozenset(), T0).choice
+
+    assert choice() == CapacityChoice.WAIT  # 4 x 4 GPUs: no room on spot for the whole gang
+    # Elastic, it starts at what fits (down to 1 replica): one spot node holds two.
+    assert choice(minReplicas=1, maxReplicas=4) == CapacityChoice.SPOT
+    assert choice(minReplicas=3, maxReplicas=4) == CapacityChoice.WAIT
+
+
 # -- the scheduling cycle's eligibility, in its order -------------------------------------
 
 

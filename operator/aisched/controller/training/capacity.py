@@ -7,6 +7,7 @@ few shapes), or will once the fleet grows, and reads back a deadline's earlier p
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 
 from aisched.api import CapacityType, SpotPolicy, TrainingJob
@@ -38,7 +39,9 @@ class CapacityChooser:
         spec = job.spec
         spot_fits = False
         if spec.spot.policy != SpotPolicy.NEVER:
-            on_spot = gang_request(job, doomed, (CapacityType.SPOT,), snapshot.topology)
+            # An elastic job starts at what fits, down to its minimum: spot has room for it when that fits.
+            whole = gang_request(job, doomed, (CapacityType.SPOT,), snapshot.topology)
+            on_spot = replace(whole, replicas=spec.min_replicas or spec.replicas)
             fits = self._spot_fits.get(on_spot)
             if fits is None:
                 fits = self._spot_fits[on_spot] = gang_fits(on_spot, snapshot)
