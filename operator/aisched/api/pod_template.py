@@ -224,6 +224,8 @@ _BOUNDS: dict[str, Any] = {
             "properties": {
                 "containers": {**_list(_CONTAINER, MAX_CONTAINERS), "minItems": 1},
                 "initContainers": _list(_CONTAINER, MAX_CONTAINERS),
+                # The API server refuses them in a pod it creates: they are added to a running pod only.
+                "ephemeralContainers": {"maxItems": 0},
                 "volumes": _list({**_OBJECT, "required": ["name"], "properties": {"name": _DNS_LABEL}}, MAX_VOLUMES),
                 "tolerations": _list(_TOLERATION, MAX_TOLERATIONS),
                 "nodeSelector": {**_LABEL_MAP, "maxProperties": MAX_NODE_SELECTOR},
