@@ -112,18 +112,17 @@ def largest_job(name: str, object_bytes: int) -> dict[str, Any]:
 
 def _pad(pod: dict[str, Any], room: int) -> None:
     """Spend ROOM bytes of POD on what costs the most memory a byte: empty objects, then empty strings."""
-    empty_objects = [
-        ("volumes", lambda i: {"name": f"v{i}", "projected": {"sources": [{}] * MAX_LIST_ITEMS}}, MAX_VOLUMES),
-        ("dnsConfig", lambda _: {"options": [{}] * MAX_LIST_ITEMS}, 1),
-    ]
-    for field, make, most in empty_objects:
-        items = [make(i) for i in range(most)]
-        while items and json_bytes(items) + len(field) + 4 > room:  # `,"field":` and the value
-            items.pop()
-        if items:
-            pod[field] = items if field == "volumes" else items[0]
-            room -= json_bytes(pod[field]) + len(field) + 4
-    terms = []
+    volumes = [{"name": f"v{i}", "projected": {"sources": [{}] * MAX_LIST_ITEMS}} for i in range(MAX_VOLUMES)]
+    while volumes and json_bytes(volumes) + len(',"volumes":') > room:
+        volumes.pop()
+    if volumes:
+        pod["volumes"] = volumes
+        room -= json_bytes(volumes) + len(',"volumes":')
+    dns: dict[str, Any] = {"options": [{}] * MAX_LIST_ITEMS}
+    if json_bytes(dns) + len(',"dnsConfig":') <= room:
+        pod["dnsConfig"] = dns
+        room -= json_bytes(dns) + len(',"dnsConfig":')
+    terms: list[dict[str, Any]] = []
     room -= len(
         ',"affinity":{"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[]}}}'
     )
