@@ -4,7 +4,7 @@ A CRD's schema cannot hold `$ref`s, and whatever it leaves open (`x-kubernetes-p
 the API server stores byte for byte: a tenant pads it. So the pod template of our CRDs is Kubernetes'
 own PodTemplateSpec, taken from the OpenAPI v3 document of the pinned Kubernetes version
 (`make generate` runs `aisched pod-template-schema`, which calls `structural_schema`) and committed as
-`pod_template_spec.json`; aisched's bounds and rules are laid over it (`overlay`, in pod_template.py).
+`pod_template_spec.json`; aisched's bounds and rules are laid over it (`overlay`; pod_template.py).
 
 The resolved schema keeps what the API server enforces or uses (types, required fields, formats,
 list and map types, int-or-string) and drops the rest (descriptions, strategic-merge-patch hints,
@@ -139,3 +139,28 @@ def _strip_defaults(node: Any) -> Any:
     if isinstance(node, dict):
         return {key: _strip_defaults(value) for key, value in node.items() if key != _DEFAULT}
     return node
+
+
+def overlay(base: dict[str, Any], bounds: dict[str, Any], where: str = "template") -> dict[str, Any]:
+    """BASE (Kubernetes' schema) with BOUNDS (aisched's) laid over it: aisched's keywords win, fields merge.
+
+    A bound on a field Kubernetes does not define is an error: it would open the schema, not bound it.
+    """
+    merged = dict(base)
+    for key, value in bounds.items():
+        if key == "properties":
+            known: dict[str, Any] = base.get("properties", {})
+            unknown = sorted(set(value) - set(known))
+            if unknown:
+                raise ValueError(f"{where} bounds fields Kubernetes does not define: {unknown}")
+            merged[key] = {
+                name: overlay(known[name], value[name], f"{where}.{name}") if name in value else known[name]
+                for name in known
+            }
+        elif key in ("items", "additionalProperties") and isinstance(base.get(key), dict):
+            merged[key] = overlay(base[key], value, f"{where}[]")
+        elif key == "required":
+            merged[key] = sorted({*base.get(key, []), *value})
+        else:
+            merged[key] = value
+    return merged

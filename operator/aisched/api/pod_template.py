@@ -54,6 +54,7 @@ from aisched.api.common import (
     TOLERATION_OPERATORS,
     cel,
 )
+from aisched.api.openapi import overlay
 
 MAX_CONTAINERS: Final = 16
 MAX_ENV: Final = 256
@@ -242,31 +243,6 @@ _BOUNDS: dict[str, Any] = {
         },
     },
 }
-
-
-def overlay(base: dict[str, Any], bounds: dict[str, Any], where: str = "template") -> dict[str, Any]:
-    """BASE (Kubernetes' schema) with BOUNDS (aisched's) laid over it: aisched's keywords win, fields merge.
-
-    A bound on a field Kubernetes does not define is an error: it would open the schema, not bound it.
-    """
-    merged = dict(base)
-    for key, value in bounds.items():
-        if key == "properties":
-            known: dict[str, Any] = base.get("properties", {})
-            unknown = sorted(set(value) - set(known))
-            if unknown:
-                raise ValueError(f"{where} bounds fields Kubernetes does not define: {unknown}")
-            merged[key] = {
-                name: overlay(known[name], value[name], f"{where}.{name}") if name in value else known[name]
-                for name in known
-            }
-        elif key in ("items", "additionalProperties") and isinstance(base.get(key), dict):
-            merged[key] = overlay(base[key], value, f"{where}[]")
-        elif key == "required":
-            merged[key] = sorted({*base.get(key, []), *value})
-        else:
-            merged[key] = value
-    return merged
 
 
 def bound_everything(schema: dict[str, Any]) -> dict[str, Any]:

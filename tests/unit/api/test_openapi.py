@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from aisched.api.openapi import UnsupportedSchemaError, structural_schema
-from aisched.api.pod_template import KUBERNETES_POD_TEMPLATE, POD_TEMPLATE_SCHEMA, overlay
+from aisched.api.openapi import UnsupportedSchemaError, overlay, structural_schema
+from aisched.api.pod_template import KUBERNETES_POD_TEMPLATE, POD_TEMPLATE_SCHEMA
 
 _REF = "#/components/schemas/"
 
