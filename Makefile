@@ -18,7 +18,11 @@ INTEGRATION_TEST_TIMEOUT ?= 900
 E2E_TEST_TIMEOUT ?= 1200
 CRD_DIRS := crds helm/aisched/templates/crds
 KARPENTER_LOG_DIR ?= $(HOME)/.cache/aisched
-GENERATED := $(CRD_DIRS) helm/aisched/dashboards manifests/install.yaml manifests/prometheus-rules.yaml
+POD_TEMPLATE_SPEC := operator/aisched/api/pod_template_spec.json
+# Kubernetes' own OpenAPI document of the pinned version: k8s-binaries puts its module in Go's module cache.
+KUBERNETES_VERSION = $(shell sed -n 's/^KUBERNETES_VERSION=//p' hack/versions.env)
+KUBERNETES_OPENAPI = $(shell go env GOMODCACHE)/k8s.io/kubernetes@$(KUBERNETES_VERSION)/api/openapi-spec/v3/api__v1_openapi.json
+GENERATED := $(POD_TEMPLATE_SPEC) $(CRD_DIRS) helm/aisched/dashboards manifests/install.yaml manifests/prometheus-rules.yaml
 
 .PHONY: help
 help: ## list the targets
@@ -82,7 +86,8 @@ demo: venv k8s-binaries ## local GPU cluster + operator + sample jobs (REAL_NODE
 	AISCHED_REAL_NODES=$(REAL_NODES) hack/demo.sh
 
 .PHONY: generate
-generate: venv k8s-binaries ## regenerate the CRDs (crds/ and the chart), dashboards, install bundle and rules file
+generate: venv k8s-binaries ## regenerate the pod template schema, CRDs (crds/ and the chart), dashboards, install bundle, rules
+	$(BIN)/aisched pod-template-schema --openapi "$(KUBERNETES_OPENAPI)" --output $(POD_TEMPLATE_SPEC)
 	$(BIN)/aisched crds $(foreach dir,$(CRD_DIRS),--output-dir $(dir))
 	$(BIN)/aisched dashboards --output-dir helm/aisched/dashboards
 	hack/render-install.sh manifests

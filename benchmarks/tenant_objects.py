@@ -1,14 +1,17 @@
 """Tenant objects: the operator's memory with a namespace full of the largest TrainingJobs the CRD admits.
 
 Issue #27: a tenant's objects cost the operator memory, and a tenant may create as many
-as its namespace holds. Every list of the template is bounded (aisched.api.pod_template),
-but an object's bytes are bounded by etcd only (1.5 MiB a request by default), and the
-template is open beyond its typed parts; so the largest admissible TrainingJob is one of
-about `--object-bytes` of JSON whose typed lists are all at their bounds (16 containers and
-16 init containers, each with 256 env entries, 256 envFrom sources, 1,024 args and 256
-command items: the most items, so the most memory once parsed) and whose remaining bytes
-are small objects in a field the template keeps open. The API server refuses a larger one
-(the benchmark shrinks it until it is taken).
+as its namespace holds. The template is Kubernetes' PodTemplateSpec, closed (the API server
+prunes any field Kubernetes does not define), and every list of it is bounded
+(aisched.api.pod_template), but an object's bytes are bounded by etcd only (1.5 MiB a
+request by default); so the largest admissible TrainingJob is one of about `--object-bytes`
+of JSON whose container lists are all at their bounds (16 containers and 16 init
+containers, each with 256 env entries, 256 envFrom sources, 1,024 args and 256 command
+items: the most items, so the most memory once parsed) and whose remaining bytes go where
+the closed schema still takes the most items per byte: empty objects (128 projected volumes
+of 64 empty sources, 64 empty DNS options), then empty strings in a node affinity's values
+(64 terms of 64 expressions of 256). The API server refuses a larger one (the benchmark
+shrinks it until it is taken).
 
 Setup: a local cluster (`aisched.testing.cluster`, the small preset) with the generated
 CRDs, and the operator as users run it (`aisched run --standalone`, default settings). The
@@ -49,7 +52,15 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from aisched.api import GROUP, VERSION
-from aisched.api.pod_template import MAX_ARGS, MAX_COMMAND, MAX_CONTAINERS, MAX_ENV
+from aisched.api.pod_template import (
+    MAX_ARGS,
+    MAX_COMMAND,
+    MAX_CONTAINERS,
+    MAX_ENV,
+    MAX_LIST_ITEMS,
+    MAX_SCALAR_LIST_ITEMS,
+    MAX_VOLUMES,
+)
 from aisched.controller.main import WATCH_PAGE, WORKER_IDLE_SECONDS
 from aisched.controller.process_tuning import ALLOCATOR_VARIABLE
 from aisched.testing.cluster import LocalCluster, start_cluster, stop_cluster, wait_for
@@ -79,11 +90,12 @@ def _container(name: str, index: int) -> dict[str, Any]:
 def largest_job(name: str, object_bytes: int) -> dict[str, Any]:
     """A TrainingJob the CRD admits of about OBJECT_BYTES of JSON, the most items it can hold.
 
-    The bytes its bounded lists leave go to small objects in a field the template keeps open.
+    The bytes its bounded container lists leave go to the items the closed template still takes.
     """
     containers = [_container(f"c{i}", i) for i in range(MAX_CONTAINERS)]
     containers[0]["resources"] = {"limits": {"nvidia.com/gpu": 1}}
     init_containers = [_container(f"i{i}", MAX_CONTAINERS + i) for i in range(MAX_CONTAINERS)]
+    pod: dict[str, Any] = {"containers": containers, "initContainers": init_containers}
     job: dict[str, Any] = {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "TrainingJob",
@@ -91,13 +103,43 @@ def largest_job(name: str, object_bytes: int) -> dict[str, Any]:
         "spec": {
             "gpusPerReplica": 1,
             "queue": "nowhere",  # no such Queue: the job waits, and the operator holds it
-            "template": {"spec": {"containers": containers, "initContainers": init_containers}},
+            "template": {"spec": pod},
         },
     }
-    room = object_bytes - json_bytes(job)
-    if room > 0:
-        containers[0]["padding"] = [{}] * max(0, (room - 14) // 3)  # `{},` each
+    _pad(pod, object_bytes - json_bytes(job))
     return job
+
+
+def _pad(pod: dict[str, Any], room: int) -> None:
+    """Spend ROOM bytes of POD on what costs the most memory a byte: empty objects, then empty strings."""
+    volumes = [{"name": f"v{i}", "projected": {"sources": [{}] * MAX_LIST_ITEMS}} for i in range(MAX_VOLUMES)]
+    while volumes and json_bytes(volumes) + len(',"volumes":') > room:
+        volumes.pop()
+    if volumes:
+        pod["volumes"] = volumes
+        room -= json_bytes(volumes) + len(',"volumes":')
+    dns: dict[str, Any] = {"options": [{}] * MAX_LIST_ITEMS}
+    if json_bytes(dns) + len(',"dnsConfig":') <= room:
+        pod["dnsConfig"] = dns
+        room -= json_bytes(dns) + len(',"dnsConfig":')
+    terms: list[dict[str, Any]] = []
+    room -= len(
+        ',"affinity":{"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[]}}}'
+    )
+    expression_bytes = json_bytes({"key": "k", "operator": "In", "values": []}) + 1
+    term_bytes = json_bytes({"matchExpressions": []}) + 1
+    while len(terms) < MAX_LIST_ITEMS and room > term_bytes + expression_bytes:
+        expressions: list[dict[str, Any]] = []
+        room -= term_bytes
+        while len(expressions) < MAX_LIST_ITEMS and room > expression_bytes:
+            room -= expression_bytes
+            values = [""] * max(0, min(MAX_SCALAR_LIST_ITEMS, (room + 1) // 3))  # `"",` each, the last no comma
+            room -= max(0, 3 * len(values) - 1)
+            expressions.append({"key": "k", "operator": "In", "values": values})
+        terms.append({"matchExpressions": expressions})
+    if terms:
+        required = {"nodeSelectorTerms": terms}
+        pod["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
 
 
 def json_bytes(obj: Any) -> int:

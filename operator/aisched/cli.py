@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -20,6 +21,7 @@ from pydantic_settings import SettingsError
 
 from aisched import __version__
 from aisched.api.crd import all_crds
+from aisched.api.openapi import POD_TEMPLATE_SPEC, structural_schema
 from aisched.dashboards.catalog import write_dashboards
 from aisched.kube.client import load_api_client
 from aisched.policy.carbon import Forecast
@@ -47,6 +49,13 @@ def _crds(args: argparse.Namespace) -> int:
         for crd in crds:
             name = crd["metadata"]["name"]
             (directory / f"{name}.yaml").write_text(render_crd(crd))
+    return 0
+
+
+def _pod_template_schema(args: argparse.Namespace) -> int:
+    document = json.loads(args.openapi.read_text())
+    schema = structural_schema(document["components"]["schemas"], POD_TEMPLATE_SPEC)
+    args.output.write_text(json.dumps(schema, indent=1, sort_keys=True) + "\n")
     return 0
 
 
@@ -216,6 +225,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="write one file per CRD here (repeatable) instead of printing",
     )
     crds.set_defaults(handler=_crds)
+
+    pod_template = commands.add_parser(
+        "pod-template-schema",
+        help="write Kubernetes' PodTemplateSpec as a structural schema (make generate: pod_template_spec.json)",
+    )
+    pod_template.add_argument(
+        "--openapi", type=Path, required=True, help="Kubernetes' OpenAPI v3 document of the core group (api__v1)"
+    )
+    pod_template.add_argument("--output", type=Path, required=True, help="the JSON file to write")
+    pod_template.set_defaults(handler=_pod_template_schema)
 
     dashboards = commands.add_parser("dashboards", help="write the Grafana dashboards, one JSON file each")
     dashboards.add_argument("--output-dir", type=Path, required=True, help="where to write them (created if missing)")

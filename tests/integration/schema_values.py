@@ -5,8 +5,8 @@ on the Hypothesis this project uses (`'many' object has no attribute 'more'`), a
 knows neither Kubernetes' structural-schema extensions nor CEL. This covers the subset
 the CRDs use (object, array, string with enum/pattern/format/length, integer and number
 with bounds, boolean, maps) in two moods: `admitted` keeps to what the schema admits and
-leans on its edges (every bound, the longest string, hostile pod templates where the
-schema preserves unknown fields); `hostile` also goes one past each bound, to int64's
+leans on its edges (every bound, the longest string, hostile pod templates in place of a
+pod spec's); `hostile` also goes one past each bound, to int64's
 limits, to empty and overlong strings and values of the wrong type.
 """
 
@@ -113,7 +113,7 @@ class SchemaValues:
             {k: v for k, v in fields.items() if k in required},
             optional={k: v for k, v in fields.items() if k not in required},
         )
-        if schema.get("x-kubernetes-preserve-unknown-fields") and "containers" in properties:
+        if "containers" in properties and "initContainers" in properties:  # a pod spec
             return _pod_spec(made)
         return made
 

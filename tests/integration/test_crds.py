@@ -63,3 +63,29 @@ def test_kubectl_shows_short_names_columns_and_category(cluster: LocalCluster) -
     )
     for column in ("Phase", "GPUs", "Queue", "Placement", "Reason"):
         assert column in columns
+
+
+@pytest.mark.usefixtures("crds_installed")
+def test_fields_kubernetes_does_not_define_are_pruned_from_the_template(cluster: LocalCluster, namespace: str) -> None:
+    # Issue #27: padding in an open template field cost the API server ~280 MiB an object.
+    job = yaml.safe_load((EXAMPLES / "trainingjob-basic.yaml").read_text())
+    job["metadata"]["name"] = "padded"
+    template = job["spec"]["template"]
+    template["padding"] = [{}] * 1000
+    template["metadata"] = {"labels": {"team": "nlp"}, "uid": "not-a-template-field"}
+    template["spec"]["padding"] = [{}] * 1000
+    container = template["spec"]["containers"][0]
+    container["padding"] = [{}] * 1000
+    container["resources"] = {**container.get("resources", {}), "padding": {"x": [{}] * 1000}}
+    container["securityContext"] = {"runAsUser": 1000, "padding": [{}] * 1000}
+    manifest = yaml.safe_dump(job)
+    strict = cluster.kubectl("create", "-n", namespace, "-f", "-", input=manifest)  # kubectl validates strictly
+    assert strict.returncode != 0 and 'unknown field "spec.template.padding"' in strict.stderr, strict.stderr
+    # Clients that do not ask for strict validation (the API's default, Warn) get the object pruned.
+    created = cluster.kubectl("create", "--validate=false", "-n", namespace, "-f", "-", input=manifest)
+    assert created.returncode == 0, created.stderr
+    stored = cluster.kubectl("get", "-n", namespace, "trainingjob/padded", "-o", "json").stdout
+    assert "padding" not in stored and "not-a-template-field" not in stored
+    kept = yaml.safe_load(stored)["spec"]["template"]
+    assert kept["metadata"] == {"labels": {"team": "nlp"}}
+    assert kept["spec"]["containers"][0]["securityContext"] == {"runAsUser": 1000}

@@ -1,13 +1,15 @@
 """The pod template of a TrainingJob or an InferenceService: its schema, its bounds, its rules.
 
-A pod template is validated in full by the API server when the operator creates pods
-from it; the CRD keeps it open (the one place unknown fields belong) but types the parts
-that the operator reads or merges into the workers, the names the API server will check
-at every pod creation, and every list and string that can be large. A template the
-operator could not build pods from is then refused at apply, with the field named,
-rather than failing at every launch; and an object is at most a few MiB in memory (the
-operator parses every one it watches), with CEL rules over it inside the API server's
-cost budget.
+The template's schema is Kubernetes' own PodTemplateSpec (pod_template_spec.json, generated from
+the pinned Kubernetes version's OpenAPI by `make generate`; aisched.api.openapi), closed as a Pod is:
+the API server prunes any field Kubernetes does not define, so a tenant cannot pad an object with
+fields the operator and the API server would parse for nothing (issue #27: 193,000 `{}` in an open
+field were 20 MiB in the operator and 280 MiB in the API server, for one object). aisched lays its
+own bounds over it: the names the API server will check at every pod creation, every list and
+string the operator reads or merges into the workers, and a bound on every other list and map, so
+that an object is at most a few MiB in memory (the operator parses every one it watches) and the
+CEL rules over it stay inside the API server's cost budget. A template the operator could not
+build pods from is then refused at apply, with the field named, rather than failing at every launch.
 
 The bounds, each far beyond what real pods carry (Kubernetes itself sets none of the list
 lengths below; its own limits are named where there is one):
@@ -23,6 +25,10 @@ lengths below; its own limits are named where there is one):
 - tolerations 64, nodeSelector 32 entries, imagePullSecrets 16.
 - labels 64 (label values), annotations 64 of 4 KiB: 256 KiB, the API server's limit on a
   pod's annotations in total.
+- any other list MAX_LIST_ITEMS (64) items when they are objects, MAX_SCALAR_LIST_ITEMS (256)
+  when they are strings or numbers (a node affinity's hostnames, supplemental groups); any other
+  map MAX_MAP_ENTRIES (64) entries (a CSI volume's attributes), any other string 32 KiB (a probe's
+  or a hook's inline script, as args), any other quantity or int-or-string 64 characters.
 
 Their product exceeds what etcd stores (1.5 MiB an object), which remains the bound on an
 object's bytes; what the bounds limit is the number of items, and with it the memory an
@@ -31,8 +37,10 @@ object takes once parsed (benchmarks/tenant_objects.py measures the largest admi
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
+from importlib.resources import files
 from typing import Annotated, Any, Final
 
 from pydantic import AfterValidator, Field
@@ -46,6 +54,7 @@ from aisched.api.common import (
     TOLERATION_OPERATORS,
     cel,
 )
+from aisched.api.openapi import overlay
 
 MAX_CONTAINERS: Final = 16
 MAX_ENV: Final = 256
@@ -66,6 +75,11 @@ MAX_ANNOTATIONS: Final = 64
 MAX_ANNOTATION_LENGTH: Final = 4096
 MAX_RESOURCES: Final = 32
 MAX_IMAGE_LENGTH: Final = 1024
+MAX_LIST_ITEMS: Final = 64
+MAX_SCALAR_LIST_ITEMS: Final = 256
+MAX_MAP_ENTRIES: Final = 64
+MAX_STRING_LENGTH: Final = 32 * 1024
+MAX_INT_OR_STRING_LENGTH: Final = 64
 # A label or taint key: a DNS subdomain prefix (253), '/', a name (63).
 MAX_QUALIFIED_KEY_LENGTH: Final = 316
 # An object name (a Secret, a ConfigMap): a DNS subdomain.
@@ -92,7 +106,11 @@ _MESSAGES: Final = {
     PORT_NAME_PATTERN: PORT_NAME_MESSAGE,
 }
 
-_OPEN_OBJECT: dict[str, Any] = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+_OBJECT: dict[str, Any] = {"type": "object"}
+# Kubernetes' PodTemplateSpec, resolved and without descriptions: generated, never edited (make generate).
+KUBERNETES_POD_TEMPLATE: Final[dict[str, Any]] = json.loads(
+    files("aisched.api").joinpath("pod_template_spec.json").read_text(encoding="utf-8")
+)
 
 
 def _text(max_length: int, *, pattern: str | None = None, min_length: int = 0) -> dict[str, Any]:
@@ -126,7 +144,7 @@ _ANNOTATIONS: dict[str, Any] = {
     "additionalProperties": _text(MAX_ANNOTATION_LENGTH),
 }
 # A resource quantity: 8, "8", "500m", "1Gi"; the API server checks the syntax when it creates the pod.
-_QUANTITY = {"x-kubernetes-int-or-string": True, "maxLength": 64}
+_QUANTITY = {"x-kubernetes-int-or-string": True, "maxLength": MAX_INT_OR_STRING_LENGTH}
 _QUANTITY_MAP: dict[str, Any] = {"type": "object", "maxProperties": MAX_RESOURCES, "additionalProperties": _QUANTITY}
 _KEY_REF = _closed({"name": _OBJECT_NAME, "key": _OBJECT_NAME, "optional": {"type": "boolean"}})
 _ENV_VAR = _closed(
@@ -172,7 +190,7 @@ _VOLUME_MOUNT = _closed(
     "mountPath",
 )
 _CONTAINER: dict[str, Any] = {
-    **_OPEN_OBJECT,
+    **_OBJECT,
     "required": ["name", "image"],
     "properties": {
         "name": _DNS_LABEL,
@@ -184,7 +202,7 @@ _CONTAINER: dict[str, Any] = {
         "envFrom": _list(_ENV_FROM, MAX_ENV),
         "ports": _list(_PORT, MAX_PORTS),
         "volumeMounts": _list(_VOLUME_MOUNT, MAX_VOLUME_MOUNTS),
-        "resources": {**_OPEN_OBJECT, "properties": {"limits": _QUANTITY_MAP, "requests": _QUANTITY_MAP}},
+        "resources": {**_OBJECT, "properties": {"limits": _QUANTITY_MAP, "requests": _QUANTITY_MAP}},
     },
 }
 _TOLERATION = _closed(
@@ -196,27 +214,27 @@ _TOLERATION = _closed(
         "tolerationSeconds": {"type": "integer"},
     }
 )
-POD_TEMPLATE_SCHEMA: dict[str, Any] = {
-    **_OPEN_OBJECT,
+_BOUNDS: dict[str, Any] = {
+    **_OBJECT,
     "required": ["spec"],
     "properties": {
-        "metadata": {**_OPEN_OBJECT, "properties": {"labels": _LABEL_MAP, "annotations": _ANNOTATIONS}},
+        "metadata": {**_OBJECT, "properties": {"labels": _LABEL_MAP, "annotations": _ANNOTATIONS}},
         "spec": {
-            **_OPEN_OBJECT,
+            **_OBJECT,
             "required": ["containers"],
             "properties": {
                 "containers": {**_list(_CONTAINER, MAX_CONTAINERS), "minItems": 1},
                 "initContainers": _list(_CONTAINER, MAX_CONTAINERS),
-                "volumes": _list(
-                    {**_OPEN_OBJECT, "required": ["name"], "properties": {"name": _DNS_LABEL}}, MAX_VOLUMES
-                ),
+                # The API server refuses them in a pod it creates: they are added to a running pod only.
+                "ephemeralContainers": {"maxItems": 0},
+                "volumes": _list({**_OBJECT, "required": ["name"], "properties": {"name": _DNS_LABEL}}, MAX_VOLUMES),
                 "tolerations": _list(_TOLERATION, MAX_TOLERATIONS),
                 "nodeSelector": {**_LABEL_MAP, "maxProperties": MAX_NODE_SELECTOR},
                 "imagePullSecrets": _list(_closed({"name": _OBJECT_NAME}), MAX_PULL_SECRETS),
                 # Typed so that CEL rules can see them: a job's template may set neither
                 # (TrainingJobSpec's rules), the operator places and gates its pods itself.
                 "nodeName": _text(MAX_OBJECT_NAME_LENGTH),
-                "schedulingGates": _list(_OPEN_OBJECT, 16),
+                "schedulingGates": _list(_OBJECT, 16),
                 # Typed for the rules of api/pod_priority.py: the operator sets its pods' priority.
                 "priorityClassName": _text(MAX_OBJECT_NAME_LENGTH),
                 "priority": {"type": "integer"},
@@ -225,6 +243,28 @@ POD_TEMPLATE_SCHEMA: dict[str, Any] = {
         },
     },
 }
+
+
+def bound_everything(schema: dict[str, Any]) -> dict[str, Any]:
+    """SCHEMA with a bound on every list, map and string that has none (MAX_LIST_ITEMS and its siblings)."""
+    node = dict(schema)
+    if node.get("type") == "string" and not {"enum", "format"} & set(node):
+        node.setdefault("maxLength", MAX_STRING_LENGTH)
+    if node.get("x-kubernetes-int-or-string"):
+        node.setdefault("maxLength", MAX_INT_OR_STRING_LENGTH)
+    if node.get("type") == "array":
+        items = node["items"] = bound_everything(node["items"])
+        scalar = items.get("type") not in ("object", "array")
+        node.setdefault("maxItems", MAX_SCALAR_LIST_ITEMS if scalar else MAX_LIST_ITEMS)
+    if isinstance(node.get("additionalProperties"), dict):
+        node["additionalProperties"] = bound_everything(node["additionalProperties"])
+        node.setdefault("maxProperties", MAX_MAP_ENTRIES)
+    if "properties" in node:
+        node["properties"] = {name: bound_everything(child) for name, child in node["properties"].items()}
+    return node
+
+
+POD_TEMPLATE_SCHEMA: Final[dict[str, Any]] = bound_everything(overlay(KUBERNETES_POD_TEMPLATE, _BOUNDS))
 
 
 def schema_violation(schema: dict[str, Any], value: Any, where: str) -> str | None:
@@ -240,8 +280,9 @@ def schema_violation(schema: dict[str, Any], value: Any, where: str) -> str | No
 
 
 def _quantity_violation(schema: dict[str, Any], value: Any, where: str) -> str | None:
-    if isinstance(value, bool) or not isinstance(value, int | str) or len(str(value)) > schema["maxLength"]:
-        return f"{where} must be an integer or a string of at most {schema['maxLength']} characters"
+    limit = schema.get("maxLength")
+    if isinstance(value, bool) or not isinstance(value, int | str) or len(str(value)) > (limit or len(str(value))):
+        return f"{where} must be an integer or a string" + (f" of at most {limit} characters" if limit else "")
     return None
 
 

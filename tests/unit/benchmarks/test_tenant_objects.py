@@ -9,7 +9,7 @@ import pytest
 
 from aisched.api import TrainingJob
 from aisched.api.crd import all_crds
-from aisched.api.pod_template import MAX_ARGS, MAX_CONTAINERS, MAX_ENV
+from aisched.api.pod_template import MAX_ARGS, MAX_CONTAINERS, MAX_ENV, MAX_VOLUMES
 from aisched.controller.main import WATCH_PAGE
 from aisched.controller.templates import elided, template_bytes
 from benchmarks import tenant_objects
@@ -36,21 +36,35 @@ def test_the_largest_job_is_admitted_by_the_model_with_every_list_at_its_bound()
     assert {len(c["args"]) for c in containers} == {MAX_ARGS}
 
 
-def test_the_largest_job_fills_the_bytes_asked_for_with_small_objects_in_an_open_field() -> None:
+def test_the_largest_job_fills_the_bytes_asked_for_with_what_the_closed_template_takes() -> None:
     bare = json_bytes(largest_job("big", 0))
     job = largest_job("big", bare + 30_000)
-    assert bare + 30_000 - 3 <= json_bytes(job) <= bare + 30_000
+    assert bare + 30_000 - 256 <= json_bytes(job) <= bare + 30_000
+    spec = job["spec"]["template"]["spec"]
+    assert len(spec["volumes"]) == MAX_VOLUMES  # empty objects first: the most memory a byte
+    full = largest_job("big", DEFAULT_OBJECT_BYTES)
+    assert DEFAULT_OBJECT_BYTES - 256 <= json_bytes(full) <= DEFAULT_OBJECT_BYTES
+    terms = full["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == [""] * 256
     # One container's worth, through the CRD's own schema and rules (all of it takes 20 s here).
     template = job["spec"]["template"]["spec"]
     template["containers"], template["initContainers"] = template["containers"][:1], template["initContainers"][:1]
     assert server_rejections(CRD, job) == []
-    assert "padding" not in largest_job("big", bare)["spec"]["template"]["spec"]["containers"][0]
+    assert set(largest_job("big", bare)["spec"]["template"]["spec"]) == {"containers", "initContainers"}
 
 
-def test_the_operator_keeps_a_few_kib_of_the_largest_job() -> None:
-    kept = elided(largest_job("big", 1_400_000))
+def test_the_operator_keeps_a_few_kib_of_the_largest_job_beyond_its_scheduling_fields() -> None:
+    job = largest_job("big", 1_400_000)
+    kept = elided(job)
     assert kept is not None
-    assert template_bytes(kept["spec"]["template"]) < 4096
+    pod = kept["spec"]["template"]["spec"]
+    assert template_bytes({k: v for k, v in pod.items() if k not in ("affinity", "dnsConfig", "volumes")}) < 4096
+    # The pod-level fields the operator reads are kept whole, and the closed schema still admits
+    # ~550 KB of them (a node affinity of 64 terms of 64 expressions of 256 values), which the largest
+    # job fills: a bound for these lists of their own is issue #27's next step.
+    assert pod["affinity"] == job["spec"]["template"]["spec"]["affinity"]
 
 
 def test_a_watch_page_of_the_largest_jobs_parsed_is_a_sixth_of_the_chart_limit() -> None:
@@ -64,7 +78,9 @@ def test_a_watch_page_of_the_largest_jobs_parsed_is_a_sixth_of_the_chart_limit()
     finally:
         tracemalloc.stop()
     assert parsed["metadata"]["name"] == "big"
-    assert parsed_bytes > 10 * len(text)  # small objects: the most memory per byte the CRD admits
+    # Empty objects and strings, the most memory a byte the closed template admits: 6.7 times its bytes
+    # (20 MiB for 1.4 MB, 15 times, while the template was open to `{}` padding).
+    assert parsed_bytes > 5 * len(text)
     limit_bytes = memory_limit_mib(tenant_objects.VALUES.read_text()) * 2**20
     assert WATCH_PAGE * parsed_bytes < limit_bytes / 6
 
