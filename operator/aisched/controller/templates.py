@@ -5,8 +5,9 @@ The operator holds every such object of the cluster; a tenant's template may be 
 and more of JSON (etcd stores objects up to 1.5 MiB), ten times that once parsed, and
 kept for each job it was most of the operator's memory (issue #27: a hundred such jobs,
 1 GiB). Only the launch reads a container's environment, arguments and probes: a large
-template is kept without them (and without fields Kubernetes does not know, where a tenant
-could put anything), and the launch reads the object again from the API server.
+template is kept without them (and without the nested pod-spec fields only the pods need:
+affinity, DNS settings, volume sources beyond their kind), and the launch reads the object
+again from the API server.
 A template of a usual size is kept whole, and launches with no extra read.
 """
 
@@ -36,19 +37,22 @@ KEPT_CONTAINER_FIELDS: Final = frozenset(
         "restartPolicy",
     }
 )
-# The fields of a PodSpec (Kubernetes 1.33): any other is dropped at pod creation.
-POD_SPEC_FIELDS: Final = frozenset(
+# The nested fields of a PodSpec something reads before the launch (the queue's pod policy, the
+# placement): a large template keeps these and every scalar field. Not affinity, DNS settings, host
+# aliases, spread constraints and the like, which only the pods need: Kubernetes' schema bounds each
+# list, but their product lets 1.4 MB of them parse to several MiB (benchmarks/tenant_objects.py).
+KEPT_NESTED_POD_FIELDS: Final = frozenset(
     {
-        "activeDeadlineSeconds", "affinity", "automountServiceAccountToken", "containers", "dnsConfig",
-        "dnsPolicy", "enableServiceLinks", "ephemeralContainers", "hostAliases", "hostIPC", "hostNetwork",
-        "hostPID", "hostUsers", "hostname", "imagePullSecrets", "initContainers", "nodeName", "nodeSelector",
-        "os", "overhead", "preemptionPolicy", "priority", "priorityClassName", "readinessGates",
-        "resourceClaims", "resources", "restartPolicy", "runtimeClassName", "schedulerName",
-        "schedulingGates", "securityContext", "serviceAccount", "serviceAccountName", "setHostnameAsFQDN",
-        "shareProcessNamespace", "subdomain", "terminationGracePeriodSeconds", "tolerations",
-        "topologySpreadConstraints", "volumes",
+        "containers",
+        "initContainers",
+        "ephemeralContainers",
+        "securityContext",
+        "tolerations",
+        "nodeSelector",
+        "volumes",
+        "resourceClaims",
     }
-)  # fmt: skip
+)
 KEPT_METADATA_FIELDS: Final = frozenset({"labels"})
 POLICY_ANNOTATIONS: Final = (APPARMOR_ANNOTATION, *SECCOMP_ANNOTATIONS)
 
@@ -72,10 +76,20 @@ def elided(obj: dict[str, Any]) -> dict[str, Any] | None:
             }
     pod_spec = template.get("spec")
     if isinstance(pod_spec, dict):
-        kept["spec"] = {k: v for k, v in pod_spec.items() if k in POD_SPEC_FIELDS}
+        kept["spec"] = {
+            k: v for k, v in pod_spec.items() if k in KEPT_NESTED_POD_FIELDS or not isinstance(v, dict | list)
+        }
+        volumes = pod_spec.get("volumes")
+        host_paths = (
+            {v.get("name") for v in volumes if isinstance(v, dict) and "hostPath" in v}
+            if isinstance(volumes, list)
+            else set()
+        )
         for kind in ("containers", "initContainers"):
             if kind in pod_spec:
-                kept["spec"][kind] = _kept_containers(pod_spec[kind])
+                kept["spec"][kind] = _kept_containers(pod_spec[kind], host_paths)
+        if "volumes" in pod_spec:
+            kept["spec"]["volumes"] = _kept_volumes(pod_spec["volumes"])
     assert isinstance(spec, dict)  # a template was found in it
     # Made anew, sharing no string or dict with the watch's parse: the allocator gives a parse's
     # memory back (20 MiB for the largest) only once nothing in it is left alive. Ten such jobs
@@ -89,9 +103,37 @@ def template_bytes(template: dict[str, Any]) -> int:
     return len(json.dumps(template, separators=(",", ":"), ensure_ascii=False, default=str))
 
 
-def _kept_containers(containers: Any) -> Any:
+def _kept_containers(containers: Any, host_paths: set[Any]) -> Any:
+    """Each container's policy fields; of its ports only those that ask for a host port, of its mounts
+    only those of a hostPath volume (HOST_PATHS): all the pod policy reads of them."""
     if not isinstance(containers, list):
         return containers
-    return [
-        {k: v for k, v in c.items() if k in KEPT_CONTAINER_FIELDS} if isinstance(c, dict) else c for c in containers
-    ]
+    kept = []
+    for container in containers:
+        if not isinstance(container, dict):
+            kept.append(container)
+            continue
+        fields = {k: v for k, v in container.items() if k in KEPT_CONTAINER_FIELDS}
+        if isinstance(ports := fields.get("ports"), list):
+            fields["ports"] = [p for p in ports if not isinstance(p, dict) or p.get("hostPort")]
+        if isinstance(mounts := fields.get("volumeMounts"), list):
+            fields["volumeMounts"] = [m for m in mounts if not isinstance(m, dict) or m.get("name") in host_paths]
+        kept.append(fields)
+    return kept
+
+
+def _kept_volumes(volumes: Any) -> Any:
+    """Each volume's name and kind, as the pod policy reads them; of a hostPath, its path and type too."""
+    if not isinstance(volumes, list):
+        return volumes
+    kept = []
+    for volume in volumes:
+        if not isinstance(volume, dict):
+            kept.append(volume)
+            continue
+        source: dict[str, Any] = {k: ({} if k != "name" else v) for k, v in volume.items()}
+        host_path = volume.get("hostPath")
+        if isinstance(host_path, dict):
+            source["hostPath"] = {k: v for k, v in host_path.items() if k in ("path", "type")}
+        kept.append(source)
+    return kept

@@ -78,6 +78,32 @@ def test_a_large_template_is_kept_without_what_only_the_pods_need() -> None:
     assert job == a_large_job(), "the watch's object is left as it was"
 
 
+def test_a_large_template_keeps_of_its_pod_spec_what_the_policy_and_placement_read() -> None:
+    job = a_large_job()
+    spec = job["spec"]["template"]["spec"]
+    term = {"matchExpressions": [{"key": "k", "operator": "In", "values": [""] * 64}] * 64}
+    spec["affinity"] = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+    }
+    spec["dnsConfig"] = {"options": [{}] * 64}
+    spec["terminationGracePeriodSeconds"] = 300
+    spec["volumes"] = [
+        {"name": "data", "projected": {"sources": [{}] * 64}},
+        {"name": "host", "hostPath": {"path": "/etc", "type": "Directory"}},
+    ]
+    kept = elided(job)
+    assert kept is not None
+    pod = kept["spec"]["template"]["spec"]
+    assert "affinity" not in pod and "dnsConfig" not in pod  # only the pods need them
+    assert pod["terminationGracePeriodSeconds"] == 300 and pod["hostNetwork"] is False  # scalars stay
+    # The pod policy reads a volume's kind, and a hostPath's path.
+    assert pod["volumes"] == [
+        {"name": "data", "projected": {}},
+        {"name": "host", "hostPath": {"path": "/etc", "type": "Directory"}},
+    ]
+    assert template_bytes(kept["spec"]["template"]) < 1024
+
+
 @pytest.mark.asyncio
 @pytest.mark.looptime
 async def test_the_launch_of_a_job_kept_without_its_env_reads_it_again_and_builds_the_pods_with_it(
