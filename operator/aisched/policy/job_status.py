@@ -29,16 +29,20 @@ from aisched.workload.contract import CheckpointReport
 WorkerReport = tuple[str | None, CheckpointReport | None]
 
 
-def record_checkpoints(status: TrainingJobStatus, reports: Iterable[WorkerReport]) -> TrainingJobStatus:
+def record_checkpoints(
+    status: TrainingJobStatus, reports: Iterable[WorkerReport], *, ranks: int | None = None
+) -> TrainingJobStatus:
     """The newest checkpoint every worker of the gang reported (the gang resumes where all saved).
 
     REPORTS come oldest first: a later report of a rank replaces an earlier one. A rank whose
-    report was rejected has none, so the status keeps the checkpoint it had.
+    report was rejected has none, so the status keeps the checkpoint it had. RANKS: how many
+    workers the gang that reported had (default: the status's replicas; a resized gang's last
+    generation had another count).
     """
     # Until every rank has reported, the ranks still saving may end at an older step.
     by_rank = dict(reports)
     steps = [r for r in by_rank.values() if r is not None]
-    if not steps or len(steps) < (status.replicas or 1):
+    if not steps or len(steps) < (ranks if ranks is not None else status.replicas or 1):
         return status
     oldest = min(steps, key=lambda r: r.step)  # a rank that saved less decides the resume point
     last = status.last_checkpoint

@@ -65,6 +65,17 @@ def test_the_gang_resumes_from_the_oldest_step_every_rank_reported() -> None:
     assert status.last_checkpoint is None  # the status given is left as it was
 
 
+def test_a_resized_gangs_last_generation_is_counted_by_its_own_ranks() -> None:
+    # Grown from one worker to two: the one worker of the generation before reported all it had.
+    grown = TrainingJobStatus(replicas=2)
+    assert record_checkpoints(grown, [("0", report(300))]) == grown
+    recorded = record_checkpoints(grown, [("0", report(300))], ranks=1)
+    assert recorded.last_checkpoint is not None and recorded.last_checkpoint.step == 300
+    # Shrunk from two to one: both ranks of the generation before must have reported.
+    shrunk = TrainingJobStatus(replicas=1)
+    assert record_checkpoints(shrunk, [("0", report(300)), ("1", None)], ranks=2) == shrunk
+
+
 def test_a_later_report_of_a_rank_replaces_its_earlier_one() -> None:
     status = TrainingJobStatus(replicas=2)
     # The departed pod of rank 1 said 900; its live pod, listed after it, says 1300.

@@ -101,6 +101,12 @@ class JobReconciler:
         readings = [(p, read_report(p.termination_message, now)) for p in current]
         self._tell_rejected_reports(obj, key, readings, status)
         status = record_checkpoints(status, [(p.labels.get(labels.RANK), r.report) for p, r in readings])
+        # A resize relaunches the gang at once: the generation before saves on SIGTERM as it goes, and
+        # its reports are the resume point the next relaunch (or the operator's restart) needs.
+        before = [p for p in pods if p.labels.get(labels.GANG_GENERATION) == str(generation - 1)]
+        if before:
+            reports = [(p.labels.get(labels.RANK), read_report(p.termination_message, now).report) for p in before]
+            status = record_checkpoints(status, reports, ranks=len({rank for rank, _ in reports}))
         step = next_step(job.spec, status, seen)
         await self.carry_out(obj, job, status, step, pods, now=now)
         await self.releases.release_workers(key, pods, now)
