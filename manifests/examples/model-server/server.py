@@ -85,29 +85,31 @@ class Handler(BaseHTTPRequestHandler):
         if self.path != "/v1/completions":
             self._reply(HTTPStatus.NOT_FOUND, b"not found\n")
             return
+        # In flight while it is worked out; the gauge is down again before the client has its answer,
+        # so a scrape right after the answer does not count it.
         with IN_FLIGHT.track_inprogress():
-            try:
-                length = int(self.headers.get("Content-Length", ""))
-            except ValueError:
-                self._reply(HTTPStatus.LENGTH_REQUIRED, b"Content-Length required\n")
-                return
-            if not 0 <= length <= MAX_BODY_BYTES:
-                # Read (and drop) a body of modest size first: closing on unread data resets the
-                # connection, and the client would see that instead of the 413.
-                if 0 < length <= DRAIN_BYTES:
-                    self.rfile.read(length)
-                self.close_connection = True
-                self._reply(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"at most {MAX_BODY_BYTES} bytes\n".encode())
-                return
-            try:
-                answer = complete(json.loads(self.rfile.read(length)))
-            except (BadRequestError, ValueError) as error:  # json's errors are ValueErrors
-                self._reply(HTTPStatus.BAD_REQUEST, json.dumps({"error": str(error)[:200]}).encode())
-                return
-            if not LOADED.is_set():
-                self._reply(HTTPStatus.SERVICE_UNAVAILABLE, b"loading\n")
-                return
-            self._reply(HTTPStatus.OK, json.dumps(answer).encode(), "application/json")
+            status, body, content_type = self._completion()
+        self._reply(status, body, content_type)
+
+    def _completion(self) -> tuple[HTTPStatus, bytes, str]:
+        try:
+            length = int(self.headers.get("Content-Length", ""))
+        except ValueError:
+            return HTTPStatus.LENGTH_REQUIRED, b"Content-Length required\n", "text/plain"
+        if not 0 <= length <= MAX_BODY_BYTES:
+            # Read (and drop) a body of modest size first: closing on unread data resets the
+            # connection, and the client would see that instead of the 413.
+            if 0 < length <= DRAIN_BYTES:
+                self.rfile.read(length)
+            self.close_connection = True
+            return HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"at most {MAX_BODY_BYTES} bytes\n".encode(), "text/plain"
+        try:
+            answer = complete(json.loads(self.rfile.read(length)))
+        except (BadRequestError, ValueError) as error:  # json's errors are ValueErrors
+            return HTTPStatus.BAD_REQUEST, json.dumps({"error": str(error)[:200]}).encode(), "text/plain"
+        if not LOADED.is_set():
+            return HTTPStatus.SERVICE_UNAVAILABLE, b"loading\n", "text/plain"
+        return HTTPStatus.OK, json.dumps(answer).encode(), "application/json"
 
     def _reply(self, status: HTTPStatus, body: bytes, content_type: str = "text/plain", *, count: bool = True) -> None:
         if count and self.path != "/health":
