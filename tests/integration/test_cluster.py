@@ -135,8 +135,15 @@ def test_pod_asking_more_gpus_than_any_node_has_stays_pending_with_the_reason(
     condition = wait_for(unschedulable, 60, "the scheduler to give up on the pod")
     assert condition.reason == "Unschedulable"
     assert "Insufficient nvidia.com/gpu" in condition.message
-    events = core.list_namespaced_event(namespace, field_selector="involvedObject.name=too-big").items
-    assert any(e.reason == "FailedScheduling" for e in events)
+    # The scheduler records its event after the condition, through its own broadcaster: wait for it too.
+    wait_for(
+        lambda: any(
+            e.reason == "FailedScheduling"
+            for e in core.list_namespaced_event(namespace, field_selector="involvedObject.name=too-big").items
+        ),
+        60,
+        "the FailedScheduling event",
+    )
     assert core.read_namespaced_pod("too-big", namespace).status.phase == "Pending"
 
 

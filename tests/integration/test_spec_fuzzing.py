@@ -86,6 +86,9 @@ def scheduling_cycles(operator: OperatorProcess) -> float:
     return 0.0
 
 
+# Strings at their bound (32 KiB in Kubernetes' own template, now closed) make examples of megabytes,
+# whose repr hypothesis warns about: the size is the point here, not a mistake.
+@pytest.mark.filterwarnings("ignore:Generating overly large repr:hypothesis.errors.HypothesisWarning")
 def test_fuzzed_specs_are_refused_readably_or_handled_and_stop_no_one(
     cluster: LocalCluster,
     namespace: str,
