@@ -396,3 +396,25 @@ async def test_a_deferred_job_is_not_rewritten_as_its_expected_saving_drifts_pas
     assert controller.jobs[("ns", "waiting")]["status"]["phase"] == TrainingJobPhase.DEFERRED
     # Written when its saving moved a whole percent, not at each of the 50 passes.
     assert 1 < len(patched(kube)) == len({round(saving) for saving in savings}) < 50
+
+
+async def test_a_spot_job_of_higher_priority_makes_room_on_spot_rather_than_wait_for_free_spot(
+    kube: KubeDouble,
+) -> None:
+    kube.allow("patch_status", "post_event", "create", "delete_pod")
+    controller = a_controller(kube)
+    spot = a_node("spot", 8)
+    spot["metadata"]["labels"]["karpenter.sh/capacity-type"] = "spot"
+    controller.inventory.upsert_node(spot)
+    low = a_job("low", gpusPerReplica=8, spot={"policy": "Only"})
+    low["metadata"]["uid"] = "uid-low"
+    controller.job_seen(low)
+    await controller.reconcile_once(await controller.queue.next_batch(controller.jobs.keys))
+    assert controller.jobs[("ns", "low")]["status"]["placement"]["nodes"] == ["spot"]
+    # No spot GPU is free: the urgent job still enters the cycle on spot, and its priority preempts.
+    urgent = a_job("urgent", gpusPerReplica=8, priority=100, spot={"policy": "Only"})
+    controller.job_seen(urgent)
+    await controller.reconcile_once(await controller.queue.next_batch(controller.jobs.keys))
+    reasons = [(obj["metadata"]["name"], reason) for obj, _, reason, _ in kube.calls("post_event")]
+    assert ("low", "Preempted") in reasons, reasons
+    assert controller.jobs[("ns", "urgent")]["status"].get("reason") != "WaitingForSpot"

@@ -35,7 +35,7 @@ from aisched.policy.placement import Placement as PlacementDecision
 from aisched.policy.placement import hold
 from aisched.policy.scheduler import ScheduleResult
 from aisched.policy.scheduler.results import Admission
-from aisched.policy.spot import CapacityDecision, spot_checkpoint_interval
+from aisched.policy.spot import CapacityChoice, CapacityDecision, spot_checkpoint_interval
 from aisched.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -102,6 +102,9 @@ class CycleDecisions:
             waited = (now - job.status.queued_time).total_seconds() if job.status.queued_time else 0.0
             self.metrics.workload.record_job_admitted(*job_key(job), job.spec.queue, waited)
             decision = capacity_of.get(admission.key)
+            if decision is not None and decision.choice == CapacityChoice.WAIT:
+                # It waited for spot and the cycle made room there (preempted or shrank lower priorities).
+                decision = CapacityDecision(CapacityChoice.SPOT, "SpotAvailable", "spot capacity made by the cycle")
             if decision is not None and decision.pinned_on_demand and not was_pinned(job):
                 self.metrics.interruptions.record_on_demand_fallback()
             message = admitted_message(admission.placement, admission.preempting)
@@ -123,9 +126,12 @@ class CycleDecisions:
         for waiting in result.waiting:
             obj, job = parsed[waiting.key]
             self.metrics.workload.record_placement(elapsed, placed=False)
-            if not self.waiting_write_due(job, waiting.reason, waiting.message, now):
+            reason, message = waiting.reason, waiting.message
+            if (decision := capacity_of.get(waiting.key)) is not None and decision.choice == CapacityChoice.WAIT:
+                reason, message = decision.reason, decision.message  # waiting for spot, not for any GPU
+            if not self.waiting_write_due(job, reason, message, now):
                 continue
-            wait = functools.partial(self._keep_waiting, obj, job, waiting.reason, waiting.message, now)
+            wait = functools.partial(self._keep_waiting, obj, job, reason, message, now)
             waits.append(guard.carried_out(obj, job, now, wait))
         await at_most(CONCURRENT_RECONCILES, waits)
 

@@ -39,7 +39,6 @@ from aisched.kube.pools import PoolTracker
 from aisched.metrics import Metrics
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.culprits import culprits
-from aisched.policy.job_status import queued
 from aisched.policy.level_refusals import level_refusal
 from aisched.policy.lifecycle import HOLDS_GPUS
 from aisched.policy.placement import INSUFFICIENT_GPUS
@@ -258,12 +257,9 @@ class SchedulingCycle:
                 if await check(entering):
                     return None
             capacity = self.capacity.choose(job, snapshot, doomed, now)
-            if capacity.choice == CapacityChoice.WAIT:
-                if self.decisions.waiting_write_due(job, capacity.reason, capacity.message, now):
-                    waiting = queued(job, capacity.reason, capacity.message, now)
-                    self.guard.write_in_cycle(writes, obj, job, waiting, now)
-                return None
-            spot = capacity.choice == CapacityChoice.SPOT
+            # A job waiting for spot still enters the cycle on spot alone: its priority may make room
+            # there (preempt, shrink) that no free GPU offers; left waiting, it says it waits for spot.
+            spot = capacity.choice in (CapacityChoice.SPOT, CapacityChoice.WAIT)
             types = (CapacityType.SPOT,) if spot else (CapacityType.ON_DEMAND,)
             memory = self.inventory.smallest_gpu_memory_mib() if job.spec.gpu_share else 0
             made = self._requests_made.waiting(
