@@ -70,8 +70,17 @@ running() {
 start() {
   local name="$1"; shift
   setsid "${AISCHED_BIN_DIR}/${name}" "$@" </dev/null >"${CLUSTER_DIR}/logs/${name}.log" 2>&1 &
-  echo "$!" >"$(pid_file "${name}")"
-  log "started ${name} (pid $!)"
+  local pid=$!
+  echo "${pid}" >"$(pid_file "${name}")"
+  # Until the forked shell has exec'd, the PID's command line is this script's, which `running`
+  # would take for an exited component: on a loaded machine the first readiness check came first.
+  # A child that died before exec'ing is a zombie until reaped: its empty command line ends the wait too.
+  local cmdline
+  while cmdline="$(tr '\0' ' ' <"/proc/${pid}/cmdline" 2>/dev/null)" && [[ -n "${cmdline}" ]] &&
+    [[ "${cmdline}" != *"${AISCHED_BIN_DIR}/${name}"* ]]; do
+    sleep 0.05
+  done
+  log "started ${name} (pid ${pid})"
 }
 
 # stop NAME...: SIGTERM them together, then wait for each (SIGKILL after 10 s).

@@ -1,17 +1,14 @@
-"""Real PyTorch, elastic: a torchrun job grown on the real nodes keeps training from its checkpoint.
+"""Real PyTorch, elastic: a torchrun job grown and shrunk on the real nodes keeps training from its checkpoint.
 
 The job asks for one to two pods of a whole real node each and runs the torch image's
 `torchrun /app/train.py` unchanged: the operator gives elastic jobs a c10d rendezvous on pod 0
 (`PET_RDZV_*`) and `PET_NNODES` of the generation. Another user's pod holds the second node, so
 the job starts on one; that pod goes and the operator grows the job to two (a relaunch of the
-whole gang from the step it saved with torch.distributed.checkpoint on its way out). The grown
-generation resumes from that step at its new world size and ends at its last step with a loss
-below where it began.
-
-Not here: a shrink for a job of higher priority. On the real nodes (all spot) such a job has
-spot policy Only, and a spot job that finds no free spot room is kept out of the cycle
-(`WaitingForSpot`), so it never shrinks or preempts anything (the shrink itself is covered on
-KWOK nodes by tests/integration/test_trainingjob_scheduling.py).
+whole gang from the step it saved with torch.distributed.checkpoint on its way out). Then a job
+of higher priority in the same queue wants a node: the operator shrinks the elastic job back to
+one pod rather than preempt it, and that generation too resumes from the step saved on the way
+out. The job ends at its last step, at the world size of its last generation, with a loss below
+where it began.
 """
 
 from __future__ import annotations
@@ -41,7 +38,7 @@ from tests.e2e.training import (
     workers,
 )
 
-STEPS = 400
+STEPS = 900  # at 0.1 s a step: outlasts a growth and a shrink with their relaunches
 SEED = 9
 STEPS_PER_GENERATION = 40
 _RESUMED_LINE = re.compile(r"rank \d+ resumed from step (\d+)")
@@ -93,6 +90,25 @@ def hold_node(api: client.ApiClient, namespace: str, node: str, gpus: int) -> st
     }
     client.CoreV1Api(api).create_namespaced_pod(namespace, {"metadata": {"name": name}, "spec": spec})
     return name
+
+
+def urgent_job(name: str, checkpoint_root: Path, gpus: int, queue: str) -> dict[str, Any]:
+    """A one-pod job of higher priority in QUEUE wanting a whole real node, and idle once it has one."""
+    spec = _pod_spec(checkpoint_root, [], TRAINING_IMAGE)
+    spec["containers"][0]["command"] = ["python3", "-c", "import time; time.sleep(3600)"]
+    return {
+        "apiVersion": "aisched.io/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 1,
+            "queue": queue,
+            "priority": 100,
+            "gpusPerReplica": gpus,
+            "spot": {"policy": "Only"},
+            "template": {"spec": spec},
+        },
+    }
 
 
 def generation(cluster: LocalCluster, namespace: str, name: str, replicas: int, after: int) -> list[dict[str, Any]]:
@@ -159,7 +175,7 @@ def admitted_reason(cluster: LocalCluster, namespace: str, name: str) -> str:
     return next((c.get("reason", "") for c in conditions if c["type"] == "Admitted"), "")
 
 
-def test_an_elastic_torchrun_job_grown_keeps_training_from_its_checkpoint(  # noqa: PLR0917
+def test_an_elastic_torchrun_job_grown_and_shrunk_keeps_training_from_its_checkpoint(  # noqa: PLR0917
     cluster: LocalCluster,
     api_client: client.ApiClient,
     namespace: str,
@@ -189,10 +205,23 @@ def test_an_elastic_torchrun_job_grown_keeps_training_from_its_checkpoint(  # no
     assert sorted(env_of(p)["PET_NODE_RANK"] for p in grown) == ["0", "1"]
     assert admitted_reason(cluster, namespace, name) == "Grown"
     trained(cluster, namespace, grown, saved_before_growth + STEPS_PER_GENERATION)
+    second = int(env_of(grown[0])["AISCHED_GANG_GENERATION"])
+
+    # A job of higher priority wants a node: the elastic job shrinks to one pod rather than stop.
+    urgent = urgent_job("urgent", checkpoint_root, gpus, growing_queue)
+    urgent["metadata"]["namespace"] = namespace
+    apply(cluster, urgent)
+    (shrunk,) = generation(cluster, namespace, name, 1, after=second)
+    saved_before_shrink = saved_past(cluster, namespace, name, saved_before_growth + STEPS_PER_GENERATION - 1)
+    assert resumed_from(cluster, namespace, shrunk["metadata"]["name"]) == saved_before_shrink
+    assert env_of(shrunk)["PET_NNODES"] == "1"
+    assert admitted_reason(cluster, namespace, name) == "Shrunk"
+    (urgent_pod,) = wait_for(lambda: running_workers(cluster, namespace, "urgent", 1), RUN_TIMEOUT, "the urgent job")
+    assert urgent_pod["spec"]["nodeName"] != shrunk["spec"]["nodeName"]
 
     wait_succeeded(cluster, namespace, name)
     result = final_result(checkpoint_root / namespace / name)
     assert result["step"] == STEPS - 1
-    assert result["resumedFrom"] == saved_before_growth
-    assert result["worldSize"] == 2 * gpus  # torchrun runs a process per GPU of each of the two pods
+    assert result["resumedFrom"] == saved_before_shrink
+    assert result["worldSize"] == gpus  # torchrun runs a process per GPU of the one pod left
     assert math.isfinite(result["loss"]) and result["loss"] < start_loss, (start_loss, result)

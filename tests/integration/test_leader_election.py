@@ -108,6 +108,7 @@ class Replica:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         api_client.close()
+        api_client.rest_client.pool_manager.clear()  # close() leaves its connections open
 
     async def _elect(self, elector: LeaseElector) -> None:
         await elector.acquire()

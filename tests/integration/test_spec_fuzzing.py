@@ -3,10 +3,10 @@
 Hypothesis makes TrainingJobs, InferenceServices and Queues from the generated CRD
 schemas (every bound, one past it, int64's edges, odd names, hostile pod templates;
 `schema_values`). Each is either refused by the API server with a readable message
-(400/422, never a 500) or accepted and then handled by the operator: a status with a
-phase or a condition. Meanwhile the operator stays up and its scheduling cycle keeps
-completing, and a plain job is admitted within a bound. Derandomized: CI sees the
-same objects every run.
+(400/422; a 500 only as Kubernetes' own refusal of an object too large to store) or
+accepted and then handled by the operator: a status with a phase or a condition.
+Meanwhile the operator stays up and its scheduling cycle keeps completing, and a plain
+job is admitted within a bound. Derandomized: CI sees the same objects every run.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -38,6 +38,11 @@ pytestmark = [pytest.mark.integration]
 CRDS = Path(__file__).resolve().parents[2] / "crds"
 EXAMPLES = 100
 KINDS = {"trainingjobs": "TrainingJob", "inferenceservices": "InferenceService", "queues": "Queue"}
+# How the API server refuses an object too large to store, whatever its schema: over 3 MiB as a
+# request (413); over etcd's 1.5 MiB request limit or the 2 MiB of its gRPC client with a 500
+# that names the limit. Strings at their schema bounds in every field of a closed pod template
+# reach those sizes; Kubernetes' own limit, not the operator's, and readable as such.
+STORAGE_SIZE_REFUSALS = ("Request entity too large", "request is too large", "trying to send message larger than max")
 # Cohorts other tests' queues use: a fuzzed queue must not lend to them or borrow from them.
 TAKEN_COHORTS = {"shared", "default"}
 
@@ -55,6 +60,18 @@ class Outcomes:
     accepted: list[tuple[str, str]] = field(default_factory=list)
     """(plural, name) of what the API server took."""
     tried: Counter[str] = field(default_factory=Counter)
+
+    def refused_readably(self, plural: str, name: str, refusal: ApiException) -> None:
+        """Count REFUSAL by what it names, once it is a readable one."""
+        if refusal.status in (413, 500) and any(cause in refusal.body for cause in STORAGE_SIZE_REFUSALS):
+            self.refused[f"{plural}: too large to store"] += 1
+            return
+        assert refusal.status in (400, 409, 422), f"{plural} {name}: {refusal.status} {refusal.body}"
+        if refusal.status == 409:
+            return  # a name hypothesis made twice
+        message = json.loads(refusal.body)["message"]
+        assert message and "internal error" not in message.lower(), message
+        self.refused[f"{plural}: {first_cause(refusal.body)}"] += 1
 
 
 def first_cause(body: str) -> str:
@@ -113,6 +130,9 @@ def test_fuzzed_specs_are_refused_readably_or_handled_and_stop_no_one(
         database=None,
         deadline=None,
         suppress_health_check=list(HealthCheck),
+        # No shrinking: each example creates an object, so a shrunk one could take the name of the
+        # failing example, whose replay would then fail its assume() and hide the real failure.
+        phases=[Phase.explicit, Phase.generate],
     )
     @given(cases)
     def submit(case: tuple[str, str, Any]) -> None:
@@ -137,12 +157,7 @@ def test_fuzzed_specs_are_refused_readably_or_handled_and_stop_no_one(
             if plural == "queues":
                 fuzzed_queues.append(name)
             return
-        assert refusal.status in (400, 409, 422), f"{plural} {name}: {refusal.status} {refusal.body}"
-        if refusal.status == 409:
-            return  # a name hypothesis made twice
-        message = json.loads(refusal.body)["message"]
-        assert message and "internal error" not in message.lower(), message
-        outcomes.refused[f"{plural}: {first_cause(refusal.body)}"] += 1
+        outcomes.refused_readably(plural, name, refusal)
 
     submit()
     print(f"tried {dict(outcomes.tried)}; accepted {Counter(p for p, _ in outcomes.accepted)}")
