@@ -28,6 +28,7 @@ from tests.e2e.conftest import CHECKPOINTING_QUEUE, REAL_NODE_TOLERATION, TORCH_
 from tests.e2e.test_torch import torchrun_job
 from tests.e2e.test_training import RUN_TIMEOUT, wait_succeeded
 from tests.e2e.training import (
+    GPU_PRODUCT,
     _pod_spec,
     apply,
     env_of,
@@ -38,7 +39,7 @@ from tests.e2e.training import (
     workers,
 )
 
-STEPS = 900  # at 0.1 s a step: outlasts a growth and a shrink with their relaunches
+STEPS = 1200  # at 0.1 s a step: outlasts a growth and a shrink with their relaunches
 SEED = 9
 STEPS_PER_GENERATION = 40
 _RESUMED_LINE = re.compile(r"rank \d+ resumed from step (\d+)")
@@ -105,6 +106,7 @@ def urgent_job(name: str, checkpoint_root: Path, gpus: int, queue: str) -> dict[
             "queue": queue,
             "priority": 100,
             "gpusPerReplica": gpus,
+            "gpuType": GPU_PRODUCT,  # the real nodes' GPUs: the KWOK nodes beside them have others
             "spot": {"policy": "Only"},
             "template": {"spec": spec},
         },
