@@ -132,6 +132,28 @@ async def test_the_running_view_holds_the_readable_running_jobs_only() -> None:
     assert store.refusal(store.jobs[("ns", "odd")]) is not None
 
 
+async def test_the_views_follow_each_job_from_phase_to_phase_and_out() -> None:
+    store = a_store()
+    store.seen(a_job("a", phase="Queued"))
+    store.seen(a_job("b", phase="Running", placement={"nodes": ["n1"]}, gangGeneration=1))
+    store.seen(a_job("c", phase="Succeeded"))
+
+    def views() -> tuple[list[str], list[str], list[str]]:
+        return (
+            [key[1] for key, _ in store.unfinished()],
+            [key[1] for key, _ in store.holding()],
+            [key[1] for key, _, _ in store.running()],
+        )
+
+    assert views() == (["a", "b"], ["b"], ["b"])
+    store.written(store.jobs[("ns", "a")], TrainingJobStatus(phase="Placing", placement={"nodes": ["n1"]}), "2")
+    store.written(store.jobs[("ns", "b")], TrainingJobStatus(phase="Succeeded"), "2")
+    assert views() == (["a"], ["a"], [])
+    store.seen(a_job("c", version="3"))  # its status gone with a recreated object: waiting again
+    store.forget(("ns", "a"))
+    assert views() == (["c"], [], [])
+
+
 # -- the status writer -------------------------------------------------------------------
 
 

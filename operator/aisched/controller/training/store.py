@@ -2,9 +2,10 @@
 
 The watch handlers put objects in; the parts read them (a job's model is made once per object,
 until the next watch event or our own status write replaces it) and keep no copy of their own.
-The store also answers what follows from the jobs alone: which jobs sit on a node, which are in a
-namespace being deleted, and the cluster as placement sees it, with the GPUs of placed gangs whose
-pods are not created yet.
+The store also answers what follows from the jobs alone: the views by phase (unfinished, holding
+GPUs, running) kept as objects come and go, which jobs sit on a node, which are in a namespace
+being deleted, and the cluster as placement sees it, with the GPUs of placed gangs whose pods are
+not created yet.
 """
 
 from __future__ import annotations
@@ -70,6 +71,11 @@ class JobStore:
         self._placed_on: dict[str, set[JobKey]] = {}
         # Namespaces the API server said are being deleted, with when (monotonic) that is next asked again.
         self._closing_namespaces: dict[str, float] = {}
+        # Views by the phase each stored object says (insertion-ordered, as `jobs`): a cycle reads the
+        # unfinished jobs and a snapshot the placed ones, never the backlog of finished ones.
+        self._unfinished: dict[JobKey, None] = {}
+        self._holding: dict[JobKey, None] = {}
+        self._running: dict[JobKey, None] = {}
 
     # -- the watch's objects, and our writes ----------------------------------------
 
@@ -101,6 +107,16 @@ class JobStore:
         self.jobs[key] = obj
         if finished(obj):
             self._parsed.pop(key, None)
+        phase = _phase(obj)
+        for view, member in (
+            (self._unfinished, phase not in FINISHED),
+            (self._holding, phase in HOLDS_GPUS),
+            (self._running, phase == TrainingJobPhase.RUNNING),
+        ):
+            if member:
+                view.setdefault(key, None)
+            else:
+                view.pop(key, None)
         before, after = _placed_nodes(old), _placed_nodes(obj)
         for node in before - after:
             self._unplace(key, node)
@@ -132,6 +148,8 @@ class JobStore:
         self._placements_made.pop(key, None)
         self.elided_templates.discard(key)
         self._parsed.pop(key, None)
+        for view in (self._unfinished, self._holding, self._running):
+            view.pop(key, None)
         for node in _placed_nodes(self.jobs.pop(key, None)):
             self._unplace(key, node)
 
@@ -176,16 +194,24 @@ class JobStore:
 
     def running(self) -> Iterator[tuple[JobKey, dict[str, Any], TrainingJob]]:
         """The readable jobs in phase Running, with their objects; a copy, so writes may follow."""
-        for key, obj in list(self.jobs.items()):
-            job = None if finished(obj) else self.read(obj)
+        for key in list(self._running):
+            obj = self.jobs[key]
+            job = self.read(obj)
             if job is not None and job.status.phase == TrainingJobPhase.RUNNING:
                 yield key, obj, job
 
     def unfinished(self) -> Iterator[tuple[JobKey, dict[str, Any]]]:
         """The jobs that have not succeeded or failed, outside namespaces being deleted; a copy."""
-        for key, obj in list(self.jobs.items()):
-            if not finished(obj) and not self.in_closing_namespace(key):
-                yield key, obj
+        for key in list(self._unfinished):
+            if not self.in_closing_namespace(key):
+                yield key, self.jobs[key]
+
+    def holding(self) -> Iterator[tuple[JobKey, dict[str, Any]]]:
+        """The jobs whose status says they hold GPUs (placed, running, stopping), outside namespaces
+        being deleted; a copy."""
+        for key in list(self._holding):
+            if not self.in_closing_namespace(key):
+                yield key, self.jobs[key]
 
     # -- Queues ------------------------------------------------------------------------
 
@@ -231,7 +257,7 @@ class JobStore:
         """The cluster as placement sees it, shared with the InferenceService controller: every pod's
         GPUs, the ranks of placed gangs not created yet, and what is promised but not written yet."""
         reserved: dict[str, int] = self.in_flight.by_node()
-        for key, obj in self.unfinished():
+        for key, obj in self.holding():
             job = self.read(obj)
             if job is None or job.status.phase not in HOLDS_GPUS or job.status.placement is None:
                 continue
@@ -250,8 +276,14 @@ class JobStore:
 
 def finished(obj: dict[str, Any]) -> bool:
     """The stored status says the job succeeded or failed: read off the object, with no model made."""
+    return _phase(obj) in FINISHED
+
+
+def _phase(obj: dict[str, Any]) -> str | None:
+    """The phase OBJ's stored status says, read defensively: status is whatever was stored."""
     status = obj.get("status")
-    return isinstance(status, dict) and status.get("phase") in FINISHED
+    phase = status.get("phase") if isinstance(status, dict) else None
+    return phase if isinstance(phase, str) else None
 
 
 def start_now_requested(job: TrainingJob) -> bool:

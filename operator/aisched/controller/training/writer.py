@@ -40,7 +40,7 @@ class StatusWriter:
         metadata = obj["metadata"]
         wire = status.to_wire()
         await self._kube.patch_status(PLURAL, metadata["namespace"], metadata["name"], wire)
-        self._store.jobs[(metadata["namespace"], metadata["name"])] = {**obj, "status": wire}
+        self._store.put((metadata["namespace"], metadata["name"]), {**obj, "status": wire})
 
     async def drop_chunk_end(self, job: TrainingJob) -> None:
         """Status writes are merge patches, which drop a field only when told so with a null."""
