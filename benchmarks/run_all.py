@@ -26,6 +26,7 @@ BENCHMARKS = (
     "scale",
     "spot",
     "tenant_objects",
+    "tenant_records",
     "tenants",
     "trace",
 )

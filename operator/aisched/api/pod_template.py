@@ -67,6 +67,10 @@ MAX_VOLUMES: Final = 128
 MAX_VOLUME_MOUNTS: Final = 128
 MAX_PATH_LENGTH: Final = 4096
 MAX_PORTS: Final = 64
+# Linux has 41 capabilities; a list of more is no real container's, and each one added is kept for
+# the pod policy (controller/templates.py), so the bound is what a tenant can make the operator hold.
+MAX_CAPABILITIES: Final = 64
+MAX_CAPABILITY_LENGTH: Final = 64
 MAX_TOLERATIONS: Final = 64
 MAX_NODE_SELECTOR: Final = 32
 MAX_PULL_SECRETS: Final = 16
@@ -189,6 +193,7 @@ _VOLUME_MOUNT = _closed(
     "name",
     "mountPath",
 )
+_CAPABILITIES = _list(_text(MAX_CAPABILITY_LENGTH), MAX_CAPABILITIES)
 _CONTAINER: dict[str, Any] = {
     **_OBJECT,
     "required": ["name", "image"],
@@ -203,6 +208,10 @@ _CONTAINER: dict[str, Any] = {
         "ports": _list(_PORT, MAX_PORTS),
         "volumeMounts": _list(_VOLUME_MOUNT, MAX_VOLUME_MOUNTS),
         "resources": {**_OBJECT, "properties": {"limits": _QUANTITY_MAP, "requests": _QUANTITY_MAP}},
+        "securityContext": {
+            **_OBJECT,
+            "properties": {"capabilities": {**_OBJECT, "properties": {"add": _CAPABILITIES, "drop": _CAPABILITIES}}},
+        },
     },
 }
 _TOLERATION = _closed(

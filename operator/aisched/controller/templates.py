@@ -14,6 +14,7 @@ A template of a usual size is kept whole, and launches with no extra read.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from aisched.policy.pod_policy import APPARMOR_ANNOTATION, SECCOMP_ANNOTATIONS
@@ -85,9 +86,10 @@ def elided(obj: dict[str, Any]) -> dict[str, Any] | None:
             if isinstance(volumes, list)
             else set()
         )
-        for kind in ("containers", "initContainers"):
+        reads = _PolicyReads(host_paths)
+        for kind in ("initContainers", "containers"):  # the order the pod policy reads them in
             if kind in pod_spec:
-                kept["spec"][kind] = _kept_containers(pod_spec[kind], host_paths)
+                kept["spec"][kind] = _kept_containers(pod_spec[kind], reads)
         if "volumes" in pod_spec:
             kept["spec"]["volumes"] = _kept_volumes(pod_spec["volumes"])
     assert isinstance(spec, dict)  # a template was found in it
@@ -103,9 +105,65 @@ def template_bytes(template: dict[str, Any]) -> int:
     return len(json.dumps(template, separators=(",", ":"), ensure_ascii=False, default=str))
 
 
-def _kept_containers(containers: Any, host_paths: set[Any]) -> Any:
-    """Each container's policy fields; of its ports only those that ask for a host port, of its mounts
-    only those of a hostPath volume (HOST_PATHS): all the pod policy reads of them."""
+@dataclass
+class _PolicyReads:
+    """What the pod policy has been kept of so far in one template, in the order it reads containers
+    (init containers first): it refuses a template on its first host port, the first writable mount
+    of each hostPath volume and the first use of each capability added; the repeats change nothing,
+    and the rest of those lists is the pods' business."""
+
+    host_paths: set[Any]
+    host_port: bool = False
+    mounted: set[Any] = field(default_factory=set)
+    capabilities: set[Any] = field(default_factory=set)
+
+    def ports(self, ports: list[Any]) -> list[Any]:
+        kept = []
+        for port in ports:
+            if not isinstance(port, dict):
+                kept.append(port)
+            elif port.get("hostPort") and not self.host_port:
+                self.host_port = True
+                kept.append({k: port[k] for k in ("containerPort", "hostPort") if k in port})
+        return kept
+
+    def mounts(self, mounts: list[Any]) -> list[Any]:
+        kept = []
+        for mount in mounts:
+            if not isinstance(mount, dict):
+                kept.append(mount)
+                continue
+            name = mount.get("name")
+            if name in self.host_paths and mount.get("readOnly") is not True and name not in self.mounted:
+                self.mounted.add(name)
+                kept.append({k: mount[k] for k in ("name", "mountPath") if k in mount})
+        return kept
+
+    def security_context(self, context: dict[str, Any]) -> dict[str, Any]:
+        capabilities = context.get("capabilities")
+        if not isinstance(capabilities, dict):
+            return context
+        kept = dict(capabilities)
+        if isinstance(drop := capabilities.get("drop"), list):
+            kept["drop"] = ["ALL"] if "ALL" in drop else []  # the restricted level asks only that
+        if isinstance(add := capabilities.get("add"), list):
+            kept["add"] = [name for name in add if self._first(name)]
+        return {**context, "capabilities": kept}
+
+    def _first(self, capability: Any) -> bool:
+        if not isinstance(capability, str):
+            return True
+        if capability in self.capabilities:
+            return False
+        self.capabilities.add(capability)
+        return True
+
+
+def _kept_containers(containers: Any, reads: _PolicyReads) -> Any:
+    """Each container's policy fields, and of those only what the pod policy reads (READS). The bounds
+    let a template hold 4,096 mounts and 2,048 ports and capabilities, some 200 bytes each once
+    parsed: kept, they made a job cost 3 MiB (benchmarks/tenant_records.py). A refusal of a large
+    template names its field by the index in what was kept."""
     if not isinstance(containers, list):
         return containers
     kept = []
@@ -115,9 +173,11 @@ def _kept_containers(containers: Any, host_paths: set[Any]) -> Any:
             continue
         fields = {k: v for k, v in container.items() if k in KEPT_CONTAINER_FIELDS}
         if isinstance(ports := fields.get("ports"), list):
-            fields["ports"] = [p for p in ports if not isinstance(p, dict) or p.get("hostPort")]
+            fields["ports"] = reads.ports(ports)
         if isinstance(mounts := fields.get("volumeMounts"), list):
-            fields["volumeMounts"] = [m for m in mounts if not isinstance(m, dict) or m.get("name") in host_paths]
+            fields["volumeMounts"] = reads.mounts(mounts)
+        if isinstance(context := fields.get("securityContext"), dict):
+            fields["securityContext"] = reads.security_context(context)
         kept.append(fields)
     return kept
 

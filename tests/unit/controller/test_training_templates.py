@@ -6,8 +6,11 @@ import copy
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from aisched.controller.templates import KEPT_TEMPLATE_BYTES, elided, template_bytes
+from aisched.policy.pod_policy import AllowedHostPath, PodPolicy, PodSecurityLevel
 from tests.builders import a_training_job
 from tests.unit.controller.kube_double import KubeDouble
 from tests.unit.controller.test_training_loop import a_controller, a_node, reconcile_errors
@@ -155,3 +158,70 @@ async def test_a_deleted_job_forgets_its_template_was_left_out(kube: KubeDouble)
     controller.job_seen(a_large_job())
     controller.job_gone("ns", "big")
     assert controller.store.elided_templates == set()
+
+
+_PADDING = [{"name": f"PAD_{i}", "value": "v" * 200} for i in range(100)]  # over KEPT_TEMPLATE_BYTES
+_CONTAINER_PARTS = st.fixed_dictionaries(
+    {
+        "ports": st.lists(
+            st.fixed_dictionaries({"containerPort": st.integers(1, 3)}, optional={"hostPort": st.integers(0, 3)}),
+            max_size=4,
+        ),
+        "volumeMounts": st.lists(
+            st.fixed_dictionaries(
+                {"name": st.sampled_from(["host-data", "host-etc", "scratch"]), "mountPath": st.just("/m")},
+                optional={"readOnly": st.booleans()},
+            ),
+            max_size=4,
+        ),
+        "capabilities": st.fixed_dictionaries(
+            {},
+            optional={
+                "add": st.lists(st.sampled_from(["NET_ADMIN", "SYS_ADMIN", "CHOWN", "KILL", "NET_BIND_SERVICE"])),
+                "drop": st.lists(st.sampled_from(["ALL", "CHOWN", "KILL"])),
+            },
+        ),
+    }
+)
+_POLICIES = st.builds(
+    PodPolicy,
+    level=st.sampled_from(list(PodSecurityLevel)),
+    allow_host_ports=st.booleans(),
+    allowed_host_paths=st.lists(
+        st.builds(AllowedHostPath, st.sampled_from(["/data", "/etc", "/"]), st.booleans()), max_size=2
+    ).map(tuple),
+    allowed_capabilities=st.frozensets(st.sampled_from(["NET_ADMIN", "SYS_ADMIN"])),
+    allowed_volume_types=st.frozensets(st.sampled_from(["hostPath", "emptyDir"])),
+)
+
+
+def _container(index: int, parts: dict[str, Any]) -> dict[str, Any]:
+    context = {"allowPrivilegeEscalation": False, "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    if parts["capabilities"]:
+        context["capabilities"] = parts["capabilities"]
+    container = {"name": f"c{index}", "image": "trainer:v1", "env": _PADDING, "securityContext": context}
+    return {**container, "ports": parts["ports"], "volumeMounts": parts["volumeMounts"]}
+
+
+@given(
+    containers=st.lists(_CONTAINER_PARTS, min_size=1, max_size=3),
+    init_containers=st.lists(_CONTAINER_PARTS, max_size=2),
+    policy=_POLICIES,
+)
+def test_the_pod_policy_refuses_a_large_template_kept_as_it_refuses_it_whole(
+    containers: list[dict[str, Any]], init_containers: list[dict[str, Any]], policy: PodPolicy
+) -> None:
+    """What the record keeps of ports, mounts and capabilities is enough for the same verdict, on the same kind."""
+    job = a_training_job("big").namespace("ns").gpus(1).obj()
+    spec = job["spec"]["template"]["spec"]
+    spec["containers"] = [_container(i, parts) for i, parts in enumerate(containers)]
+    spec["initContainers"] = [_container(10 + i, parts) for i, parts in enumerate(init_containers)]
+    spec["volumes"] = [
+        {"name": "host-data", "hostPath": {"path": "/data/set"}},
+        {"name": "host-etc", "hostPath": {"path": "/etc"}},
+        {"name": "scratch", "emptyDir": {}},
+    ]
+    kept = elided(job)
+    assert kept is not None
+    whole, left = policy.violation(job["spec"]["template"]), policy.violation(kept["spec"]["template"])
+    assert (whole and (whole.what, whole.allowance)) == (left and (left.what, left.allowance))
