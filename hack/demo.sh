@@ -26,6 +26,9 @@ MIG_MANAGER_LOG="${CLUSTER_DIR}/logs/mig-manager.log"
 MIG_NODES=(us-east-1a-r02-n01 us-east-1a-r02-n02)
 VENV="${REPO_ROOT}/.venv"
 REAL_NODES="${AISCHED_REAL_NODES:-0}"
+# Four GPUs a real node (the e2e tier's have two): the serving example keeps a GPU on each real node
+# while it runs, and resnet-ddp wants two on one node beside it.
+export AISCHED_REAL_NODE_GPUS="${AISCHED_REAL_NODE_GPUS:-4}"
 REAL_JOB="${REPO_ROOT}/manifests/examples/real-training/trainingjob.yaml"
 EXAMPLES="${REPO_ROOT}/manifests/examples"
 # The examples' `checkpoints` claim: a hostPath volume here, both real nodes being this machine.
@@ -105,11 +108,28 @@ wait_for_jobs() {
   log "some jobs are still settling; watch them with: kubectl get tj -w"
 }
 
+# Not `kubectl wait`: on a CRD whose status has no conditions yet (right after it is created) it
+# fails rather than waits.
+crds_established() {
+  local crd i established
+  for ((i = 0; i < 120; i++)); do
+    established=0
+    for crd in trainingjobs inferenceservices queues; do
+      [[ "$(kubectl get crd "${crd}.aisched.io" \
+        -o jsonpath='{.status.conditions[?(@.type=="Established")].status}' 2>/dev/null)" == True ]] &&
+        established=$((established + 1))
+    done
+    ((established == 3)) && return 0
+    sleep 0.5
+  done
+  return 1
+}
+
 main() {
   [[ -x "${VENV}/bin/aisched" ]] || die "no virtualenv: run 'make demo' (it creates .venv first)"
   AISCHED_CLUSTER_DIR="${CLUSTER_DIR}" "${HACK_DIR}/cluster.sh" up small
   kubectl apply --server-side -f "${REPO_ROOT}/crds/" >/dev/null
-  kubectl wait --for condition=established --timeout=60s crd/trainingjobs.aisched.io >/dev/null
+  crds_established || die "the aisched CRDs were not established within a minute"
   local examples=(--storage default "${CHECKPOINTS}")
   if ((REAL_NODES > 0)); then
     # torch: about 3.4 GB, 10 minutes cold, cached afterwards (docs/torchrun.md).

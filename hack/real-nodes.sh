@@ -222,7 +222,8 @@ cmd_up() {
     [[ -x "${AISCHED_BIN_DIR}/${c}" ]] || { "${HACK_DIR}/build-k8s-binaries.sh" >/dev/null; break; }
   done
   [[ -f "${AISCHED_CACHE_DIR}/images/pause.tar" ]] || "${HACK_DIR}/build-images.sh" pause
-  echo "${count}" >"${NODES_DIR}/count" 2>/dev/null || { mkdir -p "${NODES_DIR}"; echo "${count}" >"${NODES_DIR}/count"; }
+  mkdir -p "${NODES_DIR}"
+  echo "${count}" >"${NODES_DIR}/count"
   # Storage both nodes see, as a ReadWriteMany volume would be in a cloud;
   # it outlives the cluster, as checkpoints do.
   mkdir -p "${SHARED_DIR}" && chmod 1777 "${SHARED_DIR}"
