@@ -42,6 +42,8 @@ class KubeDouble:
         """Names whose replica pods the API server refuses as invalid (422)."""
         self.statuses: dict[str, dict[str, Any]] = {}
         self.unexpected: list[str] = []
+        self.version = 100
+        """The resourceVersion the last write left, counting up as the API server's does."""
 
     def __getattr__(self, name: str) -> Any:
         # The work queue logs and retries a failing reconcile, so the fixture also checks this list.
@@ -70,15 +72,18 @@ class KubeDouble:
     async def delete_claim_template(self, namespace: str, name: str) -> None:
         self.calls.append(("delete_claim_template", name))
 
-    async def patch_status(self, plural: str, namespace: str | None, name: str, status: dict[str, Any]) -> None:
+    async def patch_status(self, plural: str, namespace: str | None, name: str, status: dict[str, Any]) -> str:
         self.calls.append(("patch_status", name))
         self.statuses[name] = status
+        self.version += 1
+        return str(self.version)
 
     async def scale_custom(self, plural: str, namespace: str, name: str, replicas: int) -> None:
         self.calls.append(("scale_custom", name))
 
     async def annotate_custom(self, plural: str, namespace: str, name: str, annotations: dict[str, str]) -> None:
         self.calls.append(("annotate_custom", name))
+        self.version += 1
 
     def post_event(self, obj: dict[str, Any], event_type: str, reason: str, message: str) -> None:
         self.calls.append(("post_event", reason))
@@ -244,6 +249,26 @@ async def test_each_autoscaler_keeps_its_interval_with_one_pending_timer(
         await asyncio.sleep(interval * 3)
         assert kube.of("chat").count("annotate_custom") == 5
         assert "scale_custom" not in kube.of("chat")
+
+
+async def test_the_watch_event_of_an_earlier_write_does_not_put_the_old_status_back(
+    controller: InferenceServiceController, kube: KubeDouble
+) -> None:
+    async with running(controller):
+        seen = a_service("chat", autoscaled=True)
+        seen["metadata"]["resourceVersion"] = str(kube.version)
+        controller.service_seen(seen)
+        await asyncio.sleep(0.1)
+        scaling = [c["type"] for c in kube.statuses["chat"]["conditions"]]
+        assert "ScalingActive" in scaling
+        # The event of the autoscaler's annotation comes after our status write: its status is the old one.
+        annotated = {**seen, "metadata": {**seen["metadata"], "resourceVersion": str(kube.version - 1)}}
+        controller.service_seen(annotated)
+        await asyncio.sleep(0.1)  # a pass between autoscaler decisions keeps what the last one said
+        assert [c["type"] for c in kube.statuses["chat"]["conditions"]] == scaling
+        newer = {**seen, "metadata": {**seen["metadata"], "resourceVersion": str(kube.version + 1)}}
+        controller.service_seen(newer)
+        assert controller.services[("ml", "chat")]["metadata"]["resourceVersion"] == str(kube.version + 1)
 
 
 async def test_a_deleted_service_leaves_no_timer_and_is_not_reconciled(

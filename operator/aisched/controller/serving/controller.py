@@ -56,6 +56,7 @@ from aisched.kube.serving_builders import (
     service_selector,
     serving_pod_from_object,
 )
+from aisched.kube.versions import is_newer
 from aisched.metrics import Metrics
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.scheduler import HeldGpus
@@ -374,16 +375,23 @@ class InferenceServiceController:
     async def _write_status(
         self, obj: dict[str, Any], service: InferenceService, status: InferenceServiceStatus
     ) -> None:
-        if await self.status_writer.write(obj, service, status):
-            key = (service.metadata["namespace"], service.metadata["name"])
-            if key in self.services:
-                self.services[key] = {**self.services[key], "status": status.to_wire()}
+        version = await self.status_writer.write(obj, service, status)
+        key = (service.metadata["namespace"], service.metadata["name"])
+        if version is not None and key in self.services:
+            # The version too: the watch events of earlier writes (the autoscaler's annotation),
+            # still on their way, are then older and cannot put the old status back.
+            held = self.services[key]
+            metadata = {**held["metadata"], "resourceVersion": version}
+            self.services[key] = {**held, "metadata": metadata, "status": status.to_wire()}
 
 
 def _is_older(incoming: dict[str, Any], cached: dict[str, Any] | None) -> bool:
-    """The same object at an older generation: a watch event from before our own scale write."""
+    """The same object at an older generation or resourceVersion: a watch event from before our own
+    scale or status write."""
     if cached is None or incoming["metadata"].get("uid") != cached["metadata"].get("uid"):
         return False
+    if is_newer(cached["metadata"].get("resourceVersion"), incoming["metadata"].get("resourceVersion")):
+        return True
     return int(incoming["metadata"].get("generation") or 0) < int(cached["metadata"].get("generation") or 0)
 
 

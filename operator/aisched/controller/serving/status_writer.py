@@ -24,18 +24,18 @@ class ServiceStatusWriter:
     replicas: ReplicaPods
     metrics: Metrics | None = None
 
-    async def write(self, obj: dict[str, Any], service: InferenceService, status: InferenceServiceStatus) -> bool:
-        """Report STATUS and patch it over the service's; False when there was nothing to patch."""
+    async def write(self, obj: dict[str, Any], service: InferenceService, status: InferenceServiceStatus) -> str | None:
+        """Report STATUS and patch it over the service's; the resourceVersion the write left, None
+        when there was nothing to patch (or the service is gone)."""
         namespace, name = service.metadata["namespace"], service.metadata["name"]
         self._record(service, status)
         self._post_condition_events(obj, service.status, status)
         if status == service.status:
-            return False
+            return None
         wire = status.to_wire()
         if status.current_metric_value is None and service.status.current_metric_value is not None:
             wire["currentMetricValue"] = None  # merge patch: null removes the field
-        await self.kube.patch_status(PLURAL, namespace, name, wire)
-        return True
+        return await self.kube.patch_status(PLURAL, namespace, name, wire)
 
     def _record(self, service: InferenceService, status: InferenceServiceStatus) -> None:
         if self.metrics is None:

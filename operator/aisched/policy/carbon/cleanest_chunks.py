@@ -115,6 +115,10 @@ def _chunk_dp(
     """Forward DP over slots; `count` is chosen slots, or skipped ones if count_skips."""
     n_states = 2 + max(need)
     inf = math.inf
+    # Equal-cost selections (a flat clean window) differ in when the work is done: a cost that
+    # grows with the slot's index, far below any real difference, makes the DP take the earlier
+    # slots, so a job runs to the end of the clean window it is in rather than pausing early.
+    later_bias = 1e-9 * max((abs(c) for c in costs), default=0.0) / max(1, len(costs))
     cost = [[inf] * (limit + 1) for _ in range(n_states)]
     cost[_NOT_STARTED][0] = 0.0
     take_adds, skip_adds = (0, 1) if count_skips else (1, 0)
@@ -126,7 +130,7 @@ def _chunk_dp(
             row = cost[state]
             skip_to = _SKIP_TO.get(state, -1)
             take_to = 2 + max(0, state - 3) if state >= _MAY_END else 2 + need[k] - 1
-            extra = slot_cost + (chunk_penalty if state == _BETWEEN else 0.0)
+            extra = slot_cost + k * later_bias + (chunk_penalty if state == _BETWEEN else 0.0)
             new_take, par_take = new[take_to], par[take_to]
             for c in range(limit + 1):
                 value = row[c]

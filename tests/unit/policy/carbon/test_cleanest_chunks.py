@@ -100,3 +100,28 @@ def test_overhead_makes_the_planner_prefer_fewer_chunks() -> None:
 
     assert len(split(timedelta(0))) == 3
     assert split(timedelta(minutes=40)) == [(timedelta(hours=6), timedelta(hours=9))]
+
+
+@given(st.floats(min_value=-0.99, max_value=25.0))
+def test_a_job_started_inside_a_clean_window_runs_to_its_end_before_pausing(late: float) -> None:
+    # Two equally clean 50 s windows on a 10 s grid: pausing early in the first costs no more
+    # grams than running to its end, but leaves more work, and a later finish, to the second.
+    first, second = (
+        (T0 + timedelta(seconds=60), T0 + timedelta(seconds=110)),
+        (
+            T0 + timedelta(seconds=160),
+            T0 + timedelta(seconds=210),
+        ),
+    )
+    values = tuple(
+        40.0 if any(a <= T0 + timedelta(seconds=10 * k) < b for a, b in (first, second)) else 400.0 for k in range(60)
+    )
+    fc = Forecast("GB", T0, timedelta(seconds=10), values)
+    plan = plan_start(
+        fc,
+        first[0] + timedelta(seconds=late),
+        DeferrableJob(timedelta(seconds=70), power_w=POWER_W, deadline=T0 + timedelta(seconds=400)),
+        PlanOptions(interruptible=True, min_chunk=timedelta(seconds=10), chunk_overhead=timedelta(seconds=2)),
+    )
+    assert [c.end for c in plan.chunks[:-1]] == [first[1]]
+    assert plan.chunks[-1].start == second[0]
