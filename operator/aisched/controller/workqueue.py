@@ -175,8 +175,11 @@ class WorkQueue(Generic[K]):
         if timeout is not None:
             wait = min(wait, timeout)
         if not self._wake.is_set() and wait > 0:
+            # Not wait_for: on 3.11 it swallows a cancellation that comes as the wake does, and a
+            # controller told to stop would run on.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), timeout=wait)
+                async with asyncio.timeout(wait):
+                    await self._wake.wait()
         self._wake.clear()
         if loop.time() >= self._next_resync:
             for key in all_keys():

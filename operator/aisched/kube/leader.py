@@ -203,7 +203,8 @@ class LeaseElector:
             return
         self._renewed_at = None
         try:
-            await asyncio.wait_for(self._release(), timeout=RELEASE_SECONDS)
+            async with asyncio.timeout(RELEASE_SECONDS):
+                await self._release()
         except Exception as error:  # the lease expires on its own: nothing is lost but time
             log.warning("could not release the leader lease: %r", error)
 
@@ -219,7 +220,9 @@ class LeaseElector:
         """One try to take or renew the lease, given up after `budget` seconds; False on any failure."""
         started = self.clock()
         try:
-            return await asyncio.wait_for(self._take_or_renew(started), timeout=budget)
+            # Not wait_for: on 3.11 it may swallow a cancellation that comes as the answer does.
+            async with asyncio.timeout(budget):
+                return await self._take_or_renew(started)
         except TimeoutError:
             log.warning("the leader lease did not answer within %.1f s", budget)
         except ApiException as error:

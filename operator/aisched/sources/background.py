@@ -73,7 +73,8 @@ class BackgroundFetcher:
 
     async def _run(self, fetch: Callable[[], Awaitable[object]], keep: Callable[[object], None]) -> None:
         try:
-            value = await asyncio.wait_for(fetch(), timeout=self.deadline_seconds)
+            async with asyncio.timeout(self.deadline_seconds):  # wait_for may swallow a cancellation on 3.11
+                value = await fetch()
         except TimeoutError:
             self._failed(FetchTimeoutError(f"no answer within {self.deadline_seconds:g} s"))
         except Exception as error:  # whatever the source raised: counted, kept for the caller to report
