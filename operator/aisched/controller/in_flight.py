@@ -12,27 +12,48 @@ its own record (the status, the replica pods) holds the GPUs: so no GPU is promi
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
 
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.placement import Placement
+from aisched.policy.shared_room import SharedRoom, SharePart
+
+
+@dataclass(frozen=True)
+class Promised:
+    """What one decision takes until its own record holds it: whole GPUs by node, parts of GPUs
+    (a fraction's, on the GPU placement chose), and MIG instances (node, profile), one per instance."""
+
+    whole: Mapping[str, int]
+    parts: tuple[SharePart, ...] = ()
+    mig: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def of(cls, placement: Placement) -> Promised:
+        """What PLACEMENT takes, as `policy.placement.hold` counts it."""
+        mig = tuple((node, placement.mig_profile) for node in placement.nodes) if placement.mig_profile else ()
+        return cls(placement.gpus_by_node(), tuple(p for p in placement.parts if p.device), mig)
+
+    def __bool__(self) -> bool:
+        return any(gpus > 0 for gpus in self.whole.values()) or bool(self.parts or self.mig)
 
 
 class InFlightPlacements:
     def __init__(self) -> None:
-        self._promised: dict[Hashable, dict[str, int]] = {}
+        self._promised: dict[Hashable, Promised] = {}
         self._by_node: dict[str, int] = {}
         self.version = 0
         """Changes with every promise and settlement: a snapshot older than it may count GPUs twice."""
 
-    def promise(self, owner: Hashable, gpus_by_node: Mapping[str, int]) -> None:
-        """OWNER's decision takes GPUS_BY_NODE until it settles (a second promise replaces the first)."""
+    def promise(self, owner: Hashable, promised: Promised) -> None:
+        """OWNER's decision takes PROMISED until it settles (a second promise replaces the first)."""
         self.settle(owner)
-        promised = {node: gpus for node, gpus in gpus_by_node.items() if gpus > 0}
         if not promised:
             return
         self._promised[owner] = promised
-        for node, gpus in promised.items():
-            self._by_node[node] = self._by_node.get(node, 0) + gpus
+        for node, gpus in promised.whole.items():
+            if gpus > 0:
+                self._by_node[node] = self._by_node.get(node, 0) + gpus
         self.version += 1
 
     def settle(self, owner: Hashable) -> None:
@@ -40,7 +61,9 @@ class InFlightPlacements:
         promised = self._promised.pop(owner, None)
         if promised is None:
             return
-        for node, gpus in promised.items():
+        for node, gpus in promised.whole.items():
+            if gpus <= 0:
+                continue
             left = self._by_node[node] - gpus
             if left:
                 self._by_node[node] = left
@@ -49,7 +72,17 @@ class InFlightPlacements:
         self.version += 1
 
     def by_node(self) -> dict[str, int]:
+        """The whole GPUs promised, by node."""
         return dict(self._by_node)
+
+    def hold_shared(self, room: SharedRoom) -> None:
+        """Count the parts of GPUs and MIG instances promised as taken in ROOM (a snapshot's)."""
+        for promised in self._promised.values():
+            for part in promised.parts:
+                room.take_part(part)
+            for node, profile in promised.mig:
+                if node in room.mig_free:
+                    room.take_mig(node, profile)
 
     def __len__(self) -> int:
         return len(self._promised)

@@ -16,7 +16,7 @@ O(domains x pools) plus the nodes of the chosen domain, not O(nodes).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from aisched.api.common import CapacityType, SpotPolicy
@@ -132,6 +132,14 @@ class Placement:
             gpus[name] += self.gpus_per_replica
         return dict(gpus)
 
+    def keeping(self, ranks: Sequence[int], snapshot: ClusterSnapshot) -> Placement:
+        """The placement of RANKS of it only (a shrunk gang), their parts of GPUs and MIG profile kept."""
+        kept = Placement.of_nodes([self.nodes[rank] for rank in ranks], self.gpus_per_replica, snapshot)
+        parts = tuple(self.parts[rank] for rank in ranks) if self.parts else ()
+        return Placement(
+            kept.nodes, kept.gpus_per_replica, kept.domain, kept.gpu_type, kept.capacity_type, parts, self.mig_profile
+        )
+
     def to_status(self) -> PlacementStatus:
         """The `status.placement` of the TrainingJob."""
         return PlacementStatus(
@@ -181,6 +189,42 @@ def hold(snapshot: ClusterSnapshot, placement: Placement) -> None:
     if placement.mig_profile is not None:
         for node in placement.nodes:
             snapshot.shared.take_mig(node, placement.mig_profile)
+
+
+def release(snapshot: ClusterSnapshot, placement: Placement, ranks: Sequence[int] | None = None) -> None:
+    """Count what PLACEMENT's replicas (only RANKS, where given) hold as free in SNAPSHOT: a gang
+    stopped or shrunk, for real or in a trial.
+
+    The inverse of `hold`, and for a running gang what it really frees: a fraction's GPU comes
+    back as a whole GPU only once no share holds any of it, a MIG replica gives back its instance
+    (no whole GPU), and a part whose GPU is not known yet (its pod is not made: `SharePart.device`
+    empty) gives back the whole GPU held for it meanwhile."""
+    whole: dict[str, int] = defaultdict(int)
+    for rank in range(placement.replicas) if ranks is None else ranks:
+        node = placement.nodes[rank]
+        if placement.mig_profile is not None:
+            snapshot.shared.give_mig(node, placement.mig_profile)
+        elif placement.parts:
+            part = placement.parts[rank]
+            if part.device:
+                whole[node] += snapshot.shared.give_part(part)
+            else:
+                whole[node] += part.splits
+        else:
+            whole[node] += placement.gpus_per_replica
+    snapshot.release(whole)
+
+
+def release_all(snapshot: ClusterSnapshot, placements: Iterable[Placement]) -> None:
+    """`release` of each of PLACEMENTS; whole-GPU gangs (most of them) in one update per node."""
+    whole: dict[str, int] = defaultdict(int)
+    for placement in placements:
+        if placement.parts or placement.mig_profile is not None:
+            release(snapshot, placement)
+        else:
+            for name in placement.nodes:
+                whole[name] += placement.gpus_per_replica
+    snapshot.release(whole)
 
 
 def _first_placement(request: GangRequest, snapshot: ClusterSnapshot) -> Placement | None:

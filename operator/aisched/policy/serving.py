@@ -27,14 +27,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from aisched.api.common import CapacityType, SpotPolicy
 from aisched.api.inference_service import InferenceServiceSpec
 from aisched.policy.cluster import ClusterSnapshot, Node, Toleration
 from aisched.policy.share_placement import share_choice, share_room
-from aisched.policy.shared_room import ShareShape
+from aisched.policy.shared_room import SharePart, ShareShape
 
 
 class PlanReason(StrEnum):
@@ -84,6 +84,8 @@ class NewReplica:
     capacity_type: CapacityType
     replaces: str | None = None
     """The interrupted replica this one stands in for, for events and status."""
+    part: SharePart | None = None
+    """A fraction's part of a GPU as planned, which it holds (promised) until its pod is seen."""
 
 
 @dataclass(frozen=True)
@@ -241,11 +243,11 @@ def _place_new_in(
         if node is None:
             unplaced += 1
             continue
-        room.take(node.name)
+        part = room.take(node.name)
         zones[node.zone] += 1
         per_node[node.name] += 1
         on_demand += node.capacity_type == CapacityType.ON_DEMAND
-        starts.append(NewReplica(node.name, node.zone, node.capacity_type))
+        starts.append(NewReplica(node.name, node.zone, node.capacity_type, part=part))
     return starts, unplaced, floor_unmet
 
 
@@ -287,15 +289,19 @@ class _Room:
         growth = self._fresh_growth[key]
         return float("inf") if growth is None else growth
 
-    def take(self, name: str) -> None:
+    def take(self, name: str) -> SharePart | None:
+        """One replica's room on node NAME is taken; a fraction's part of a GPU there, which it takes."""
         self.left[name] -= self.need
-        if self.fraction and self.share is not None:
-            choice = share_choice(self.snapshot, name, self.share)
-            if choice is not None:
-                part = choice[1]
-                self.snapshot.shared.take_part(part)
-                if part.splits:
-                    self.snapshot.allocate({name: 1})
+        if not (self.fraction and self.share is not None):
+            return None
+        choice = share_choice(self.snapshot, name, self.share)
+        if choice is None:
+            return None
+        part = choice[1]
+        self.snapshot.shared.take_part(part)
+        if part.splits:
+            self.snapshot.allocate({name: 1})
+        return part
 
 
 def _may_fall_back(request: ServingRequest, wants_on_demand: bool) -> bool:
@@ -342,9 +348,7 @@ def _tolerated(node: Node, tolerations: Sequence[Toleration]) -> bool:
 
 def _tag_replacements(starts: list[NewReplica], doomed: Sequence[ServingReplica]) -> list[NewReplica]:
     names = sorted(r.name for r in doomed)
-    return [
-        NewReplica(s.node, s.zone, s.capacity_type, names[i] if i < len(names) else None) for i, s in enumerate(starts)
-    ]
+    return [replace(s, replaces=names[i] if i < len(names) else None) for i, s in enumerate(starts)]
 
 
 def _doomed_to_retire(doomed: Sequence[ServingReplica], desired: int, kept: Sequence[ServingReplica]) -> list[str]:

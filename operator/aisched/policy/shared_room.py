@@ -103,6 +103,30 @@ class SharedRoom:
         milli, memory = self.parts.get(part.node, {}).get(part.device, (MILLI, self.memory_of(part.node)))
         self._set_part(part.node, part.device, milli - part.milli, memory - part.memory_mib)
 
+    def give_part(self, part: SharePart) -> bool:
+        """PART of its GPU is free again (a gang stops or shrinks, in a trial or for real); True when no
+        share holds any of the GPU then, so that it counts as a whole free GPU again."""
+        held = self.parts.get(part.node, {}).get(part.device)
+        if held is None:
+            return False  # no share holds that GPU as far as the snapshot knows: nothing to give back
+        milli, memory = held[0] + part.milli, held[1] + part.memory_mib
+        if milli < MILLI:
+            self._set_part(part.node, part.device, milli, memory)
+            return False
+        self._journal_if_trial(("part", part.node, part.device, *held))
+        del self.parts[part.node][part.device]
+        if not self.parts[part.node]:
+            del self.parts[part.node]
+        return True
+
+    def give_mig(self, node: str, profile: str, count: int = 1) -> None:
+        """COUNT instances of PROFILE on NODE are free again; a node that takes no pods now gains none."""
+        free = self.mig_free.get(node)
+        if free is None:
+            return
+        self._journal_if_trial(("mig", node, profile, free.get(profile, 0), 0))
+        free[profile] = free.get(profile, 0) + count
+
     def take_mig(self, node: str, profile: str, count: int = 1) -> None:
         free = self.mig_free.setdefault(node, {})
         self._journal_if_trial(("mig", node, profile, free.get(profile, 0), 0))
@@ -121,8 +145,8 @@ class SharedRoom:
                 del self.parts[node][key]
                 if not self.parts[node]:
                     del self.parts[node]
-            else:
-                self.parts[node][key] = (first, second)
+            else:  # changed, or given back whole (its node's entry may have gone with it)
+                self.parts.setdefault(node, {})[key] = (first, second)
 
     def _set_part(self, node: str, device: str, milli: int, memory: int) -> None:
         before = self.parts.get(node, {}).get(device)

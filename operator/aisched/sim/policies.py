@@ -30,7 +30,7 @@ from datetime import timedelta
 
 from aisched.api.queue import DEFAULT_QUEUE
 from aisched.policy.cluster import ClusterSnapshot
-from aisched.policy.placement import Placement
+from aisched.policy.placement import Placement, hold, release
 from aisched.policy.queueing import QueueQuota
 from aisched.policy.scheduler import JobRequest, ScheduleResult, schedule
 from aisched.sim.jobs import ANY_CAPACITY, EPOCH, CycleOutcome, Policy, SimJob, Start, at
@@ -89,7 +89,7 @@ class AischedPolicy:
     def finish(self, job: SimJob, now: float) -> None:
         request = self.running.pop(job.key)
         assert request.placement is not None
-        self.snapshot.release(request.placement.gpus_by_node())
+        release(self.snapshot, request.placement)
 
     def cycle(self, now: float) -> CycleOutcome:
         result = schedule(self.snapshot, [*self.running.values(), *self.pending.values()], self.queues, at(now))
@@ -98,16 +98,16 @@ class AischedPolicy:
         for preemption in result.preempted:
             request = self.running.pop(preemption.key)
             assert request.placement is not None and request.started is not None
-            self.snapshot.release(request.placement.gpus_by_node())
+            release(self.snapshot, request.placement)
             attained = _attained_after_run(request, now)
             self.pending[preemption.key] = replace(request, placement=None, started=None, attained_gpu_seconds=attained)
             outcome.stopped.append(self.jobs[preemption.key])
         resized = [(self.running[r.key], r.placement) for r in result.resized]
         for request, _ in resized:  # all released before any is allocated: a shrink makes room for a growth
             assert request.placement is not None
-            self.snapshot.release(request.placement.gpus_by_node())
+            release(self.snapshot, request.placement)
         for request, placement in resized:
-            self.snapshot.allocate(placement.gpus_by_node())
+            hold(self.snapshot, placement)
             attained = _attained_after_run(request, now)
             self.running[request.key] = replace(
                 request, placement=placement, started=at(now), attained_gpu_seconds=attained
@@ -115,7 +115,7 @@ class AischedPolicy:
             outcome.resized.append(Start(self.jobs[request.key], placement.nodes))
         for admission in result.admitted:
             request = self.pending.pop(admission.key)
-            self.snapshot.allocate(admission.placement.gpus_by_node())
+            hold(self.snapshot, admission.placement)
             self.running[admission.key] = replace(request, placement=admission.placement, started=at(now))
             outcome.started.append(Start(self.jobs[admission.key], admission.placement.nodes))
         # Jobs the cycle did not reach (it admitted its most) have the next one at once, as in the operator.

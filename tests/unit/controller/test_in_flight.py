@@ -7,8 +7,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aisched.controller.in_flight import InFlightPlacements, fits, gpus_by_node
+from aisched.controller.in_flight import InFlightPlacements, Promised, fits, gpus_by_node
 from aisched.kube.inventory import Inventory
+from aisched.policy.cluster import ClusterSnapshot, local_node
+from aisched.policy.placement import Placement
+from aisched.policy.shared_room import SharedRoom, SharePart
+from aisched.policy.topology import LOCAL_TOPOLOGY, DomainId
 from aisched.settings import Settings
 from tests.unit.controller.kube_double import KubeDouble
 from tests.unit.controller.test_training_isolation import one_pass, status_of
@@ -33,7 +37,7 @@ def test_what_is_promised_on_a_node_is_the_sum_of_the_promises_not_settled(
             outstanding.pop(owner, None)
         else:
             changed = owner in outstanding or any(promise.values())
-            in_flight.promise(owner, promise)
+            in_flight.promise(owner, Promised(promise))
             outstanding.pop(owner, None)
             if any(promise.values()):
                 outstanding[owner] = promise
@@ -68,7 +72,7 @@ async def test_an_admission_whose_gpus_were_promised_elsewhere_during_the_cycle_
 
     async def a_replica_takes_the_node(*_: object) -> None:
         if not taken:  # once, during the first cycle's writes
-            controller.in_flight.promise(("InferenceService", ("ns", "svc")), {"n1": 8})
+            controller.in_flight.promise(("InferenceService", ("ns", "svc")), Promised({"n1": 8}))
             taken.append(True)
 
     kube.allow("post_event", "create").answer("patch_status", a_replica_takes_the_node)
@@ -84,3 +88,19 @@ async def test_an_admission_whose_gpus_were_promised_elsewhere_during_the_cycle_
     await one_pass(controller)
     assert status_of(controller, "gang")["phase"] == "Placing"
     assert len(controller.in_flight) == 0
+
+
+def test_a_promised_share_takes_its_part_of_a_gpu_and_a_mig_promise_its_instance_not_whole_gpus() -> None:
+    mig = local_node("m1", 0, zone="z", rack="r", nvlink_domain="m1")
+    snapshot = ClusterSnapshot([local_node("n1", 2, zone="z", rack="r", nvlink_domain="n1")], LOCAL_TOPOLOGY)
+    snapshot.shared = SharedRoom({"n1": {"gpu-0": (600, 48_000)}}, {"n1": 80_000}, [mig], {"m1": {"1g.10gb": 2}})
+    in_flight = InFlightPlacements()
+    domain = DomainId(None, ())
+    share = Placement(("n1",), 1, domain, parts=(SharePart("n1", "gpu-0", 400, 32_000, splits=False),))
+    in_flight.promise(("InferenceService", ("ns", "half")), Promised.of(share))
+    in_flight.promise(("TrainingJob", "ns/mig"), Promised.of(Placement(("m1",), 1, domain, mig_profile="1g.10gb")))
+    assert in_flight.by_node() == {}  # no whole GPU: the share joins a GPU shares hold already
+    in_flight.hold_shared(snapshot.shared)
+    assert snapshot.shared.parts["n1"]["gpu-0"] == (200, 16_000)
+    assert snapshot.shared.mig_free["m1"]["1g.10gb"] == 1
+    assert snapshot.free_gpus("n1") == 2

@@ -16,7 +16,7 @@ from typing import Any
 
 from aisched.api.common import CapacityType
 from aisched.api.inference_service import InferenceService
-from aisched.controller.in_flight import InFlightPlacements, gpus_by_node
+from aisched.controller.in_flight import InFlightPlacements, Promised, gpus_by_node
 from aisched.controller.serving.replica_pods import ReplicaPods, ServiceKey
 from aisched.controller.serving.templates import ServiceTemplates
 from aisched.controller.sharing import GpuShares, ShareDoesNotFitError
@@ -120,7 +120,7 @@ class ReplicaPlacement:
             self.refused.pop(key, None)  # nothing asked of the API server, so nothing it refuses
             return
         promise = ("InferenceService", key)
-        self.in_flight.promise(promise, gpus_by_node([s.node for s in starts], service.spec.gpus_per_replica))
+        self.in_flight.promise(promise, _promised(service, starts))
         try:
             await self._create(obj, service, current_hash, starts)
         finally:
@@ -184,6 +184,18 @@ class ReplicaPlacement:
     async def delete(self, pods: Sequence[ServingPod]) -> None:
         await asyncio.gather(*(self.kube.delete_pod(p.namespace, p.name) for p in pods))
         self.replicas.deleted(pods)
+
+
+def _promised(service: InferenceService, starts: Sequence[NewReplica]) -> Promised:
+    """What new replicas take while their pods are made: a fraction's planned part of a GPU (a whole
+    GPU only where it splits a free one), a MIG instance, or whole GPUs."""
+    share = service.spec.gpu_share
+    if share is not None and share.mig_profile is not None:
+        return Promised({}, mig=tuple((s.node, share.mig_profile) for s in starts))
+    if share is not None:
+        parts = tuple(s.part for s in starts if s.part is not None)
+        return Promised(gpus_by_node([p.node for p in parts if p.splits], 1), parts)
+    return Promised(gpus_by_node([s.node for s in starts], service.spec.gpus_per_replica))
 
 
 def _request(service: InferenceService) -> ServingRequest:

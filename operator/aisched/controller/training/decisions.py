@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from aisched.api import TrainingJob
-from aisched.controller.in_flight import placement_fits
+from aisched.controller.in_flight import Promised, placement_fits
 from aisched.controller.training.capacity import was_pinned
 from aisched.controller.training.isolation import StageGuard
 from aisched.controller.training.reconcile import JobReconciler, checkpoint_grace
@@ -148,7 +148,6 @@ class CycleDecisions:
         fresh = self.store.cluster_snapshot()
         kept = []
         for admission in admitted:
-            wanted = admission.placement.gpus_by_node()  # a share's or a MIG instance's: no whole GPU, or fewer
             if not admission.preempting and not placement_fits(fresh, admission.placement):
                 log.info(
                     "%s: its GPUs were promised elsewhere while the cycle ran; it waits for the next", admission.key
@@ -156,7 +155,7 @@ class CycleDecisions:
                 self.queue.wake()
                 continue
             hold(fresh, admission.placement)
-            self.store.in_flight.promise(("TrainingJob", admission.key), wanted)
+            self.store.in_flight.promise(("TrainingJob", admission.key), Promised.of(admission.placement))
             kept.append(admission)
         return kept
 

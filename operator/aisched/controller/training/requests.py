@@ -7,13 +7,14 @@ or, for a running gang, the nodes as placement sees them (`Inventory.node_genera
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from aisched.api import CapacityType, TrainingJob
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.placement import Placement
 from aisched.policy.scheduler import JobRequest
+from aisched.policy.shared_room import SharePart
 from aisched.policy.topology import Topology
 
 JobKey = tuple[str, str]
@@ -97,18 +98,25 @@ class RequestBook:
         node_generation: int,
         excluded: frozenset[str],
         gpu_memory_mib: int = 0,
+        parts: tuple[SharePart, ...] = (),
     ) -> JobRequest:
-        """The request of a gang placed on its status placement's nodes, as the snapshot sees them."""
+        """The request of a gang placed on its status placement's nodes, as the snapshot sees them;
+        PARTS: a fraction's part of a GPU each rank holds (`SharePart`, by rank)."""
         made = self._last.get(key)
         if (
             made is None
             or not _still(made, obj, None, excluded, node_generation)
             or _memory_changed(made, gpu_memory_mib)
+            or (made.request.placement is not None and made.request.placement.parts != parts)
         ):
             assert job.status.placement is not None
             placement = self._placement(
                 tuple(job.status.placement.nodes), job.spec.gpus_per_replica, snapshot, node_generation
             )
+            share = job.spec.gpu_share
+            if parts or (share is not None and share.mig_profile is not None):
+                # What stopping or shrinking it frees is its parts of GPUs or its MIG instances.
+                placement = replace(placement, parts=parts, mig_profile=share.mig_profile if share else None)
             types = (placement.capacity_type,) if placement.capacity_type else (CapacityType.ON_DEMAND,)
             request = JobRequest.from_training_job(
                 job,

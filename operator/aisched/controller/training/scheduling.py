@@ -270,7 +270,14 @@ class SchedulingCycle:
             generation = self.inventory.node_generation
             memory = self.inventory.smallest_gpu_memory_mib() if job.spec.gpu_share else 0
             request = self._requests_made.running(
-                key, obj, job, snapshot, node_generation=generation, excluded=doomed, gpu_memory_mib=memory
+                key,
+                obj,
+                job,
+                snapshot,
+                node_generation=generation,
+                excluded=doomed,
+                gpu_memory_mib=memory,
+                parts=self.store.parts_held(job),
             )
             return request, None
         return None

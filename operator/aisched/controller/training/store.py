@@ -25,11 +25,13 @@ from aisched.controller.templates import elided
 from aisched.controller.workqueue import WorkQueue
 from aisched.kube import labels
 from aisched.kube.inventory import Inventory
+from aisched.kube.records import PodRecord
 from aisched.kube.versions import is_newer
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.lifecycle import FINISHED, HOLDS_GPUS
 from aisched.policy.placement_record import PlacementMade
 from aisched.policy.queueing import locked_default_queue
+from aisched.policy.shared_room import SharePart
 
 log = logging.getLogger(__name__)
 JobKey = tuple[str, str]
@@ -253,25 +255,61 @@ class JobStore:
         }
         return (on_node | self._placed_on.get(node, set())) & self.jobs.keys()
 
+    def _current_gang(self, key: JobKey, job: TrainingJob) -> dict[str | None, PodRecord]:
+        """The pods of the job's current gang generation, by rank label."""
+        generation = str(job.status.gang_generation)
+        return {
+            p.labels.get(labels.RANK): p
+            for p in self.inventory.pods_of_job(*key)
+            if p.labels.get(labels.GANG_GENERATION) == generation
+        }
+
+    def parts_held(self, job: TrainingJob) -> tuple[SharePart, ...]:
+        """A fraction's gang: the part of a GPU each rank's pod holds, by rank; a rank whose pod is not
+        made yet holds the whole GPU `cluster_snapshot` keeps for it (`SharePart` with no device).
+        Other gangs: none."""
+        share, placement = job.spec.gpu_share, job.status.placement
+        if share is None or share.mig_profile is not None or placement is None:
+            return ()
+        by_rank = self._current_gang(job_key(job), job)
+        parts = []
+        for rank, node in enumerate(placement.nodes):
+            pod = by_rank.get(str(rank))
+            if pod is None:
+                parts.append(SharePart(node, "", 0, 0, splits=True))
+            elif pod.share is not None and pod.holds_gpus and pod.gpu_node == node:
+                parts.append(SharePart(node, pod.share.device, pod.share.milli, pod.share.memory_mib, splits=False))
+            else:
+                parts.append(SharePart(node, "", 0, 0, splits=False))  # it holds no part of a GPU there
+        return tuple(parts)
+
     def cluster_snapshot(self) -> ClusterSnapshot:
         """The cluster as placement sees it, shared with the InferenceService controller: every pod's
         GPUs, the ranks of placed gangs not created yet, and what is promised but not written yet."""
         reserved: dict[str, int] = self.in_flight.by_node()
+        migs: list[tuple[str, str]] = []
         for key, obj in self.holding():
             job = self.read(obj)
             if job is None or job.status.phase not in HOLDS_GPUS or job.status.placement is None:
                 continue
             # Pods that exist hold their GPUs in the inventory (pinned by node selector even
-            # while gated); ranks whose pods are not created yet hold them through the placement.
-            created = {
-                p.labels.get(labels.RANK)
-                for p in self.inventory.pods_of_job(*key)
-                if p.labels.get(labels.GANG_GENERATION) == str(job.status.gang_generation)
-            }
+            # while gated); ranks whose pods are not created yet hold them through the placement:
+            # a whole GPU each (a fraction's GPU is chosen as its pod is made), or a MIG instance.
+            created = self._current_gang(key, job)
+            profile = job.spec.gpu_share.mig_profile if job.spec.gpu_share is not None else None
             for rank, node in enumerate(job.status.placement.nodes):
-                if str(rank) not in created:
+                if str(rank) in created:
+                    continue
+                if profile is not None:
+                    migs.append((node, profile))
+                else:
                     reserved[node] = reserved.get(node, 0) + job.spec.gpus_per_replica
-        return self.inventory.snapshot(reserved)
+        snapshot = self.inventory.snapshot(reserved)
+        self.in_flight.hold_shared(snapshot.shared)
+        for node, profile in migs:
+            if node in snapshot.shared.mig_free:
+                snapshot.shared.take_mig(node, profile)
+        return snapshot
 
 
 def finished(obj: dict[str, Any]) -> bool:

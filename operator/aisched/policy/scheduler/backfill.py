@@ -9,11 +9,10 @@ opens a domain by preempting jobs with more attained service, and holds nothing 
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import replace
 
 from aisched.policy.cluster import DomainId
-from aisched.policy.placement import GangRequest, Placement, place_gang
+from aisched.policy.placement import GangRequest, Placement, place_gang, release_all
 from aisched.policy.scheduler.attempt import Attempt
 from aisched.policy.scheduler.jobs import JobRequest
 from aisched.policy.scheduler.results import RESERVED_FOR_HIGHER_PRIORITY, Waiting
@@ -55,21 +54,18 @@ def _reserve(cycle: CycleState, job: JobRequest, request: GangRequest) -> Reserv
         ending = [r for r in ending if r.end is not None]
 
     def fits_after(count: int) -> Placement | None:
-        released: dict[str, int] = defaultdict(int)  # one update per node, however many jobs end there
-        for running in ending[:count]:
-            for name, gpus in running.placement.gpus_by_node().items():
-                released[name] += gpus
         with cycle.snapshot.trial():
-            cycle.snapshot.release(released)
+            release_all(cycle.snapshot, (running.placement for running in ending[:count]))
             outcome = place_gang(request, cycle.snapshot)
         return outcome if isinstance(outcome, Placement) else None
 
     if not ending or fits_after(len(ending)) is None:
         return None
-    # It cannot fit before enough GPUs are free in all: start the search there.
+    # It cannot fit before enough GPUs are free in all: start the search there. (A share needs
+    # fewer whole GPUs than it has replicas, a MIG instance none: its search starts at the first.)
     missing = request.total_gpus - (cycle.snapshot.total_gpus - cycle.snapshot.used_total)
     low = 1
-    while low < len(ending) and missing > ending[low - 1].placement.total_gpus:
+    while request.share is None and low < len(ending) and missing > ending[low - 1].placement.total_gpus:
         missing -= ending[low - 1].placement.total_gpus
         low += 1
     high = len(ending)

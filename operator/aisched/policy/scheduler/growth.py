@@ -109,7 +109,10 @@ def _extend(cycle: CycleState, running: RunningGang, extra: Placement, current: 
     hold(cycle.snapshot, extra)
     cycle.ledger.charge(job.queue, job.charge(extra.replicas), extra.gpu_type)
     nodes = running.placement.nodes + extra.nodes
-    running.placement = Placement.of_nodes(nodes, job.gpus_per_replica, cycle.snapshot)
+    grown = Placement.of_nodes(nodes, job.gpus_per_replica, cycle.snapshot)
+    if running.placement.parts and extra.parts:  # an elastic share: its parts of GPUs by rank, as shrinking reads them
+        grown = replace(grown, parts=running.placement.parts + extra.parts)
+    running.placement = replace(grown, mig_profile=running.placement.mig_profile)
     cycle.resized[job.key] = Resize(
         job.key,
         running.placement,

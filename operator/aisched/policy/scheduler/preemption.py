@@ -15,7 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from aisched.policy.placement import GangRequest, Placement, gang_fits, place_gang, search_levels
+from aisched.policy.cluster import ClusterSnapshot
+from aisched.policy.placement import GangRequest, Placement, gang_fits, place_gang, release, search_levels
 from aisched.policy.queueing import MILLI
 from aisched.policy.scheduler.attempt import Attempt
 from aisched.policy.scheduler.jobs import JobRequest
@@ -46,15 +47,10 @@ class _Displacement:
         placement = self.running.placement
         return self.running.job.charge(placement.replicas if self.dropped is None else len(self.dropped))
 
-    def gpus(self) -> dict[str, int]:
-        placement = self.running.placement
-        if self.dropped is None:
-            return placement.gpus_by_node()
-        released: dict[str, int] = {}
-        for rank in self.dropped:
-            node = placement.nodes[rank]
-            released[node] = released.get(node, 0) + placement.gpus_per_replica
-        return released
+    def release(self, snapshot: ClusterSnapshot) -> None:
+        """Count what it frees as free in SNAPSHOT: the gang's GPUs, parts of GPUs and MIG instances,
+        or those of the dropped ranks."""
+        release(snapshot, self.running.placement, self.dropped)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +163,8 @@ def _levels_to_search(cycle: CycleState, request: GangRequest) -> list[Level | N
     One replica lands on one node: what room a wider domain makes, the plan for that node
     makes with fewer victims. A level whose domains are single nodes repeats the Node level.
     """
+    if request.share is not None and request.share.is_mig:
+        return [None]  # MIG nodes are no whole-GPU domain's: their instances are searched cluster-wide
     levels = search_levels(request, cycle.snapshot.topology)
     if request.replicas == 1:
         return [level for level in levels if level is not None and level.is_node]
@@ -260,7 +258,7 @@ def _restricted(cycle: CycleState, candidate: _Displacement, job: JobRequest, wi
     inside = [
         rank
         for rank, name in enumerate(placement.nodes)
-        if name in cycle.snapshot and within.contains(_node_domain(cycle, name))
+        if within.level is None or (name in cycle.snapshot and within.contains(_node_domain(cycle, name)))
     ]
     if not inside:
         return None
@@ -286,7 +284,7 @@ def _node_domain(cycle: CycleState, name: str) -> DomainId:
 def _fits_after(cycle: CycleState, request: GangRequest, actions: Sequence[_Displacement]) -> bool:
     with cycle.snapshot.trial():
         for action in actions:
-            cycle.snapshot.release(action.gpus())
+            action.release(cycle.snapshot)
         return gang_fits(request, cycle.snapshot)
 
 
@@ -294,8 +292,7 @@ def _carry_out(cycle: CycleState, job: JobRequest, request: GangRequest, plan: _
     for action in plan.actions:
         running = action.running
         other = running.job
-        released = action.gpus()
-        cycle.snapshot.release(released)
+        action.release(cycle.snapshot)
         cycle.ledger.refund(other.queue, action.milli(), running.placement.gpu_type)
         if action.dropped is None:
             cycle.slices += other.priority == job.priority
@@ -303,8 +300,8 @@ def _carry_out(cycle: CycleState, job: JobRequest, request: GangRequest, plan: _
             cycle.resized.pop(other.key, None)
             cycle.preempted.append(Preemption(other.key, job.key, _victim_words(job, request)))
         else:
-            kept = tuple(n for rank, n in enumerate(running.placement.nodes) if rank not in action.dropped)
-            running.placement = Placement.of_nodes(kept, running.placement.gpus_per_replica, cycle.snapshot)
+            kept = [rank for rank in range(running.placement.replicas) if rank not in action.dropped]
+            running.placement = running.placement.keeping(kept, cycle.snapshot)
             cycle.resized[other.key] = Resize(
                 other.key,
                 running.placement,
