@@ -41,6 +41,7 @@ class KubeDouble:
         self.invalid: set[str] = set()
         """Names whose replica pods the API server refuses as invalid (422)."""
         self.statuses: dict[str, dict[str, Any]] = {}
+        self.created: list[dict[str, Any]] = []
         self.unexpected: list[str] = []
         self.version = 100
         """The resourceVersion the last write left, counting up as the API server's does."""
@@ -60,6 +61,7 @@ class KubeDouble:
     async def create(self, obj: dict[str, Any]) -> None:
         service = obj["metadata"]["labels"][SERVICE_NAME]
         self.calls.append(("create", service))
+        self.created.append(obj)
         if service in self.invalid:
             message = f'Pod "{obj["metadata"]["name"]}" is invalid: spec.affinity: Required value'
             error = ApiException(status=422, reason="Unprocessable Entity")
@@ -269,6 +271,24 @@ async def test_the_watch_event_of_an_earlier_write_does_not_put_the_old_status_b
         newer = {**seen, "metadata": {**seen["metadata"], "resourceVersion": str(kube.version + 1)}}
         controller.service_seen(newer)
         assert controller.services[("ml", "chat")]["metadata"]["resourceVersion"] == str(kube.version + 1)
+
+
+async def test_a_replica_made_counts_in_every_snapshot_until_the_watch_shows_it(
+    controller: InferenceServiceController, kube: KubeDouble
+) -> None:
+    async with running(controller):
+        controller.service_seen(a_service("chat", replicas=2, gpus=2))
+        await asyncio.sleep(0.1)
+        # The pods are made, the watch has not shown them: the record both controllers' snapshots
+        # count (the TrainingJob cycle's included) holds their GPUs on the nodes they were placed on.
+        assert sum(controller.in_flight.by_node().values()) == 4 and len(controller.in_flight) == 2
+        first, second = kube.created
+        controller.inventory.upsert_pod(first)
+        controller.pod_changed(first, deleted=False)
+        assert sum(controller.in_flight.by_node().values()) == 2  # the inventory counts the first now
+        controller.inventory.delete_pod(second["metadata"]["namespace"], second["metadata"]["name"], "")
+        controller.pod_changed(second, deleted=True)  # gone before it was ever seen: nothing stays promised
+        assert controller.in_flight.by_node() == {} and len(controller.in_flight) == 0
 
 
 async def test_a_deleted_service_leaves_no_timer_and_is_not_reconciled(

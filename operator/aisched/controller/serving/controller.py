@@ -40,9 +40,9 @@ from aisched.api.inference_service import InferenceService, InferenceServiceStat
 from aisched.controller.in_flight import CurrentSnapshot, InFlightPlacements
 from aisched.controller.serving.autoscaling import MetricReading, ServiceAutoscaler
 from aisched.controller.serving.front import ServiceFront
-from aisched.controller.serving.placement import ReplicaPlacement
+from aisched.controller.serving.placement import ReplicaPlacement, replica_promise
 from aisched.controller.serving.queue_share import QueueShare
-from aisched.controller.serving.replica_pods import ReplicaPods, ServiceKey
+from aisched.controller.serving.replica_pods import PodKey, ReplicaPods, ServiceKey
 from aisched.controller.serving.status_writer import ServiceStatusWriter
 from aisched.controller.serving.templates import ServiceTemplates
 from aisched.controller.sharing import GpuShares
@@ -116,7 +116,7 @@ class InferenceServiceController:
             resync_seconds=self.settings.resync_seconds,
             max_batch=self.settings.reconciles_per_pass,
         )
-        self.replicas = ReplicaPods(self.settings.gpu_resource)
+        self.replicas = ReplicaPods(self.settings.gpu_resource, confirmed=self._replica_confirmed)
         self.templates = ServiceTemplates(self.kube)
         self.placement = ReplicaPlacement(
             self.settings,
@@ -358,8 +358,13 @@ class InferenceServiceController:
         )
         return self.queue_share.held(pods, self.inventory.nodes)
 
+    def _replica_confirmed(self, key: PodKey) -> None:
+        """The watch shows a replica we made (the inventory counts it now) or its end: its promise goes."""
+        self.in_flight.settle(replica_promise(key))
+
     def _snapshot(self, now: datetime) -> ClusterSnapshot:
-        """The cluster for this pass: nodes that must be left count as interrupted, pods we just made as used."""
+        """The cluster for this pass: nodes that must be left count as interrupted. Replicas we just made
+        count through their promises (`in_flight`) until the watch shows them, in both controllers' snapshots."""
         base = self.cluster_snapshot()
         doomed = self.inventory.doomed_nodes(now)
         nodes = (replace(n, interrupted=n.interrupted or n.name in doomed) for n in base.nodes())
@@ -367,7 +372,6 @@ class InferenceServiceController:
         snapshot.shared = base.shared  # the base is this pass's own copy: its parts of GPUs and MIG nodes too
         for name, node in list(snapshot.shared.mig_nodes.items()):
             snapshot.shared.mig_nodes[name] = replace(node, interrupted=node.interrupted or name in doomed)
-        snapshot.allocate(self.replicas.unbound_gpus_by_node(snapshot, self.inventory.pods))
         return snapshot
 
     # -- 5: status ----------------------------------------------------------

@@ -122,17 +122,24 @@ class ReplicaPlacement:
         promise = ("InferenceService", key)
         self.in_flight.promise(promise, _promised(service, starts))
         try:
-            await self._create(obj, service, current_hash, starts)
+            made = await self._create(obj, service, current_hash, starts)
+            # Each pod made holds its promise until the watch shows it (then the inventory counts it), as
+            # kube-scheduler "assumes" a pod until its bind is seen: the TrainingJob cycle counts it too.
+            for pod, start in made:
+                pod_key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
+                if self.replicas.unconfirmed(pod_key):
+                    self.in_flight.promise(replica_promise(pod_key), _promised(service, [start]))
         finally:
-            self.in_flight.settle(promise)  # the replica pods count their GPUs now (or none was made)
+            self.in_flight.settle(promise)  # each pod made holds its own now (or none was made)
 
     async def _create(
         self, obj: dict[str, Any], service: InferenceService, current_hash: str, starts: Sequence[NewReplica]
-    ) -> None:
+    ) -> list[tuple[dict[str, Any], NewReplica]]:
+        """The replica pods of STARTS made; those the API server took, with what each was planned."""
         key = (service.metadata["namespace"], service.metadata["name"])
         whole = await self.templates.whole(service)
         if whole is None:
-            return  # deleted meanwhile
+            return []  # deleted meanwhile
         service = whole
         names = free_pod_names(key[1], current_hash, self.replicas.names_of(key), len(starts))
         grace = max(5, self.settings.spot_notice_seconds - SPOT_GRACE_MARGIN_SECONDS)
@@ -156,7 +163,7 @@ class ReplicaPlacement:
                 self.waiting_for_capacity.add(key)
                 waiting = self.shares.replicas_waiting.get(key, (None, 0, None))[1] + len(starts)
                 self.shares.note_waiting_replicas(key, service.spec.gpu_share, waiting, service.spec.gpu_type)
-                return
+                return []
             await asyncio.gather(*(self.kube.create(claim) for claim in claims))
         outcomes = await asyncio.gather(*(self.kube.create(pod) for pod in pods), return_exceptions=True)
         made = [(pod, start) for pod, start, outcome in zip(pods, starts, outcomes, strict=True) if outcome is None]
@@ -180,10 +187,16 @@ class ReplicaPlacement:
             if self.refused.get(key) != refusal:
                 self.kube.post_event(obj, "Warning", FAILED_CREATE, f"a replica was refused: {refusal}")
             self.refused[key] = refusal
+        return made
 
     async def delete(self, pods: Sequence[ServingPod]) -> None:
         await asyncio.gather(*(self.kube.delete_pod(p.namespace, p.name) for p in pods))
         self.replicas.deleted(pods)
+
+
+def replica_promise(pod: tuple[str, str]) -> tuple[str, str, str]:
+    """The in-flight record's key for a replica pod (namespace, name) made and not seen yet."""
+    return ("ReplicaPod", *pod)
 
 
 def _promised(service: InferenceService, starts: Sequence[NewReplica]) -> Promised:

@@ -7,13 +7,12 @@ creates nor retires a replica twice.
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aisched.kube.serving_builders import ServingPod, serving_pod_from_object
 from aisched.kube.versions import VersionLedger
-from aisched.policy.cluster import ClusterSnapshot
 
 ServiceKey = tuple[str, str]
 """(namespace, name) of an InferenceService."""
@@ -31,6 +30,8 @@ class ReplicaPods:
     _versions: VersionLedger[PodKey] = field(default_factory=VersionLedger)
     _unconfirmed: set[PodKey] = field(default_factory=set)
     """Pods we created that neither the watch nor a relist has shown yet."""
+    confirmed: Callable[[PodKey], None] = lambda _key: None
+    """Told of each pod the watch (or a relist) shows, or shows gone: what it was promised may settle."""
 
     def seen(self, pod: ServingPod) -> bool:
         """A watch event, or a listed copy; False (and ignored) when we hold a newer one."""
@@ -40,6 +41,7 @@ class ReplicaPods:
         self._versions.saw(key, pod.resource_version)
         self._unconfirmed.discard(key)
         self.pods.setdefault((pod.namespace, pod.service), {})[pod.name] = pod
+        self.confirmed(key)
         return True
 
     def gone(self, pod: ServingPod) -> bool:
@@ -50,6 +52,7 @@ class ReplicaPods:
             return False
         self._versions.deleted(key, pod.resource_version)
         self._unconfirmed.discard(key)
+        self.confirmed(key)
         by_name = self.pods.get((pod.namespace, pod.service), {})
         by_name.pop(pod.name, None)
         if not by_name:
@@ -79,6 +82,10 @@ class ReplicaPods:
         self._unconfirmed.clear()  # the next relist judges them as any other pod
         self.deleting &= present
         return changed
+
+    def unconfirmed(self, key: PodKey) -> bool:
+        """We created the pod and no watch event or relist has shown it (or its end) yet."""
+        return key in self._unconfirmed
 
     def created(self, objects: Iterable[dict[str, Any]]) -> None:
         """Pods we just created, recorded before the watch shows them."""
@@ -111,15 +118,3 @@ class ReplicaPods:
             replace(p, terminating=True) if (p.namespace, p.name) in self.deleting else p
             for _, p in sorted(self.pods.get(key, {}).items())
         ]
-
-    def unbound_gpus_by_node(self, snapshot: ClusterSnapshot, known_to_inventory: Container[PodKey]) -> dict[str, int]:
-        """GPUs of pods pinned to a node of SNAPSHOT that neither the node nor the inventory counts yet."""
-        unbound: dict[str, int] = {}
-        for by_name in self.pods.values():
-            for pod in by_name.values():
-                node = pod.pinned_node
-                # The inventory counts pinned pods once the watch has seen them; before that, we do.
-                known = (pod.namespace, pod.name) in known_to_inventory
-                if pod.node is None and not pod.finished and node is not None and node in snapshot and not known:
-                    unbound[node] = unbound.get(node, 0) + pod.gpus
-        return unbound

@@ -86,15 +86,12 @@ def bounded(server: ScriptedServer, clock: list[datetime]) -> Callable[[httpx.As
     return make
 
 
-async def timed(ask: Awaitable[object]) -> tuple[float, object]:
-    """Seconds the ask took, and its answer or the error it raised."""
-    loop = asyncio.get_running_loop()
-    start = loop.time()
+async def answered(ask: Awaitable[object]) -> object:
+    """The ask's answer, or the error it raised."""
     try:
-        answer: object = await ask
+        return await ask
     except CarbonSourceError as error:
-        answer = error
-    return loop.time() - start, answer
+        return error
 
 
 @pytest.mark.parametrize(
@@ -114,18 +111,21 @@ async def test_a_hanging_or_dripping_source_costs_the_caller_its_answer_wait_onl
     async def scenario() -> None:
         async with httpx.AsyncClient(trust_env=False) as client:
             cached = bounded(server, clock)(client)
-            took, answer = await timed(cached.forecast("GB", T0, T0 + timedelta(hours=2)))
-            assert took < 0.45 and isinstance(answer, CarbonSourceTimeoutError), answer
+            answer = await answered(cached.forecast("GB", T0, T0 + timedelta(hours=2)))
+            # The caller has its answer (a timeout) while the fetch still runs: it waited its answer
+            # wait, not the source (no stopwatch, which a busy machine fails).
+            assert isinstance(answer, CarbonSourceTimeoutError), answer
+            assert cached.fetcher.fetching(("forecast", "GB"))
             await cached.fetcher.settle()
             assert isinstance(cached.last_error, CarbonSourceTimeoutError)
-            took, answer = await timed(cached.forecast("GB", T0, T0 + timedelta(hours=2)))
+            await answered(cached.forecast("GB", T0, T0 + timedelta(hours=2)))
             await cached.fetcher.settle()
             assert cached.fetcher.circuit.is_open
             asked = len(server.requests)
-            took, answer = await timed(cached.forecast("GB", T0, T0 + timedelta(hours=2)))
-            assert took < 0.05, "an open circuit answers at once"
+            answer = await answered(cached.forecast("GB", T0, T0 + timedelta(hours=2)))
+            # An open circuit answers without asking the source, so without waiting on it.
             assert isinstance(answer, CarbonSourceError) and "not asked until" in str(answer)
-            assert len(server.requests) == asked
+            assert len(server.requests) == asked and not cached.fetcher.fetching(("forecast", "GB"))
 
     await scenario()
 
@@ -143,8 +143,10 @@ async def test_a_stale_answer_serves_at_once_while_a_hung_source_is_asked_beside
             cached = bounded(server, clock)(client)
             await cached.forecast("GB", T0, T0 + timedelta(hours=2))
             clock[0] = T0 + timedelta(minutes=6)
-            took, answer = await timed(cached.forecast("GB", clock[0], clock[0] + timedelta(hours=2)))
-            assert took < 0.05 and isinstance(answer, Forecast)
+            answer = await cached.forecast("GB", clock[0], clock[0] + timedelta(hours=2))
+            # Served while the hung fetch still runs: the caller did not wait for it (no stopwatch,
+            # which a busy machine fails).
+            assert isinstance(answer, Forecast)
             assert cached.fetcher.fetching(("forecast", "GB"))
             await cached.fetcher.settle()
             assert isinstance(cached.last_error, CarbonSourceTimeoutError)

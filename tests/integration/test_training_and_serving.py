@@ -1,0 +1,93 @@
+"""TrainingJobs and InferenceServices arriving together for one node pool never get a GPU twice.
+
+Both controllers decide in one event loop against one record of what is promised and not yet
+written (`controller/in_flight.py`): a gang until its status holds its placement, a replica until
+the watch shows its pod. A burst asking half again what the pool has, applied at once, is watched
+while the operator places it: no node is ever promised more GPUs than it has (counted over every
+pod bound or pinned there, anyone's), and every pod placed binds.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+import yaml
+
+from aisched.kube import labels
+from aisched.kube.serving_builders import SERVICE_NAME
+from aisched.testing.cluster import TIMEOUT, LocalCluster, list_objects, wait_for
+from tests.builders import a_training_job, an_inference_service
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator")]
+GB200 = "NVIDIA-GB200"  # the small preset's one GB200 rack: 4 nodes x 4 GPUs
+GPU = "nvidia.com/gpu"
+WATCHED_SECONDS = 20.0
+"""How long the burst is watched as it is placed (a window to sample, not a bound on anything)."""
+
+
+def _gpus(pod: dict[str, Any]) -> int:
+    containers = [*pod["spec"].get("initContainers", []), *pod["spec"]["containers"]]
+    return max(
+        (int((c.get("resources") or {}).get("limits", {}).get(GPU, 0)) for c in containers),
+        default=0,
+    )
+
+
+def _held_by_node(cluster: LocalCluster) -> Counter[str]:
+    """GPUs of every pod bound or pinned to a node, whoever made it, Succeeded and Failed ones aside."""
+    pods = json.loads(cluster.kubectl("get", "pods", "-A", "-o", "json").stdout)["items"]
+    held: Counter[str] = Counter()
+    for pod in pods:
+        node = pod["spec"].get("nodeName") or (pod["spec"].get("nodeSelector") or {}).get("kubernetes.io/hostname")
+        if node and pod["status"].get("phase") not in ("Succeeded", "Failed"):
+            held[node] += _gpus(pod)
+    return held
+
+
+def _pool(cluster: LocalCluster) -> dict[str, int]:
+    nodes = json.loads(cluster.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+    return {
+        n["metadata"]["name"]: int(n["status"]["allocatable"].get(GPU, 0))
+        for n in nodes
+        if n["metadata"]["labels"].get("nvidia.com/gpu.product") == GB200
+    }
+
+
+def _ours(cluster: LocalCluster, namespace: str) -> list[dict[str, Any]]:
+    pods = list_objects(cluster, "pods", namespace)
+    return [p for p in pods if {labels.JOB_NAME, SERVICE_NAME} & set(p["metadata"].get("labels", {}))]
+
+
+def test_a_burst_of_training_and_serving_never_gets_a_gpu_twice(cluster: LocalCluster, namespace: str) -> None:
+    pool = _pool(cluster)
+    assert sum(pool.values()) == 16, pool
+    burst = [a_training_job(f"train-{i}").gpu_type(GB200).gpus(2).obj() for i in range(6)]
+    burst += [
+        an_inference_service(f"serve-{i}").set("gpuType", GB200).replicas(2).set("gpusPerReplica", 2).obj()
+        for i in range(3)
+    ]  # 12 GPUs of gangs and 12 of replicas for 16
+    applied = cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(burst))
+    assert applied.returncode == 0, applied.stderr
+    over: list[dict[str, int]] = []
+    watched_until = time.monotonic() + WATCHED_SECONDS
+    while time.monotonic() < watched_until:
+        held = _held_by_node(cluster)
+        if any(held[node] > gpus for node, gpus in pool.items()):
+            over.append({node: held[node] for node in pool})
+        time.sleep(0.5)
+    assert not over, f"GPUs promised twice: {over[:3]}"
+    # Everything placed binds; the pool ends full, both kinds holding some of it.
+    wait_for(
+        lambda: (pods := _ours(cluster, namespace)) and all(p["status"].get("phase") == "Running" for p in pods),
+        TIMEOUT,
+        "every pod placed to run",
+    )
+    pods = _ours(cluster, namespace)
+    kinds = {"training" if labels.JOB_NAME in p["metadata"]["labels"] else "serving" for p in pods}
+    assert kinds == {"training", "serving"}
+    held = _held_by_node(cluster)
+    assert all(held[node] <= gpus for node, gpus in pool.items()), held
