@@ -39,6 +39,7 @@ from pydantic import ValidationError
 from aisched.api.inference_service import InferenceService, InferenceServiceStatus
 from aisched.controller.in_flight import CurrentSnapshot, InFlightPlacements
 from aisched.controller.serving.autoscaling import MetricReading, ServiceAutoscaler
+from aisched.controller.serving.copies import is_older, scaled, written
 from aisched.controller.serving.front import ServiceFront
 from aisched.controller.serving.placement import ReplicaPlacement, replica_promise
 from aisched.controller.serving.queue_share import QueueShare
@@ -56,7 +57,6 @@ from aisched.kube.serving_builders import (
     service_selector,
     serving_pod_from_object,
 )
-from aisched.kube.versions import is_newer
 from aisched.metrics import Metrics
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.scheduler import HeldGpus
@@ -134,7 +134,7 @@ class InferenceServiceController:
 
     def service_seen(self, obj: dict[str, Any]) -> None:
         key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
-        if not _is_older(obj, self.services.get(key)):
+        if not is_older(obj, self.services.get(key)):
             self.services[key] = self.templates.kept(obj)
         self.mark(key)
 
@@ -333,9 +333,7 @@ class InferenceServiceController:
 
     def _scaled(self, key: ServiceKey, replicas: int) -> None:
         """Our copy shows the new count at once; watch events older than the write must not undo it."""
-        obj = self.services[key]
-        metadata = {**obj["metadata"], "generation": int(obj["metadata"].get("generation") or 0) + 1}
-        self.services[key] = {**obj, "metadata": metadata, "spec": {**obj["spec"], "replicas": replicas}}
+        self.services[key] = scaled(self.services[key], replicas)
 
     # -- 4: the cluster placement sees ------------------------------------------
 
@@ -384,19 +382,7 @@ class InferenceServiceController:
         if version is not None and key in self.services:
             # The version too: the watch events of earlier writes (the autoscaler's annotation),
             # still on their way, are then older and cannot put the old status back.
-            held = self.services[key]
-            metadata = {**held["metadata"], "resourceVersion": version}
-            self.services[key] = {**held, "metadata": metadata, "status": status.to_wire()}
-
-
-def _is_older(incoming: dict[str, Any], cached: dict[str, Any] | None) -> bool:
-    """The same object at an older generation or resourceVersion: a watch event from before our own
-    scale or status write."""
-    if cached is None or incoming["metadata"].get("uid") != cached["metadata"].get("uid"):
-        return False
-    if is_newer(cached["metadata"].get("resourceVersion"), incoming["metadata"].get("resourceVersion")):
-        return True
-    return int(incoming["metadata"].get("generation") or 0) < int(cached["metadata"].get("generation") or 0)
+            self.services[key] = written(self.services[key], status.to_wire(), version)
 
 
 def _parse(obj: dict[str, Any]) -> InferenceService | None:
