@@ -365,8 +365,10 @@ def _admitted_after(cycle: CycleState, job: JobRequest, replicas: int, chosen: l
         cycle.ledger.charge(queue, milli, gpu_type)
     if allowance.refusal is not None:
         return False
-    # Per-GPU-type caps still bind: only products with room for the whole gang may take it.
-    request = job.gang(replicas, cycle.gpu_types(job, allowance.blocked_gpu_types), job.excluded_nodes)
+    # Per-GPU-type caps still bind: only products with room for the whole gang may take it. As on
+    # every other path, it keeps off the nodes held for the reservation and to its tightest domain.
+    gpu_types = cycle.gpu_types(job, allowance.blocked_gpu_types)
+    request = cycle.consolidated(job.gang(replicas, gpu_types, job.excluded_nodes | cycle.reserved_against(job)))
     if not _fits_after(cycle, request, chosen):
         return False
     _carry_out(cycle, job, request, _RoomPlan((0, 0, 0, 0), tuple(chosen), DomainId(None, ())))

@@ -127,3 +127,18 @@ def test_a_job_request_from_a_training_job() -> None:
         capacity_types=ANY,
         expected_duration=HOUR,
     )
+
+
+def test_a_job_taking_its_queue_quota_back_keeps_to_its_tightest_domain_as_on_every_other_path() -> None:
+    def two_racks(low_on: list[str], other_on: list[str]) -> tuple[list[str], list[str], list[str]]:
+        """Two racks of two 4-GPU nodes, the queue's low job and another team's on them, and a new gang: the verdict."""
+        snapshot = ClusterSnapshot([*rack_nodes("z", "r1", 2, gpus=4), *rack_nodes("z", "r2", 2, gpus=4)])
+        low = run_on(snapshot, pending("ns/low", 4, replicas=2, queue="team"), low_on)
+        other = run_on(snapshot, pending("ns/other", 4, replicas=2, queue="others"), other_on)
+        high = pending("ns/high", 4, replicas=2, queue="team", priority=10)
+        return keys(schedule(snapshot, [low, other, high], [QueueQuota("team", 8), QueueQuota("others", 8)], T0))
+
+    # Taking the low job's quota back would leave the new gang split over two racks: it waits.
+    assert two_racks(["r1-n0", "r2-n0"], ["r1-n1", "r2-n1"]) == ([], ["ns/high"], [])
+    # Where a rack would hold it whole, it preempts and lands there.
+    assert two_racks(["r1-n0", "r1-n1"], ["r2-n0", "r2-n1"]) == (["ns/high"], [], ["ns/low"])
