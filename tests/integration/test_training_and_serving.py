@@ -4,7 +4,7 @@ Both controllers decide in one event loop against one record of what is promised
 written (`controller/in_flight.py`): a gang until its status holds its placement, a replica until
 the watch shows its pod. A burst asking half again what the pool has, applied at once, is watched
 while the operator places it: no node is ever promised more GPUs than it has (counted over every
-pod bound or pinned there, anyone's), and every pod placed binds.
+pod bound there, anyone's, and the operator's pinned there), and every pod placed binds.
 """
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ import pytest
 import yaml
 
 from aisched.kube import labels
+from aisched.kube.inventory import Inventory
 from aisched.kube.serving_builders import SERVICE_NAME
+from aisched.settings import Settings
 from aisched.testing.cluster import TIMEOUT, LocalCluster, list_objects, wait_for
 from tests.builders import a_training_job, an_inference_service
 
@@ -29,22 +31,15 @@ WATCHED_SECONDS = 20.0
 """How long the burst is watched as it is placed (a window to sample, not a bound on anything)."""
 
 
-def _gpus(pod: dict[str, Any]) -> int:
-    containers = [*pod["spec"].get("initContainers", []), *pod["spec"]["containers"]]
-    return max(
-        (int((c.get("resources") or {}).get("limits", {}).get(GPU, 0)) for c in containers),
-        default=0,
-    )
-
-
 def _held_by_node(cluster: LocalCluster) -> Counter[str]:
-    """GPUs of every pod bound or pinned to a node, whoever made it, Succeeded and Failed ones aside."""
+    """GPUs every pod holds on its node, as kube-scheduler sums a pod's containers: bound pods, and the
+    operator's own pinned to a node and not bound yet (`Inventory.pod_from_object`, `PodRecord.holds_gpus`)."""
+    read = Inventory(Settings()).pod_from_object
     pods = json.loads(cluster.kubectl("get", "pods", "-A", "-o", "json").stdout)["items"]
     held: Counter[str] = Counter()
-    for pod in pods:
-        node = pod["spec"].get("nodeName") or (pod["spec"].get("nodeSelector") or {}).get("kubernetes.io/hostname")
-        if node and pod["status"].get("phase") not in ("Succeeded", "Failed"):
-            held[node] += _gpus(pod)
+    for record in (read(pod) for pod in pods):
+        if record is not None and record.holds_gpus and record.gpu_node is not None:
+            held[record.gpu_node] += record.gpus
     return held
 
 
