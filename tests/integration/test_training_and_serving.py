@@ -1,10 +1,12 @@
-"""TrainingJobs and InferenceServices arriving together for one node pool never get a GPU twice.
+"""TrainingJobs and InferenceServices arriving together for one node pool never get a GPU twice,
+and the one that outranks the other gets the GPUs first.
 
-Both controllers decide in one event loop against one record of what is promised and not yet
-written (`controller/in_flight.py`): a gang until its status holds its placement, a replica until
-the watch shows its pod. A burst asking half again what the pool has, applied at once, is watched
-while the operator places it: no node is ever promised more GPUs than it has (counted over every
-pod bound there, anyone's, and the operator's pinned there), and every pod placed binds.
+Gangs and new replicas are decided in one scheduling cycle (`policy/decision.py`) against one
+record of what is promised and not yet written (`controller/in_flight.py`): a gang until its
+status holds its placement, a replica until the watch shows its pod. A burst asking half again
+what the pool has, applied at once, is watched while the operator places it: no node is ever
+promised more GPUs than it has (counted over every pod bound there, anyone's, and the operator's
+pinned there), and every pod placed binds.
 """
 
 from __future__ import annotations
@@ -86,3 +88,76 @@ def test_a_burst_of_training_and_serving_never_gets_a_gpu_twice(cluster: LocalCl
     assert kinds == {"training", "serving"}
     held = _held_by_node(cluster)
     assert all(held[node] <= gpus for node, gpus in pool.items()), held
+
+
+def _wait_pool_free(cluster: LocalCluster, pool: dict[str, int]) -> None:
+    wait_for(lambda: not any(_held_by_node(cluster)[n] for n in pool), TIMEOUT, "the pool to be free")
+
+
+@pytest.mark.parametrize("service_outranks", [True, False], ids=["service-first", "gang-first"])
+def test_when_the_pool_frees_up_the_higher_priority_of_a_service_and_a_gang_gets_it(
+    cluster: LocalCluster, namespace: str, service_outranks: bool
+) -> None:
+    pool = _pool(cluster)
+    _wait_pool_free(cluster, pool)
+    # A gang that outranks both holds the whole pool while a service and a whole-pool gang arrive and wait.
+    # As its workers go, GPUs free up a few at a time: a service that outranks the gang takes them;
+    # one the gang outranks keeps off them (the gang holds them as they free up) until the gang runs.
+    blocker = a_training_job("blocker").gpu_type(GB200).gpus(4).replicas(4).priority(100).obj()
+    applied = cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(blocker))
+    assert applied.returncode == 0, applied.stderr
+    wait_for(lambda: len(_ours(cluster, namespace)) == 4, TIMEOUT, "the blocker's workers")
+    high, low = 50, 0
+    gang = a_training_job("batch").gpu_type(GB200).gpus(4).replicas(4).priority(low if service_outranks else high)
+    service = (
+        an_inference_service("chat")
+        .set("gpuType", GB200)
+        .replicas(2)
+        .set("gpusPerReplica", 2)
+        .set("priority", high if service_outranks else low)
+    )
+    applied = cluster.kubectl(
+        "apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all([gang.obj(), service.obj()])
+    )
+    assert applied.returncode == 0, applied.stderr
+    wait_for(
+        lambda: (
+            _status(cluster, namespace, "trainingjob", "batch").get("phase") == "Queued"
+            and _progressing(cluster, namespace) == "InsufficientCapacity"
+        ),
+        TIMEOUT,
+        "both to wait",
+    )
+    deleted = cluster.kubectl("delete", "trainingjob", "blocker", "-n", namespace, "--wait=false")
+    assert deleted.returncode == 0, deleted.stderr
+    if service_outranks:
+        wait_for(lambda: _serving_gpus(cluster, namespace) == 4, TIMEOUT, "the service's replicas")
+        assert _status(cluster, namespace, "trainingjob", "batch").get("phase") == "Queued"
+    else:
+        wait_for(
+            lambda: _status(cluster, namespace, "trainingjob", "batch").get("phase") == "Running",
+            TIMEOUT,
+            "the gang to run",
+        )
+        assert _serving_gpus(cluster, namespace) == 0
+        assert _progressing(cluster, namespace) == "InsufficientCapacity"
+
+
+def _status(cluster: LocalCluster, namespace: str, kind: str, name: str) -> dict[str, Any]:
+    found = cluster.kubectl("get", kind, name, "-n", namespace, "-o", "json")
+    status: dict[str, Any] = json.loads(found.stdout).get("status", {}) if found.returncode == 0 else {}
+    return status
+
+
+def _progressing(cluster: LocalCluster, namespace: str) -> str | None:
+    conditions = _status(cluster, namespace, "inferenceservice", "chat").get("conditions", [])
+    return next((c.get("reason") for c in conditions if c["type"] == "Progressing"), None)
+
+
+def _serving_gpus(cluster: LocalCluster, namespace: str) -> int:
+    return sum(
+        int(c["resources"]["limits"].get(GPU, 0))
+        for p in _ours(cluster, namespace)
+        if SERVICE_NAME in p["metadata"]["labels"] and not p["metadata"].get("deletionTimestamp")
+        for c in p["spec"]["containers"]
+    )

@@ -145,6 +145,14 @@ class InferenceServiceSpec(ApiModel):
         description="The Queue whose tenancy its replicas go through: bound namespaces, allowed tolerations "
         "and podPolicy (what a pod may ask beyond compute). A service the queue refuses creates no pod.",
     )
+    priority: int = Field(
+        default=0,
+        ge=-1_000_000,
+        le=1_000_000_000,
+        description="Against TrainingJobs and other services, for free GPUs: new replicas are placed in the same "
+        "cycle as gangs, higher priority first. Replicas never preempt and are never preempted. At most the "
+        "queue's maxPriority.",
+    )
 
     @model_validator(mode="after")
     def _template_rules(self) -> InferenceServiceSpec:

@@ -220,11 +220,11 @@ def assemble(
         prometheus=_prometheus(settings.autoscaler),
         metrics=metrics,
         queues=jobs.queues,  # one watch of Queues; the tenancy of replicas is read from it too
+        replica_asks=jobs.replica_asks,  # new replicas are decided in the scheduling cycle, with the gangs
     )
     # One quota per queue, whatever kind of work holds it: the cycle charges the replicas, and
-    # replicas start within what the cycle left.
+    # decides new ones with the gangs (`replica_asks`).
     jobs.held_elsewhere = serving.gpus_held
-    serving.queue_share.room = jobs.room_of
     if built is not None:
         built(jobs)
     return _kopf_registry(

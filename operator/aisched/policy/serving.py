@@ -43,6 +43,12 @@ class PlanReason(StrEnum):
     REPLACING_INTERRUPTED = "ReplacingInterrupted"
     ON_DEMAND_FLOOR_UNMET = "OnDemandFloorUnmet"
     INSUFFICIENT_CAPACITY = "InsufficientCapacity"
+    QUOTA_EXCEEDED = "QuotaExceeded"
+    """Its queue's quota (`spec.queue`) holds no more replicas (`policy.decision`)."""
+
+
+WAITING = (PlanReason.INSUFFICIENT_CAPACITY, PlanReason.QUOTA_EXCEEDED)
+"""Why new replicas may not start: no room for them, or no quota."""
 
 
 @dataclass(frozen=True)
@@ -103,16 +109,19 @@ def plan_serving(
     desired: int,
     request: ServingRequest,
     snapshot: ClusterSnapshot,
+    *,
+    kept_off: frozenset[str] = frozenset(),
 ) -> ServingPlan:
-    """What to start and retire so that ``desired`` healthy replicas run, spread and mixed as asked."""
+    """What to start and retire so that ``desired`` healthy replicas run, spread and mixed as asked;
+    new replicas keep off KEPT_OFF (nodes held for a gang that outranks them)."""
     doomed = [r for r in replicas if _is_doomed(r, snapshot)]
     healthy = [r for r in replicas if not _is_doomed(r, snapshot)]
     floor = _on_demand_floor(request, desired)
 
     surplus = _choose_surplus(healthy, len(healthy) - desired, floor, snapshot)
     kept = [r for r in healthy if r.name not in surplus]
-    starts, unplaced, floor_unmet = _place_new(kept, desired - len(kept), floor, request, snapshot)
-    starts = _tag_replacements(starts, doomed)
+    starts, unplaced, floor_unmet = _place_new(kept, desired - len(kept), floor, request, snapshot, kept_off=kept_off)
+    starts = tag_replacements(starts, [r.name for r in doomed])
     retired_doomed = _doomed_to_retire(doomed, desired, kept)
 
     notes: list[str] = []
@@ -208,13 +217,15 @@ def _place_new(
     floor: int,
     request: ServingRequest,
     snapshot: ClusterSnapshot,
+    *,
+    kept_off: frozenset[str],
 ) -> tuple[list[NewReplica], int, int]:
     """New replicas for ``count`` slots; also how many found no room and how many floor slots went spot.
 
     The parts of GPUs planned are taken in a trial of SNAPSHOT, so that the next replica sees them, and
     given back before it returns."""
     with snapshot.trial():
-        return _place_new_in(kept, count, floor, request, snapshot)
+        return _place_new_in(kept, count, floor, request, snapshot, kept_off=kept_off)
 
 
 def _place_new_in(
@@ -223,8 +234,10 @@ def _place_new_in(
     floor: int,
     request: ServingRequest,
     snapshot: ClusterSnapshot,
+    *,
+    kept_off: frozenset[str],
 ) -> tuple[list[NewReplica], int, int]:
-    room = _Room(snapshot, request)
+    room = _Room(snapshot, request, kept_off)
     zones = Counter(_zone(snapshot, r.node) for r in kept)
     per_node = Counter(r.node for r in kept)
     on_demand = sum(r.capacity_type == CapacityType.ON_DEMAND for r in kept)
@@ -254,17 +267,17 @@ def _place_new_in(
 class _Room:
     """Replicas of the request each node still holds, as replicas are planned: whole GPUs, fractions, MIG instances."""
 
-    def __init__(self, snapshot: ClusterSnapshot, request: ServingRequest) -> None:
+    def __init__(self, snapshot: ClusterSnapshot, request: ServingRequest, kept_off: frozenset[str]) -> None:
         self.snapshot, self.share = snapshot, request.share
         self.need = 1 if self.share is not None else request.gpus_per_replica
         """What one replica takes of `left`: GPUs for whole ones, one replica's room for parts."""
         if self.share is not None and self.share.is_mig:
-            self.nodes = list(snapshot.shared.mig_nodes.values())
+            self.nodes = [n for n in snapshot.shared.mig_nodes.values() if n.name not in kept_off]
             self.left = {
                 n.name: snapshot.shared.mig_free.get(n.name, {}).get(str(self.share.mig_profile), 0) for n in self.nodes
             }
             return
-        self.nodes = [n for n in snapshot.nodes() if n.usable]
+        self.nodes = [n for n in snapshot.nodes() if n.usable and n.name not in kept_off]
         if self.share is not None:
             self.left = {n.name: share_room(snapshot, n.name, self.share) for n in self.nodes}
         else:
@@ -346,8 +359,9 @@ def _tolerated(node: Node, tolerations: Sequence[Toleration]) -> bool:
     return all(any(t.tolerates(taint) for t in tolerations) for taint in node.taints if taint.repels)
 
 
-def _tag_replacements(starts: list[NewReplica], doomed: Sequence[ServingReplica]) -> list[NewReplica]:
-    names = sorted(r.name for r in doomed)
+def tag_replacements(starts: list[NewReplica], doomed: Sequence[str]) -> list[NewReplica]:
+    """STARTS, each standing in for one of the DOOMED replicas (by name) while any is left."""
+    names = sorted(doomed)
     return [replace(s, replaces=names[i] if i < len(names) else None) for i, s in enumerate(starts)]
 
 

@@ -22,7 +22,7 @@ from typing import Protocol
 from aisched.api import ConditionStatus
 from aisched.api.common import CapacityType, Condition, set_condition
 from aisched.api.inference_service import InferenceService, InferenceServiceStatus
-from aisched.policy.serving import PlanReason, ServingPlan
+from aisched.policy.serving import WAITING, PlanReason, ServingPlan
 
 
 class ObservedReplica(Protocol):
@@ -83,7 +83,7 @@ def observed_status(
         now=now,
     )
     done = updated == len(live) == ready == desired
-    if plan.reason in (PlanReason.INSUFFICIENT_CAPACITY, PlanReason.ON_DEMAND_FLOOR_UNMET):
+    if plan.reason in (*WAITING, PlanReason.ON_DEMAND_FLOOR_UNMET):
         reason, message = plan.reason.value, plan.message
     elif updated < len(live):
         reason, message = "RollingOut", f"{updated} of {len(live)} replica(s) run the current template"
@@ -94,7 +94,7 @@ def observed_status(
     status.conditions = set_service_condition(
         status,
         "Progressing",
-        plan.reason != PlanReason.INSUFFICIENT_CAPACITY,
+        plan.reason not in WAITING,
         reason,
         message,
         service=service,

@@ -30,9 +30,9 @@ from datetime import timedelta
 
 from aisched.api.queue import DEFAULT_QUEUE
 from aisched.policy.cluster import ClusterSnapshot
-from aisched.policy.placement import Placement, hold, release
+from aisched.policy.placement import Placement, release
 from aisched.policy.queueing import QueueQuota
-from aisched.policy.scheduler import JobRequest, ScheduleResult, schedule
+from aisched.policy.scheduler import Applied, JobRequest, ScheduleResult, apply_result, schedule
 from aisched.sim.jobs import ANY_CAPACITY, EPOCH, CycleOutcome, Policy, SimJob, Start, at
 from aisched.sim.peers.kueue import KueuePolicy
 from aisched.sim.peers.tiresias import TiresiasPolicy
@@ -94,28 +94,24 @@ class AischedPolicy:
     def cycle(self, now: float) -> CycleOutcome:
         result = schedule(self.snapshot, [*self.running.values(), *self.pending.values()], self.queues, at(now))
         self.last_result = result
+        placements = {key: r.placement for key, r in self.running.items() if r.placement is not None}
+        # The simulated clock stops a gang in the instant it is preempted or resized.
+        apply_result(self.snapshot, result, placements, Applied.AT_ONCE)
         outcome = CycleOutcome()
         for preemption in result.preempted:
             request = self.running.pop(preemption.key)
-            assert request.placement is not None and request.started is not None
-            release(self.snapshot, request.placement)
             attained = _attained_after_run(request, now)
             self.pending[preemption.key] = replace(request, placement=None, started=None, attained_gpu_seconds=attained)
             outcome.stopped.append(self.jobs[preemption.key])
-        resized = [(self.running[r.key], r.placement) for r in result.resized]
-        for request, _ in resized:  # all released before any is allocated: a shrink makes room for a growth
-            assert request.placement is not None
-            release(self.snapshot, request.placement)
-        for request, placement in resized:
-            hold(self.snapshot, placement)
+        for resize in result.resized:
+            request = self.running[resize.key]
             attained = _attained_after_run(request, now)
-            self.running[request.key] = replace(
-                request, placement=placement, started=at(now), attained_gpu_seconds=attained
+            self.running[resize.key] = replace(
+                request, placement=resize.placement, started=at(now), attained_gpu_seconds=attained
             )
-            outcome.resized.append(Start(self.jobs[request.key], placement.nodes))
+            outcome.resized.append(Start(self.jobs[resize.key], resize.placement.nodes))
         for admission in result.admitted:
             request = self.pending.pop(admission.key)
-            hold(self.snapshot, admission.placement)
             self.running[admission.key] = replace(request, placement=admission.placement, started=at(now))
             outcome.started.append(Start(self.jobs[admission.key], admission.placement.nodes))
         # Jobs the cycle did not reach (it admitted its most) have the next one at once, as in the operator.

@@ -338,26 +338,6 @@ async def test_someone_elses_pod_going_wakes_only_services_waiting_for_room(
         assert cluster.snapshots == before + 1
 
 
-async def test_replicas_start_only_within_the_room_their_queue_has_left(
-    controller: InferenceServiceController, kube: KubeDouble
-) -> None:
-    """One quota per queue: the scheduling cycle charges the queue what its replicas hold and
-    leaves it room; a service starts no replica the room cannot pay for, and those running stay."""
-    room = {"default": 2000}  # GPU-equivalents (thousandths)
-    controller.queue_share.room = room.get
-    async with running(controller):
-        controller.service_seen(a_service("chat", replicas=3, gpus=1))
-        await asyncio.sleep(0.1)
-        assert kube.of("chat").count("create") == 2
-        assert ("post_event", "QuotaExceeded") in kube.calls
-        # The cycle counts the two replicas (they hold the room now) and leaves one GPU more.
-        controller.gpus_held()
-        room["default"] = 1000
-        controller.mark(("ml", "chat"))
-        await asyncio.sleep(0.1)
-        assert kube.of("chat").count("create") == 3
-
-
 def departed_replica(name: str, *, shared: bool) -> dict[str, Any]:
     """A replica pod of ml/chat as its deletion event shows it, with the operator's share annotation or not."""
     metadata: dict[str, Any] = {

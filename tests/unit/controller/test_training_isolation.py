@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from aisched.api import TrainingJob
-from aisched.controller.training import TrainingJobController, scheduling
+from aisched.controller.training import TrainingJobController
+from aisched.policy import decision
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.scheduler import JobRequest, ScheduleResult
 from aisched.policy.scheduler import schedule as policy_schedule
@@ -266,7 +267,7 @@ async def test_a_job_the_scheduler_itself_raises_on_is_found_and_set_aside(
             raise OverflowError("date value out of range")
         return policy_schedule(snapshot, jobs, *args, **kwargs)
 
-    monkeypatch.setattr(scheduling, "schedule", schedule)
+    monkeypatch.setattr(decision, "schedule", schedule)
     await one_pass(controller)
     assert status_of(controller, "plain")["phase"] == "Placing"
     poisoned = status_of(controller, "poisoned")
@@ -289,7 +290,7 @@ async def test_a_failure_that_needs_two_jobs_together_sets_one_aside_and_the_oth
             raise IndexError("bucket index out of range")
         return policy_schedule(snapshot, jobs, *args, **kwargs)
 
-    monkeypatch.setattr(scheduling, "schedule", schedule)
+    monkeypatch.setattr(decision, "schedule", schedule)
     await one_pass(controller)
     phases = {name: status_of(controller, name).get("phase") for name in ("first", "second", "third")}
     set_aside = [name for name, phase in phases.items() if phase != "Placing"]

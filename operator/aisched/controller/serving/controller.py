@@ -38,11 +38,12 @@ from pydantic import ValidationError
 
 from aisched.api.inference_service import InferenceService, InferenceServiceStatus
 from aisched.controller.in_flight import CurrentSnapshot, InFlightPlacements
+from aisched.controller.replica_asks import ReplicaAsks
 from aisched.controller.serving.autoscaling import MetricReading, ServiceAutoscaler
 from aisched.controller.serving.copies import is_older, scaled, written
 from aisched.controller.serving.front import ServiceFront
 from aisched.controller.serving.placement import ReplicaPlacement, replica_promise
-from aisched.controller.serving.queue_share import QueueShare
+from aisched.controller.serving.queue_share import replicas_held
 from aisched.controller.serving.replica_pods import PodKey, ReplicaPods, ServiceKey
 from aisched.controller.serving.status_writer import ServiceStatusWriter
 from aisched.controller.serving.templates import ServiceTemplates
@@ -59,6 +60,7 @@ from aisched.kube.serving_builders import (
 )
 from aisched.metrics import Metrics
 from aisched.policy.cluster import ClusterSnapshot
+from aisched.policy.queueing import MILLI
 from aisched.policy.scheduler import HeldGpus
 from aisched.policy.serving_status import find_condition, observed_status, replica_failure, set_service_condition
 from aisched.policy.tenancy import Refusal
@@ -101,11 +103,12 @@ class InferenceServiceController:
     front: ServiceFront = field(init=False)
     templates: ServiceTemplates = field(init=False)
     status_writer: ServiceStatusWriter = field(init=False)
-    queue_share: QueueShare = field(default_factory=QueueShare)
-    """Each queue's room for replicas, as the scheduling cycle leaves it."""
     tenancy: TenancyBook = field(default_factory=TenancyBook)
     shares: GpuShares | None = None
     """The GPU shares handed out, the TrainingJob controller's (one record of them); None: a record of its own."""
+    replica_asks: ReplicaAsks | None = None
+    """Where new replicas are asked of the scheduling cycle (the TrainingJob controller's); None: asks
+    answered in this controller's passes, with no gangs to weigh them against (its tests)."""
     departed_claims: dict[ServiceKey, set[str]] = field(default_factory=dict)
     """ResourceClaimTemplates of replicas the watch showed gone, by service, to delete at its next pass: the
     service owns them, and a long-lived one scaling up and down would otherwise keep one per replica ever made."""
@@ -118,12 +121,16 @@ class InferenceServiceController:
         )
         self.replicas = ReplicaPods(self.settings.gpu_resource, confirmed=self._replica_confirmed)
         self.templates = ServiceTemplates(self.kube)
+        if self.replica_asks is None:
+            self.replica_asks = ReplicaAsks(self.in_flight)
+        self.replica_asks.on_answer = self.mark
         self.placement = ReplicaPlacement(
             self.settings,
             self.kube,
             self.replicas,
             self.in_flight,
             self.templates,
+            self.replica_asks,
             shares=self.shares or GpuShares(self.inventory),
         )
         self.autoscaler = ServiceAutoscaler(self.settings, self.kube, self.prometheus, self.metrics, self._scaled)
@@ -146,6 +153,8 @@ class InferenceServiceController:
         self.templates.forget(key)
         self.tenancy.forget(key)
         self.placement.waiting_for_capacity.discard(key)
+        self.placement.asks.withdraw(key)
+        self.placement.quota_said.pop(key, None)
         self.placement.refused.pop(key, None)
         if self.placement.shares is not None:
             self.placement.shares.note_waiting_replicas(key, None, 0, None)
@@ -251,9 +260,14 @@ class InferenceServiceController:
             return
         queue = service.spec.queue
         refused = self.tenancy.refusal(
-            key, queue_name=queue, queue=self.queues.get(queue), priority=None, template=service.spec.template
+            key,
+            queue_name=queue,
+            queue=self.queues.get(queue),
+            priority=service.spec.priority,
+            template=service.spec.template,
         )
         if refused is not None:
+            self.placement.asks.withdraw(key)
             await self._refused(obj, service, refused, now)
             return
         exposed = await self.front.ensure(key, service)
@@ -285,8 +299,7 @@ class InferenceServiceController:
             status.conditions = set_service_condition(
                 status, "ScalingActive", False, "AutoscalingDisabled", MANUAL_SCALING, service=service, now=now
             )
-        plan = await self.placement.place(obj, service, self._within_quota(obj, service, desired), snapshot)
-        self.queue_share.replicas_started(service, len(plan.start))
+        plan = await self.placement.place(obj, service, desired, snapshot, now)
         observed = observed_status(
             service,
             status,
@@ -337,24 +350,23 @@ class InferenceServiceController:
 
     # -- 4: the cluster placement sees ------------------------------------------
 
-    def _within_quota(self, obj: dict[str, Any], service: InferenceService, desired: int) -> int:
-        """DESIRED, or fewer where the service's queue has no room for more replicas (`queue_share`)."""
-        key = (service.metadata["namespace"], service.metadata["name"])
-        live = sum(1 for p in self.replicas.of(key) if p.serving_candidate)
-        most, short = self.queue_share.replicas_within_room(service, live, desired)
-        if short is not None:
-            self.kube.post_event(obj, "Warning", "QuotaExceeded", f"{short}; the rest start when it has room")
-        return most
-
     def gpus_held(self) -> list[HeldGpus]:
-        """What each service's replicas hold, by its queue: the scheduling cycle charges it."""
+        """What each service's replicas hold, by its queue, and what the cycle granted them that has no pod
+        yet: the scheduling cycle charges it."""
         pods = (
             (service.spec.queue, pod)
             for key, obj in self.services.items()
             if (service := _parse(obj)) is not None
             for pod in self.replicas.of(key)
         )
-        return self.queue_share.held(pods, self.inventory.nodes)
+        held = replicas_held(pods, self.inventory.nodes)
+        assert self.replica_asks is not None
+        for ask, starts in self.replica_asks.granted():
+            each = ask.milli_per_replica or ask.request.gpus_per_replica * MILLI
+            for start in starts:
+                node = self.inventory.nodes.get(start.node)
+                held.append(HeldGpus(ask.queue, each, node.gpu_product if node is not None else None))
+        return held
 
     def _replica_confirmed(self, key: PodKey) -> None:
         """The watch shows a replica we made (the inventory counts it now) or its end: its promise goes."""

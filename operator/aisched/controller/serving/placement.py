@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aisched.api.common import CapacityType
 from aisched.api.inference_service import InferenceService
-from aisched.controller.in_flight import InFlightPlacements, Promised, gpus_by_node
+from aisched.controller.in_flight import InFlightPlacements
+from aisched.controller.replica_asks import ReplicaAsks, grant_promise, promised
 from aisched.controller.serving.replica_pods import ReplicaPods, ServiceKey
 from aisched.controller.serving.templates import ServiceTemplates
 from aisched.controller.sharing import GpuShares, ShareDoesNotFitError
@@ -25,14 +26,24 @@ from aisched.kube.builders import owner_reference
 from aisched.kube.client import KubeClient
 from aisched.kube.serving_builders import ReplicaSlot, ServingPod, build_replica_pod, free_pod_names
 from aisched.policy.cluster import ClusterSnapshot, Toleration
+from aisched.policy.decision import ReplicaAsk
 from aisched.policy.rollout import plan_rollout
-from aisched.policy.serving import NewReplica, ServingPlan, ServingReplica, ServingRequest, plan_serving
+from aisched.policy.serving import (
+    NewReplica,
+    PlanReason,
+    ServingPlan,
+    ServingReplica,
+    ServingRequest,
+    plan_serving,
+)
+from aisched.policy.sharing.charge import replica_milli
 from aisched.settings import Settings
 
 UNSCHEDULABLE_GRACE = timedelta(seconds=30)
 """A replica kube-scheduler cannot bind to its node this long is placed again: the node filled up meanwhile."""
 FAILED_CREATE = "FailedCreate"
 """Why a service's new replica does not exist: the API server refused its pod."""
+_LONG_AGO = datetime.min.replace(tzinfo=UTC)  # a service with no creation time yet goes first among equals
 SPOT_GRACE_MARGIN_SECONDS = 10
 """Of a spot notice, what a replica's pod teardown may not use, so it ends before the node does."""
 
@@ -46,6 +57,8 @@ class ReplicaPlacement:
     """Where new replicas' GPUs are promised until their pods are in `replicas`, which counts them then."""
     templates: ServiceTemplates
     """A service's template hash, and its whole template to build replicas from."""
+    asks: ReplicaAsks
+    """New replicas asked of the scheduling cycle, and its answers."""
     waiting_for_capacity: set[ServiceKey] = field(default_factory=set)
     """Services with replicas that fit nowhere: someone else's pod going may make room."""
     refused: dict[ServiceKey, str] = field(default_factory=dict)
@@ -53,6 +66,8 @@ class ReplicaPlacement:
     template); gone once one is created."""
     shares: GpuShares | None = None
     """Which GPU each replica of a service with gpuShare gets, and its claim."""
+    quota_said: dict[ServiceKey, str] = field(default_factory=dict)
+    """What the service's events last said of its queue's quota holding back new replicas."""
 
     async def clear_out(self, obj: dict[str, Any], pods: Sequence[ServingPod], now: datetime) -> None:
         """Pods that ended, or that kube-scheduler could not bind to their node, go."""
@@ -79,12 +94,18 @@ class ReplicaPlacement:
         await self.delete([*ended, *stuck])
 
     async def place(
-        self, obj: dict[str, Any], service: InferenceService, desired: int, snapshot: Callable[[], ClusterSnapshot]
+        self,
+        obj: dict[str, Any],
+        service: InferenceService,
+        desired: int,
+        snapshot: Callable[[], ClusterSnapshot],
+        now: datetime,
     ) -> ServingPlan:
         """Start and retire replicas toward DESIRED, a rollout step at a time; returns the placement plan.
 
-        SNAPSHOT gives the cluster as of now, promises of decisions under way included: it is asked
-        right before planning, with no wait between that and the promise of the new replicas' GPUs."""
+        Replicas are retired here; new ones are asked of the scheduling cycle (`replica_asks`), which
+        decides them with the gangs, and started at the pass after its answer. SNAPSHOT gives the
+        cluster as of now, promises of decisions under way included."""
         key = (service.metadata["namespace"], service.metadata["name"])
         pods = [p for p in self.replicas.of(key) if p.serving_candidate]
         current_hash = self.templates.current_hash(service)
@@ -92,14 +113,26 @@ class ReplicaPlacement:
         old = [_replica(p) for p in pods if p.template_hash != current_hash]
         rollout = service.spec.rollout
         step = plan_rollout(current, old, desired, rollout.max_surge, rollout.max_unavailable)
-        plan = plan_serving(current, step.current_target, _request(service), snapshot())
-        await self._start(obj, service, current_hash, plan.start)
+        room = snapshot()
+        plan = plan_serving(current, step.current_target, _request(service), room)
+        wanted = len(plan.start) + plan.unplaced
+        if wanted:
+            self.asks.ask(self._ask(service, current, step.current_target, wanted, room))
+            if self.asks.wake_cycle is None:
+                self.asks.decide_alone(room, now)
+        else:
+            self.asks.withdraw(key)
+        answer = self.asks.take(key)
+        starts = answer.start[:wanted] if answer is not None else ()
+        self._tell_quota(obj, key, answer if wanted else None)
+        await self._start(obj, service, current_hash, starts)
         by_name = {p.name: p for p in pods}
         await self.delete([by_name[name] for name in (*plan.retire, *step.retire_old) if name in by_name])
         if plan.retire or step.retire_old:
             self.kube.post_event(
                 obj, "Normal", "ReplicasRetired", f"retired {', '.join((*plan.retire, *step.retire_old))}"
             )
+        plan = _carried(plan, wanted, starts, answer)
         if plan.unplaced:
             self.waiting_for_capacity.add(key)
         else:
@@ -107,6 +140,45 @@ class ReplicaPlacement:
         if self.shares is not None:  # for the stranded-GPU measure, and a MIG repartition
             self.shares.note_waiting_replicas(key, service.spec.gpu_share, plan.unplaced, service.spec.gpu_type)
         return plan
+
+    def _tell_quota(self, obj: dict[str, Any], key: ServiceKey, answer: ServingPlan | None) -> None:
+        """Say once, in an event, that the queue's quota holds back new replicas (and again when that changes)."""
+        if answer is None or answer.reason != PlanReason.QUOTA_EXCEEDED or not answer.unplaced:
+            self.quota_said.pop(key, None)
+            return
+        if self.quota_said.get(key) != answer.message:
+            self.kube.post_event(obj, "Warning", "QuotaExceeded", f"{answer.message}; the rest start when it has room")
+            self.quota_said[key] = answer.message
+
+    def _ask(
+        self,
+        service: InferenceService,
+        current: Sequence[ServingReplica],
+        desired: int,
+        wanted: int,
+        snapshot: ClusterSnapshot,
+    ) -> ReplicaAsk:
+        """What SERVICE asks of the cycle: WANTED new replicas, spread beside the healthy CURRENT ones."""
+        doomed = {n.name for n in snapshot.nodes() if n.interrupted}
+        created = service.metadata.get("creationTimestamp")
+        return ReplicaAsk(
+            service=(service.metadata["namespace"], service.metadata["name"]),
+            queue=service.spec.queue,
+            priority=service.spec.priority,
+            created=datetime.fromisoformat(created) if isinstance(created, str) else created or _LONG_AGO,
+            request=_request(service),
+            kept=tuple(r for r in current if r.node not in doomed),
+            desired=desired,
+            wanted=wanted,
+            replacing=tuple(sorted(r.name for r in current if r.node in doomed)),
+            # A memory share is charged whole until it holds a part (then what its pod holds).
+            milli_per_replica=(
+                replica_milli(service.spec.gpu_share, service.spec.gpus_per_replica)
+                if service.spec.gpu_share is not None
+                else None
+            ),
+            excluded=frozenset(doomed),
+        )
 
     async def _start(
         self,
@@ -119,8 +191,7 @@ class ReplicaPlacement:
         if not starts:
             self.refused.pop(key, None)  # nothing asked of the API server, so nothing it refuses
             return
-        promise = ("InferenceService", key)
-        self.in_flight.promise(promise, _promised(service, starts))
+        request = _request(service)
         try:
             made = await self._create(obj, service, current_hash, starts)
             # Each pod made holds its promise until the watch shows it (then the inventory counts it), as
@@ -128,9 +199,9 @@ class ReplicaPlacement:
             for pod, start in made:
                 pod_key = (pod["metadata"]["namespace"], pod["metadata"]["name"])
                 if self.replicas.unconfirmed(pod_key):
-                    self.in_flight.promise(replica_promise(pod_key), _promised(service, [start]))
+                    self.in_flight.promise(replica_promise(pod_key), promised(request, [start]))
         finally:
-            self.in_flight.settle(promise)  # each pod made holds its own now (or none was made)
+            self.in_flight.settle(grant_promise(key))  # each pod made holds its own now (or none was made)
 
     async def _create(
         self, obj: dict[str, Any], service: InferenceService, current_hash: str, starts: Sequence[NewReplica]
@@ -199,18 +270,6 @@ def replica_promise(pod: tuple[str, str]) -> tuple[str, str, str]:
     return ("ReplicaPod", *pod)
 
 
-def _promised(service: InferenceService, starts: Sequence[NewReplica]) -> Promised:
-    """What new replicas take while their pods are made: a fraction's planned part of a GPU (a whole
-    GPU only where it splits a free one), a MIG instance, or whole GPUs."""
-    share = service.spec.gpu_share
-    if share is not None and share.mig_profile is not None:
-        return Promised({}, mig=tuple((s.node, share.mig_profile) for s in starts))
-    if share is not None:
-        parts = tuple(s.part for s in starts if s.part is not None)
-        return Promised(gpus_by_node([p.node for p in parts if p.splits], 1), parts)
-    return Promised(gpus_by_node([s.node for s in starts], service.spec.gpus_per_replica))
-
-
 def _request(service: InferenceService) -> ServingRequest:
     template_spec = service.spec.template.get("spec") or {}
     tolerations = [Toleration.from_dict(t) for t in template_spec.get("tolerations") or []]
@@ -220,3 +279,17 @@ def _request(service: InferenceService) -> ServingRequest:
 def _replica(pod: ServingPod) -> ServingReplica:
     # A pod not bound yet is where it was pinned; one with neither counts as lost and is replaced.
     return ServingReplica(pod.name, pod.node or pod.pinned_node or "", pod.capacity_type, pod.ready)
+
+
+def _carried(plan: ServingPlan, wanted: int, starts: Sequence[NewReplica], answer: ServingPlan | None) -> ServingPlan:
+    """PLAN (made on this pass's snapshot, to retire by and count what is wanted) as carried out: STARTS
+    are what the cycle granted of the WANTED new replicas; why the rest wait is its ANSWER's to say."""
+    unplaced = wanted - len(starts)
+    if not unplaced:
+        if plan.reason != PlanReason.INSUFFICIENT_CAPACITY:
+            return replace(plan, start=tuple(starts), unplaced=0)
+        return ServingPlan(tuple(starts), plan.retire, 0, PlanReason.SCALING, f"{len(starts)} new replica(s) started")
+    if answer is None:
+        message = f"{unplaced} new replica(s) asked of the scheduling cycle"
+        return ServingPlan(tuple(starts), plan.retire, unplaced, PlanReason.SCALING, message)
+    return ServingPlan(tuple(starts), plan.retire, unplaced, answer.reason, answer.message)

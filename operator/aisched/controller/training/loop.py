@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry
 
 from aisched.controller.in_flight import InFlightPlacements
 from aisched.controller.provisioning import NodeProvisioner
+from aisched.controller.replica_asks import ReplicaAsks
 from aisched.controller.sharing import GpuShares
 from aisched.controller.tenancy import TenancyBook
 from aisched.controller.training.capacity import CapacityChooser
@@ -86,6 +87,9 @@ class TrainingJobController:
         """Jobs to reconcile: dirty marks, one wake-up per job, retries with backoff, the periodic resync."""
         # Set by every mark; a pass during which no job was marked reports at once: the jobs have settled.
         self._marked_during_cycle = False
+
+        self.replica_asks = ReplicaAsks(self.in_flight, wake_cycle=self.queue.wake)
+        """InferenceServices' new replicas, asked of this controller's scheduling cycle."""
 
         now = self._now
         self.store = JobStore(inventory, self.in_flight)
@@ -153,6 +157,7 @@ class TrainingJobController:
             pools=self.pools,
             provisioner=provisioner,
             shares=self.shares,
+            asks=self.replica_asks,
             clock=now,
         )
 
@@ -178,11 +183,6 @@ class TrainingJobController:
     @held_elsewhere.setter
     def held_elsewhere(self, held: Callable[[], Sequence[HeldGpus]]) -> None:
         self.cycle.held_elsewhere = held
-
-    def room_of(self, queue: str) -> int | None:
-        """GPU-equivalents (thousandths) QUEUE may still take as the last scheduling cycle left it; None: no
-        limit known."""
-        return self.cycle.queue_room.get(queue)
 
     def cluster_snapshot(self) -> ClusterSnapshot:
         return self.store.cluster_snapshot()

@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from aisched.api import CapacityType, Queue, TrainingJob, TrainingJobPhase
 from aisched.controller.mig import waiting_instances
 from aisched.controller.provisioning import NodeProvisioner
+from aisched.controller.replica_asks import ReplicaAsks
 from aisched.controller.sharing import GpuShares
 from aisched.controller.tenancy import TenancyBook
 from aisched.controller.training.capacity import CapacityChooser
@@ -39,13 +40,14 @@ from aisched.kube.pools import PoolTracker
 from aisched.metrics import Metrics
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.culprits import culprits
+from aisched.policy.decision import Decision, decide
 from aisched.policy.level_refusals import level_refusal
 from aisched.policy.lifecycle import HOLDS_GPUS
 from aisched.policy.placement import INSUFFICIENT_GPUS
 from aisched.policy.provisioning import ProvisioningPlan
 from aisched.policy.queueing import QueueQuota, with_locked_default
 from aisched.policy.refusals import refusal_retry_at
-from aisched.policy.scheduler import HeldGpus, JobRequest, ScheduleResult, schedule
+from aisched.policy.scheduler import HeldGpus, JobRequest, ScheduleResult
 from aisched.policy.scheduler.demand import pending_demand
 from aisched.policy.spot import CapacityChoice, CapacityDecision
 from aisched.settings import Settings
@@ -91,11 +93,10 @@ class SchedulingCycle:
     provisioner: NodeProvisioner | None
     shares: GpuShares
     clock: Callable[[], datetime]
+    asks: ReplicaAsks
+    """InferenceServices' new replicas, decided in this cycle with the gangs."""
     held_elsewhere: Callable[[], Sequence[HeldGpus]] = lambda: ()
     """GPUs the queues' other work holds (InferenceService replicas), charged to their queues each cycle."""
-    queue_room: dict[str, int | None] = field(default_factory=dict, init=False)
-    """GPUs each queue may still take, as the last cycle left it (its InferenceServices start replicas
-    within it)."""
     # Each job's request to the scheduler, made again only when what it is made of changed.
     _requests_made: RequestBook = field(default_factory=RequestBook, init=False)
     # Queue objects the model refuses, each version logged once.
@@ -121,8 +122,9 @@ class SchedulingCycle:
         snapshot = self.store.cluster_snapshot()
         parsed, requests, capacity_of, writes = await self._requests(snapshot, now)
         started = time.perf_counter()
-        result = await self._decide(snapshot, requests, parsed, now)
-        self.queue_room = {name: usage.room_milli for name, usage in result.queues.items()}
+        decision = await self._decide(snapshot, requests, parsed, now)
+        self.asks.answer(decision.replicas)  # promised at once: the GPUs granted are no one else's
+        result = decision.jobs
         # MIG gangs left waiting for instances: an idle node may be repartitioned for them (controller/mig.py).
         short = (parsed[w.key][1].spec for w in result.waiting if w.key in parsed and w.reason == INSUFFICIENT_GPUS)
         self.shares.mig.asked(waiting_instances(short))
@@ -138,7 +140,7 @@ class SchedulingCycle:
         plan = await self._provision(result, requests, now)
         self._record_demand(snapshot, result, requests, plan)
         await self.reporting.report_queues(result)
-        if result.deferred:
+        if result.deferred or decision.replicas_deferred:
             self.queue.wake()  # the jobs this cycle did not reach have the next one, at once
 
     def _record_demand(
@@ -306,12 +308,14 @@ class SchedulingCycle:
         requests: list[JobRequest],
         parsed: CycleJobs,
         now: datetime,
-    ) -> ScheduleResult:
-        """The scheduler's decision. Should it raise, the jobs it raises on are found by halving
-        (`policy.culprits`), set aside (and dropped from PARSED), and it decides for the others."""
+    ) -> Decision:
+        """The decision for the gangs and the services' new replicas. Should it raise, it is made again
+        without the replicas (they wait a cycle); should it still raise, the jobs it raises on are found
+        by halving (`policy.culprits`), set aside (and dropped from PARSED), and it decides for the others."""
         most = self.settings.admissions_per_cycle
-        decide = functools.partial(
-            schedule,
+        asks = self.asks.pending()
+        decide_for = functools.partial(
+            decide,
             snapshot,
             queues=self._queue_quotas(),
             now=now,
@@ -319,14 +323,18 @@ class SchedulingCycle:
             held_elsewhere=self.held_elsewhere(),
         )
         try:
-            return decide(requests, admissions_per_cycle=most)
+            return decide_for(requests, asks, admissions_per_cycle=most)
+        except Exception:
+            log.exception("the scheduler raised on this cycle's jobs and replicas; deciding the jobs alone")
+        try:
+            return decide_for(requests, [], admissions_per_cycle=most)
         except Exception:
             log.exception("the scheduler raised on this cycle's jobs; halving them for the ones it cannot take")
 
         def fails(some: Sequence[JobRequest]) -> Exception | None:
             try:
                 # With no bound on admissions: a job the bound would leave out could be the one raising.
-                decide(list(some), admissions_per_cycle=len(some) + 1)
+                decide_for(list(some), [], admissions_per_cycle=len(some) + 1)
             except Exception as error:
                 return error
             return None
@@ -339,7 +347,7 @@ class SchedulingCycle:
             obj, job = parsed.pop(request.key)
             await self.guard.set_aside(obj, job, raised, now)
         # With no job to blame this raises, and the stage fails as a whole, to be tried next pass.
-        return decide([r for r in requests if r.key in parsed], admissions_per_cycle=most)
+        return decide_for([r for r in requests if r.key in parsed], [], admissions_per_cycle=most)
 
     def _queue_quotas(self) -> list[QueueQuota]:
         """The quotas of the Queues this operator can read; the jobs of one it cannot wait, as for a missing

@@ -1,6 +1,7 @@
 """The scheduler: one cycle decides which pending jobs start where, which wait and why, who is
 preempted or resized. Its stages, and their order, are in :mod:`aisched.policy.scheduler.cycle`."""
 
+from aisched.policy.scheduler.apply import Applied, apply_result
 from aisched.policy.scheduler.cycle import PENDING_JOB_STAGES, STAGES, schedule
 from aisched.policy.scheduler.jobs import JobRequest
 from aisched.policy.scheduler.results import (
@@ -26,6 +27,7 @@ __all__ = [
     "SHRUNK",
     "STAGES",
     "Admission",
+    "Applied",
     "HeldGpus",
     "JobRequest",
     "Preemption",
@@ -33,5 +35,6 @@ __all__ = [
     "Resize",
     "ScheduleResult",
     "Waiting",
+    "apply_result",
     "schedule",
 ]

@@ -37,7 +37,7 @@ def within_quota(cycle: CycleState, attempt: Attempt) -> bool:
     """
     if attempt.quota_refusal is None:
         return False
-    if not preempt_within_quota(cycle, attempt.job, attempt.fewest):
+    if attempt.job.replica_set or not preempt_within_quota(cycle, attempt.job, attempt.fewest):
         cycle.waiting.append(Waiting(attempt.job.key, QUOTA_EXCEEDED, attempt.quota_refusal))
     return True
 

@@ -55,6 +55,7 @@ class Attempt:
             job.excluded_nodes,
             reserved,
             job.expected_duration is None,
+            job.replica_set,  # waits where a gang alike would preempt
         )
         request = cycle.consolidated(job.gang(most, gpu_types, job.excluded_nodes | reserved))
         smallest = request if most == fewest else cycle.consolidated(replace(request, replicas=fewest))

@@ -27,7 +27,11 @@ def reserve_or_backfill(cycle: CycleState, attempt: Attempt) -> bool:
     if reserved and isinstance(cycle.place(replace(smallest, excluded_nodes=job.excluded_nodes)), Placement):
         assert cycle.reservation is not None
         verdict = (RESERVED_FOR_HIGHER_PRIORITY, _backfill_refusal(cycle.reservation, job))
-    elif cycle.reservation is None and (reservation := _reserve(cycle, job, smallest)) is not None:
+    elif (
+        cycle.reservation is None
+        and not job.replica_set  # a service's replicas take what is free; they hold nothing idle
+        and (reservation := _reserve(cycle, job, smallest)) is not None
+    ):
         cycle.reservation = reservation
         message = f"{outcome.message}; {_reservation_words(reservation)}"
         cycle.waiting.append(Waiting(job.key, outcome.reason, message, reservation.start))

@@ -60,6 +60,9 @@ class JobRequest:
     share: ShareShape | None = None
     """The part of one GPU each replica asks (`gpuShare`): placed where a GPU has room for it, or a MIG
     instance is free (`policy.share_placement`)."""
+    replica_set: bool = False
+    """New replicas of an InferenceService (`policy.decision`), not a gang: as many start as free GPUs
+    and the queue's quota hold, in the same order as gangs; they never preempt, shrink or reserve."""
 
     @property
     def replica_milli(self) -> int:

@@ -136,6 +136,8 @@ def _shrink_floor(job: JobRequest, for_priority: int) -> int:
 def make_room(cycle: CycleState, attempt: Attempt) -> bool:
     """Shrink and preempt so that the job's fewest replicas fit; nothing changes unless they then fit."""
     job, request = attempt.job, attempt.smallest
+    if job.replica_set:  # a service's replicas wait for free GPUs: they stop no one
+        return False
     candidates = _displaceable(cycle, job, job.charge(request.replicas))
     if not candidates:
         return False

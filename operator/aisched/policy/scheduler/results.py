@@ -81,3 +81,7 @@ class ScheduleResult:
     queues: Mapping[str, QueueUsage] = field(default_factory=dict)
     deferred: tuple[str, ...] = ()
     """Pending jobs not considered: the cycle admitted its most. The caller runs another at once."""
+    reserved_nodes: frozenset[str] = frozenset()
+    """Where the first job that could not start holds GPUs (`backfill`): later jobs keep off them."""
+    reserved_priority: int | None = None
+    """That job's priority (None: no reservation)."""

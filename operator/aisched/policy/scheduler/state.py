@@ -236,6 +236,8 @@ class CycleState:
             resized=tuple(self.resized.values()),
             queues=self._usage(),
             deferred=self.deferred,
+            reserved_nodes=self.reservation.nodes if self.reservation is not None else frozenset(),
+            reserved_priority=self.reservation.priority if self.reservation is not None else None,
         )
 
     def _usage(self) -> dict[str, QueueUsage]:

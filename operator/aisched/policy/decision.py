@@ -1,0 +1,205 @@
+"""One decision for every GPU: TrainingJob gangs and InferenceService replicas in the same cycle. Pure.
+
+A service that wants new replicas asks the cycle (`ReplicaAsk`); the cycle asks `schedule`
+for its gangs and for each service's new replicas together, so both are taken in one fair
+order (priority first, then `queueing.fair_order`) against one snapshot and one quota ledger.
+A service's replicas are not a gang: as many start as free GPUs and the queue's quota hold,
+and they never preempt, shrink or reserve (`JobRequest.replica_set`); neither are they ever
+preempted by a gang. Where they run is the serving policy's choice (`policy.serving`: capacity
+mix, spread), made afterwards on what the cycle left them: the GPUs its gangs took are taken,
+the GPUs `schedule` gave the service are free for it, and the nodes a higher gang's
+reservation holds are kept off.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from aisched.api.common import CapacityType, SpotPolicy
+from aisched.policy.cluster import ClusterSnapshot
+from aisched.policy.placement import Placement, hold, release
+from aisched.policy.queueing import QUOTA_EXCEEDED, QueueQuota
+from aisched.policy.scheduler import Applied, HeldGpus, JobRequest, ScheduleResult, apply_result, schedule
+from aisched.policy.scheduler.service import FIRST_BAND_GPU_SECONDS
+from aisched.policy.scheduler.state import ADMISSIONS_PER_CYCLE
+from aisched.policy.serving import (
+    NewReplica,
+    PlanReason,
+    ServingPlan,
+    ServingReplica,
+    ServingRequest,
+    plan_serving,
+    tag_replacements,
+)
+
+ServiceKey = tuple[str, str]
+REPLICA_SET_MARK = "@replicas"
+"""Ends a service's key in `schedule`: no TrainingJob's (namespace/name, no '@' in either) ends so."""
+
+
+@dataclass(frozen=True)
+class ReplicaAsk:
+    """The new replicas one InferenceService asks of a cycle, and what they are placed beside."""
+
+    service: ServiceKey
+    queue: str
+    priority: int
+    created: datetime
+    request: ServingRequest
+    kept: tuple[ServingReplica, ...]
+    """Its replicas of the current template on healthy nodes: new ones are spread around them."""
+    desired: int
+    """How many replicas of the current template it aims for in this rollout step."""
+    wanted: int
+    """How many new ones that takes (replacements of replicas on interrupted nodes included)."""
+    replacing: tuple[str, ...] = ()
+    """Replicas on nodes that announced their end, for new ones to stand in for."""
+    milli_per_replica: int | None = None
+    """What one replica is charged, in thousandths of a GPU, when that is not whole GPUs (a gpuShare)."""
+    gpu_memory_mib: int = 0
+    excluded: frozenset[str] = frozenset()
+    """Nodes that announced their end: no new replica goes there."""
+
+    @property
+    def key(self) -> str:
+        return f"{self.service[0]}/{self.service[1]}{REPLICA_SET_MARK}"
+
+    def as_request(self) -> JobRequest:
+        """Its new replicas as `schedule` takes them: any count from one to all, none preempting."""
+        request = self.request
+        spot = request.spot_policy != SpotPolicy.NEVER
+        return JobRequest(
+            key=self.key,
+            queue=self.queue,
+            priority=self.priority,
+            created=self.created,
+            gpus_per_replica=request.gpus_per_replica,
+            replicas=self.wanted,
+            min_replicas=1,
+            max_replicas=self.wanted,
+            gpu_type=request.gpu_type,
+            tolerations=request.tolerations,
+            capacity_types=(CapacityType.ON_DEMAND, CapacityType.SPOT) if spot else (CapacityType.ON_DEMAND,),
+            excluded_nodes=self.excluded,
+            milli_per_replica=self.milli_per_replica,
+            gpu_memory_mib=self.gpu_memory_mib,
+            share=request.share,
+            replica_set=True,
+        )
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A cycle's answer: what `schedule` decided for the gangs, and for each service that asked, the
+    replicas it starts now (none, when it waits: `unplaced` and the message say why)."""
+
+    jobs: ScheduleResult
+    replicas: Mapping[ServiceKey, ServingPlan]
+    replicas_deferred: tuple[ServiceKey, ...] = ()
+    """Services the cycle did not reach (it admitted its most): the next cycle, at once, does."""
+
+
+def decide(
+    snapshot: ClusterSnapshot,
+    jobs: Sequence[JobRequest],
+    asks: Sequence[ReplicaAsk],
+    queues: Sequence[QueueQuota],
+    now: datetime,
+    *,
+    admissions_per_cycle: int = ADMISSIONS_PER_CYCLE,
+    first_band_gpu_seconds: float = FIRST_BAND_GPU_SECONDS,
+    held_elsewhere: Sequence[HeldGpus] = (),
+) -> Decision:
+    """Decide one cycle for JOBS and ASKS. SNAPSHOT is left as it was found."""
+    by_key = {ask.key: ask for ask in asks}
+    result = schedule(
+        snapshot,
+        [*jobs, *(ask.as_request() for ask in asks)],
+        queues,
+        now,
+        admissions_per_cycle=admissions_per_cycle,
+        first_band_gpu_seconds=first_band_gpu_seconds,
+        held_elsewhere=held_elsewhere,
+    )
+    if not by_key:
+        return Decision(result, {})
+    deferred = tuple(by_key[key].service for key in result.deferred if key in by_key)
+    gangs = _gangs_only(result, by_key)
+    granted = [a for a in result.admitted if a.key in by_key]
+    plans: dict[ServiceKey, ServingPlan] = {}
+    if granted:
+        room = _left_for_replicas(snapshot, gangs, [a.placement for a in granted])
+        for admission in granted:  # in the order schedule took them: priority, then fair order
+            ask = by_key[admission.key]
+            release(room, admission.placement)  # its own GPUs are free for it, and only for it
+            kept_off = ask.excluded
+            if result.reserved_priority is not None and ask.priority <= result.reserved_priority:
+                kept_off |= result.reserved_nodes
+            plans[ask.service] = _placed(ask, admission.placement.replicas, room, kept_off)
+    for waiting in result.waiting:
+        if (left := by_key.get(waiting.key)) is not None:
+            why = PlanReason.QUOTA_EXCEEDED if waiting.reason == QUOTA_EXCEEDED else PlanReason.INSUFFICIENT_CAPACITY
+            plans[left.service] = ServingPlan(unplaced=left.wanted, reason=why, message=waiting.message)
+    for key in result.deferred:
+        if (later := by_key.get(key)) is not None:
+            message = "the cycle admitted its most; the next one, at once, places them"
+            plans[later.service] = ServingPlan(unplaced=later.wanted, reason=PlanReason.SCALING, message=message)
+    return Decision(gangs, plans, deferred)
+
+
+def _left_for_replicas(
+    snapshot: ClusterSnapshot, gangs: ScheduleResult, granted: Sequence[Placement]
+) -> ClusterSnapshot:
+    """SNAPSHOT with what this cycle gave GANGS taken as the operator will see it until its stops land
+    (`apply_result`), and the replicas' grants held until each is planned."""
+    room = snapshot.copy()
+    apply_result(room, gangs, {}, Applied.AS_STOPS_LAND)
+    for placement in granted:
+        hold(room, placement)
+    return room
+
+
+def _placed(ask: ReplicaAsk, count: int, room: ClusterSnapshot, kept_off: frozenset[str]) -> ServingPlan:
+    """Where COUNT new replicas of ASK go in ROOM (which then holds them), as the serving policy spreads them."""
+    plan = plan_serving(ask.kept, ask.desired, ask.request, room, kept_off=kept_off)
+    starts = tag_replacements(list(plan.start[:count]), ask.replacing)
+    hold_new_replicas(room, ask.request, starts)
+    unplaced = ask.wanted - len(starts)
+    if not unplaced:
+        return replace(plan, start=tuple(starts), retire=(), unplaced=0)
+    message = f"{len(starts)} of {ask.wanted} new replica(s) start now; the rest wait for room"
+    return ServingPlan(tuple(starts), (), unplaced, PlanReason.INSUFFICIENT_CAPACITY, message)
+
+
+def hold_new_replicas(snapshot: ClusterSnapshot, request: ServingRequest, starts: Sequence[NewReplica]) -> None:
+    """Count STARTS of REQUEST as taken in SNAPSHOT: whole GPUs, a fraction's part, or a MIG instance."""
+    share = request.share
+    for start in starts:
+        if share is not None and share.mig_profile is not None:
+            snapshot.shared.take_mig(start.node, share.mig_profile)
+        elif start.part is not None:
+            snapshot.shared.take_part(start.part)
+            if start.part.splits:  # it split a wholly free GPU: that GPU is no longer free as a whole
+                snapshot.allocate({start.node: 1})
+        elif share is None:
+            snapshot.allocate({start.node: request.gpus_per_replica})
+
+
+def _gangs_only(result: ScheduleResult, asks: Mapping[str, ReplicaAsk]) -> ScheduleResult:
+    """RESULT as the TrainingJob side carries it out: the services' replicas are not its jobs."""
+    waiting_sets = Counter(asks[w.key].queue for w in result.waiting if w.key in asks)
+    waiting_sets.update(asks[key].queue for key in result.deferred if key in asks)
+    queues = {
+        name: replace(usage, pending_jobs=usage.pending_jobs - waiting_sets[name]) if waiting_sets[name] else usage
+        for name, usage in result.queues.items()
+    }
+    return replace(
+        result,
+        admitted=tuple(a for a in result.admitted if a.key not in asks),
+        waiting=tuple(w for w in result.waiting if w.key not in asks),
+        deferred=tuple(key for key in result.deferred if key not in asks),
+        queues=queues,
+    )

@@ -1,0 +1,188 @@
+"""One decision for gangs and services' replicas: one fair order with priorities between them, one
+snapshot, one quota ledger; replicas never preempt, and never land on a GPU a gang was given."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aisched.api.common import CapacityType
+from aisched.policy.cluster import ClusterSnapshot, Node
+from aisched.policy.decision import ReplicaAsk, decide
+from aisched.policy.queueing import QUOTA_EXCEEDED, QueueQuota
+from aisched.policy.scheduler import HeldGpus, JobRequest
+from aisched.policy.serving import PlanReason, ServingReplica, ServingRequest
+from tests.unit.policy.scheduler.cycles import HOUR, T0, pending, run_on
+
+OPEN = [QueueQuota.unlimited()]
+
+
+def gpu_node(name: str, gpus: int = 8, zone: str = "z1") -> Node:
+    return Node(name, gpus, 0, gpu_product="H100", capacity_type=CapacityType.ON_DEMAND, zone=zone)
+
+
+def an_ask(
+    name: str, wanted: int, *, priority: int = 0, gpus: int = 1, queue: str = "default", desired: int | None = None
+) -> ReplicaAsk:
+    return ReplicaAsk(
+        service=("ns", name),
+        queue=queue,
+        priority=priority,
+        created=T0,
+        request=ServingRequest(gpus_per_replica=gpus),
+        kept=(),
+        desired=wanted if desired is None else desired,
+        wanted=wanted,
+    )
+
+
+def test_a_service_that_outranks_a_gang_gets_the_last_free_gpus_and_the_gang_waits() -> None:
+    snapshot = ClusterSnapshot([gpu_node("n1")])
+    gang = pending("ns/train", 8, priority=0)
+    decision = decide(snapshot, [gang], [an_ask("chat", 2, priority=10)], OPEN, T0)
+    assert [s.node for s in decision.replicas[("ns", "chat")].start] == ["n1", "n1"]
+    assert [w.key for w in decision.jobs.waiting] == ["ns/train"]
+    assert not decision.jobs.admitted
+
+
+def test_a_gang_that_outranks_a_service_gets_the_gpus_and_the_service_says_why_it_waits() -> None:
+    snapshot = ClusterSnapshot([gpu_node("n1")])
+    gang = pending("ns/train", 8, priority=10)
+    decision = decide(snapshot, [gang], [an_ask("chat", 2, priority=0)], OPEN, T0)
+    assert [a.key for a in decision.jobs.admitted] == ["ns/train"]
+    plan = decision.replicas[("ns", "chat")]
+    assert (plan.start, plan.unplaced, plan.reason) == ((), 2, PlanReason.INSUFFICIENT_CAPACITY)
+    assert plan.message
+
+
+def test_a_service_starts_what_is_left_of_its_ask_and_the_rest_waits() -> None:
+    snapshot = ClusterSnapshot([gpu_node("n1", 4)])
+    gang = pending("ns/train", 2, priority=10)
+    plan = decide(snapshot, [gang], [an_ask("chat", 3)], OPEN, T0).replicas[("ns", "chat")]
+    assert (len(plan.start), plan.unplaced, plan.reason) == (2, 1, PlanReason.INSUFFICIENT_CAPACITY)
+
+
+def test_replicas_never_preempt_even_a_lower_priority_gang() -> None:
+    snapshot = ClusterSnapshot([gpu_node("n1")])
+    running = run_on(snapshot, pending("ns/low", 8, priority=0), ["n1"], started=T0 - HOUR)
+    decision = decide(snapshot, [running], [an_ask("chat", 1, priority=1000)], OPEN, T0)
+    assert not decision.jobs.preempted and not decision.jobs.resized
+    assert decision.replicas[("ns", "chat")].unplaced == 1
+
+
+def test_a_gang_never_preempts_replicas_either_and_the_two_never_share_a_gpu() -> None:
+    snapshot = ClusterSnapshot([gpu_node("n1"), gpu_node("n2")])
+    decision = decide(snapshot, [pending("ns/a", 4, replicas=2, priority=5)], [an_ask("chat", 6, priority=5)], OPEN, T0)
+    used = Counter(decision.jobs.admitted[0].placement.gpus_by_node())
+    used.update(s.node for s in decision.replicas[("ns", "chat")].start)
+    assert all(gpus <= 8 for gpus in used.values())
+    assert sum(used.values()) == 14
+
+
+def test_new_replicas_are_spread_as_the_serving_policy_spreads_them() -> None:
+    snapshot = ClusterSnapshot([gpu_node("a1", zone="a"), gpu_node("b1", zone="b")])
+    ask = replace(an_ask("chat", 2), kept=(), desired=2)
+    plan = decide(snapshot, [], [ask], OPEN, T0).replicas[("ns", "chat")]
+    assert sorted(s.zone or "" for s in plan.start) == ["a", "b"]
+
+
+def test_a_queue_pays_for_new_replicas_as_for_gangs() -> None:
+    snapshot = ClusterSnapshot([gpu_node("n1")])
+    solo = [QueueQuota.unlimited(), QueueQuota("solo", 3, borrowing_limit=0)]
+    decision = decide(
+        snapshot, [], [an_ask("chat", 4, queue="solo")], solo, T0, held_elsewhere=[HeldGpus("solo", 1000)]
+    )
+    plan = decision.replicas[("ns", "chat")]
+    assert (len(plan.start), plan.unplaced) == (2, 2)
+    assert decision.jobs.queues["solo"].used_gpus == 3
+    full = decide(snapshot, [], [an_ask("chat", 1, queue="solo")], solo, T0, held_elsewhere=[HeldGpus("solo", 3000)])
+    assert full.replicas[("ns", "chat")].unplaced == 1
+    assert QUOTA_EXCEEDED not in {w.reason for w in full.jobs.waiting}  # the service's wait is the service's
+
+
+def test_the_services_are_not_the_gangs_result() -> None:
+    snapshot = ClusterSnapshot([gpu_node("n1", 1)])
+    decision = decide(snapshot, [pending("ns/a", 1)], [an_ask("x", 1), an_ask("y", 1)], OPEN, T0)
+    keys = {a.key for a in decision.jobs.admitted} | {w.key for w in decision.jobs.waiting}
+    assert keys == {"ns/a"}
+    assert decision.jobs.queues["default"].pending_jobs == 0  # the services waiting are no jobs
+
+
+def test_replicas_keep_off_the_gpus_held_for_a_gang_that_outranks_them() -> None:
+    snapshot = ClusterSnapshot([gpu_node("n1"), gpu_node("n2")])
+    # Gangs that end within the hour fill n1 and half of n2. A gang of 16 that outranks the service
+    # cannot start and holds both nodes as they free up: the service's replica waits rather than delay it.
+    busy = run_on(snapshot, pending("ns/busy", 4, priority=10, expected_duration=HOUR), ["n2"], started=T0)
+    also = run_on(snapshot, pending("ns/also", 8, priority=10, expected_duration=HOUR), ["n1"], started=T0)
+    big = pending("ns/big", 8, replicas=2, priority=10)
+    decision = decide(snapshot, [busy, also, big], [an_ask("chat", 1, priority=0)], OPEN, T0)
+    assert decision.jobs.reserved_nodes == {"n1", "n2"}
+    assert decision.replicas[("ns", "chat")].unplaced == 1
+    outranking = decide(snapshot, [busy, also, big], [an_ask("chat", 1, priority=20)], OPEN, T0)
+    assert [s.node for s in outranking.replicas[("ns", "chat")].start] == ["n2"]
+
+
+def test_a_replica_stands_in_for_one_on_a_node_that_ends() -> None:
+    snapshot = ClusterSnapshot([gpu_node("n1"), gpu_node("n2")])
+    ask = replace(
+        an_ask("chat", 1, desired=2),
+        kept=(ServingReplica("chat-a", "n1", CapacityType.ON_DEMAND, True),),
+        replacing=("chat-b",),
+        excluded=frozenset({"n2"}),
+    )
+    (start,) = decide(snapshot, [], [ask], OPEN, T0).replicas[("ns", "chat")].start
+    assert (start.node, start.replaces) == ("n1", "chat-b")
+
+
+@st.composite
+def contests(draw: st.DrawFn) -> tuple[ClusterSnapshot, list[JobRequest], list[ReplicaAsk]]:
+    nodes = [gpu_node(f"n{i}", draw(st.sampled_from([1, 2, 4, 8]))) for i in range(draw(st.integers(1, 4)))]
+    snapshot = ClusterSnapshot(nodes)
+    jobs: list[JobRequest] = []
+    for i in range(draw(st.integers(0, 4))):
+        gpus = draw(st.sampled_from([1, 2, 4, 8]))
+        job = pending(f"ns/j{i}", gpus, replicas=draw(st.integers(1, 3)), priority=draw(st.integers(0, 3)))
+        room = [n.name for n in nodes if snapshot.free_gpus(n.name) >= gpus]
+        runs: bool = draw(st.booleans())
+        if room and runs:
+            job = run_on(snapshot, job, [room[0]], started=T0 - HOUR)
+        jobs.append(job)
+    asks = [
+        an_ask(f"s{i}", draw(st.integers(1, 6)), priority=draw(st.integers(0, 3)), gpus=draw(st.sampled_from([1, 2])))
+        for i in range(draw(st.integers(0, 3)))
+    ]
+    return snapshot, jobs, asks
+
+
+@settings(max_examples=400, deadline=None)
+@given(contests())
+def test_every_ask_is_answered_no_gpu_is_given_twice_and_no_replica_preempts(
+    contest: tuple[ClusterSnapshot, list[JobRequest], list[ReplicaAsk]],
+) -> None:
+    snapshot, jobs, asks = contest
+    free = Counter({n.name: snapshot.free_gpus(n.name) for n in snapshot.nodes()})
+    decision = decide(snapshot, jobs, asks, OPEN, T0)
+    # Gangs may be admitted on what their victims free, once they are gone (the controller launches
+    # them then); replicas only on what is free now.
+    stopping = {p.key for p in decision.jobs.preempted}
+    freed = free.copy()
+    for job in jobs:
+        if job.key in stopping and job.placement is not None:
+            freed.update(job.placement.gpus_by_node())
+    gangs: Counter[str] = Counter()
+    for admission in decision.jobs.admitted:
+        if not admission.preempting:
+            gangs.update(admission.placement.gpus_by_node())
+    replicas: Counter[str] = Counter()
+    for ask in asks:
+        plan = decision.replicas[ask.service]
+        assert len(plan.start) + plan.unplaced == ask.wanted
+        for start in plan.start:
+            replicas[start.node] += ask.request.gpus_per_replica
+    assert all(replicas[name] + gangs[name] <= freed[name] for name in freed), (replicas, gangs, freed)
+    assert all(replicas[name] <= free[name] for name in free), (replicas, free)
+    assert {p.by for p in decision.jobs.preempted}.isdisjoint(a.key for a in asks)
+    assert {n.name: snapshot.free_gpus(n.name) for n in snapshot.nodes()} == free  # left as found
