@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -107,7 +108,20 @@ def test_a_job_starts_in_time_when_the_forecast_source_is_down(
     )
 
 
-def test_a_deferrable_job_waits_for_the_clean_hour_then_runs(
+def test_a_deferrable_job_waits_for_the_clean_hour_while_an_interruptible_one_pauses_between_windows(
+    cluster: LocalCluster, namespace: str, api_client: client.ApiClient, carbon_operator: CarbonSetup
+) -> None:
+    """Two jobs on one real clock, at once: each waits out windows of its own region's forecast, so
+    together they take the longer one's time, not the sum."""
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        patient = pool.submit(_a_deferrable_job_waits_for_the_clean_hour_then_runs, cluster, namespace, carbon_operator)
+        _an_interruptible_job_pauses_between_clean_windows_and_resumes_from_its_checkpoint(
+            cluster, namespace, api_client, carbon_operator
+        )
+        patient.result()
+
+
+def _a_deferrable_job_waits_for_the_clean_hour_then_runs(
     cluster: LocalCluster, namespace: str, carbon_operator: CarbonSetup
 ) -> None:
     # A region of its own, clean from DEFERRAL_LEAD on (on a 10 s grid), rather than GB's minute
@@ -147,7 +161,7 @@ def test_a_deferrable_job_waits_for_the_clean_hour_then_runs(
     assert 0 < grams < 1.0  # one 400 W GPU for about a minute at 40 g/kWh: about 0.27 g
 
 
-def test_an_interruptible_job_pauses_between_clean_windows_and_resumes_from_its_checkpoint(
+def _an_interruptible_job_pauses_between_clean_windows_and_resumes_from_its_checkpoint(
     cluster: LocalCluster, namespace: str, api_client: client.ApiClient, carbon_operator: CarbonSetup
 ) -> None:
     # A 10 s forecast grid, clean in two windows 50 s apart: 70 s of work runs 50 s in the first

@@ -24,11 +24,13 @@ from aisched.kube.inventory import Inventory
 from aisched.kube.serving_builders import SERVICE_NAME
 from aisched.settings import Settings
 from aisched.testing.cluster import TIMEOUT, LocalCluster, list_objects, wait_for
+from aisched.testing.operator import OperatorProcess
 from tests.builders import a_training_job, an_inference_service
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator")]
 GB200 = "NVIDIA-GB200"  # the small preset's one GB200 rack: 4 nodes x 4 GPUs
 GPU = "nvidia.com/gpu"
+WAITING = (("trainingjob", "batch"), ("inferenceservice", "chat"))
 WATCHED_SECONDS = 20.0
 """How long the burst is watched as it is placed (a window to sample, not a bound on anything)."""
 
@@ -96,7 +98,7 @@ def _wait_pool_free(cluster: LocalCluster, pool: dict[str, int]) -> None:
 
 @pytest.mark.parametrize("service_outranks", [True, False], ids=["service-first", "gang-first"])
 def test_when_the_pool_frees_up_the_higher_priority_of_a_service_and_a_gang_gets_it(
-    cluster: LocalCluster, namespace: str, service_outranks: bool
+    cluster: LocalCluster, namespace: str, operator: OperatorProcess, service_outranks: bool
 ) -> None:
     pool = _pool(cluster)
     _wait_pool_free(cluster, pool)
@@ -134,11 +136,15 @@ def test_when_the_pool_frees_up_the_higher_priority_of_a_service_and_a_gang_gets
         wait_for(lambda: _serving_gpus(cluster, namespace) == 4, TIMEOUT, "the service's replicas")
         assert _status(cluster, namespace, "trainingjob", "batch").get("phase") == "Queued"
     else:
-        wait_for(
-            lambda: _status(cluster, namespace, "trainingjob", "batch").get("phase") == "Running",
-            TIMEOUT,
-            "the gang to run",
-        )
+        try:
+            wait_for(
+                lambda: _status(cluster, namespace, "trainingjob", "batch").get("phase") == "Running",
+                TIMEOUT,
+                "the gang to run",
+            )
+        except TimeoutError as late:
+            batch, chat = (_status(cluster, namespace, kind, name) for kind, name in WAITING)
+            raise AssertionError(f"{late}\nbatch: {batch}\nchat: {chat}\n{operator.log_tail()}") from late
         assert _serving_gpus(cluster, namespace) == 0
         assert _progressing(cluster, namespace) == "InsufficientCapacity"
 

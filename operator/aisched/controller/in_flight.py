@@ -1,12 +1,13 @@
 """GPUs promised by a decision whose writes have not landed yet: the one record both controllers share.
 
-The scheduling cycle (TrainingJob gangs) and the InferenceService passes decide in one event loop,
-each against a snapshot of the cluster, and each then waits on the API server to carry its decision
-out: a gang's placement is in its status once that write lands, a replica's GPUs once its pod is
-created. In between, the GPUs are promised but visible nowhere else, as a pod kube-scheduler has
-chosen a node for is "assumed" until its bind lands. Each side promises here what it decided, at
-once, before its first write, takes snapshots that count every promise, and settles a promise when
-its own record (the status, the replica pods) holds the GPUs: so no GPU is promised twice.
+The scheduling cycle decides every GPU handed out, TrainingJob gangs and InferenceService
+replicas alike (`policy.decision`), against a snapshot of the cluster, and its decisions are
+carried out by API writes: a gang's placement is in its status once that write lands, a
+replica's GPUs once its pod is made (by the serving controller, at its next pass) and the watch
+shows it. In between, the GPUs are promised but visible nowhere else, as a pod kube-scheduler has
+chosen a node for is "assumed" until its bind lands. Each decision is promised here at once,
+before its first write; snapshots count every promise; a promise is settled when its own record
+(the status, the replica pods) holds the GPUs: so no GPU is promised twice.
 """
 
 from __future__ import annotations

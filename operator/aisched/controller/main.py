@@ -221,6 +221,7 @@ def assemble(
         metrics=metrics,
         queues=jobs.queues,  # one watch of Queues; the tenancy of replicas is read from it too
         replica_asks=jobs.replica_asks,  # new replicas are decided in the scheduling cycle, with the gangs
+        closing=jobs.store.closing,  # one record of namespaces being deleted
     )
     # One quota per queue, whatever kind of work holds it: the cycle charges the replicas, and
     # decides new ones with the gangs (`replica_asks`).

@@ -22,7 +22,7 @@ from aisched.controller.training import TrainingJobController
 from aisched.kube.inventory import Inventory
 from tests.builders import a_queue, an_inference_service
 from tests.unit.controller.kube_double import KubeDouble
-from tests.unit.controller.test_training_loop import T0, a_controller, a_job, a_node
+from tests.unit.controller.test_training_loop import T0, a_controller, a_job, a_node, forbidden
 
 NODES = {"n1": 8, "n2": 8}
 STEPS = st.sampled_from(["train", "serve", "deliver"])
@@ -67,6 +67,7 @@ def _wired(kube: KubeDouble) -> tuple[TrainingJobController, InferenceServiceCon
         shares=training.shares,
         queues=training.queues,
         replica_asks=training.replica_asks,
+        closing=training.store.closing,
         clock=lambda: T0,
     )
     training.held_elsewhere = serving.gpus_held
@@ -169,3 +170,37 @@ def test_a_service_gets_only_the_replicas_its_queues_quota_pays_for_and_says_why
     progressing = next(c for c in status["conditions"] if c["type"] == "Progressing")
     assert (progressing["status"], progressing["reason"]) == ("False", "QuotaExceeded")
     assert "queue default is at its quota" in progressing["message"]
+
+
+async def _a_service_in_a_closing_namespace() -> tuple[ApiServer, KubeDouble, TrainingJobController]:
+    kube, api = KubeDouble(), ApiServer()
+
+    def create(obj: dict[str, Any]) -> None:
+        if obj["metadata"]["namespace"] == "closing":
+            body = '{"kind":"Status","reason":"Forbidden","message":"pods \\"x\\" is forbidden: unable to create'
+            body += ' new content in namespace closing because it is being terminated"}'
+            raise forbidden(body)
+        api.create(obj)
+
+    kube.allow("patch_status", "post_event", "apply_service", "annotate_custom").answer("create", create)
+    training, serving = _wired(kube)
+    service = an_inference_service("chat").namespace("closing").replicas(2).set("gpusPerReplica", 8).obj()
+    service["metadata"].update(uid="uid-chat", generation=1)
+    serving.service_seen(service)
+    for _ in range(4):  # ask, grant, refused: the namespace is being deleted; then it is left alone
+        await serving.reconcile_once(set(serving.services))
+        await training.reconcile_once(set(training.jobs))
+    job = a_job("gang", gpusPerReplica=8, replicas=2)
+    job["metadata"]["uid"] = "uid-gang"
+    training.job_seen(job)
+    await training.reconcile_once(set(training.jobs))
+    await serving.reconcile_once(set(serving.services))
+    return api, kube, training
+
+
+def test_a_service_whose_namespace_is_being_deleted_asks_no_more_and_holds_no_gpu() -> None:
+    api, kube, training = asyncio.run(_a_service_in_a_closing_namespace())
+    refused = [c for c in kube.calls("create") if c[0]["metadata"]["namespace"] == "closing"]
+    assert len(refused) <= 2, "one grant tried, then the namespace is left alone"
+    assert training.replica_asks.pending() == [] and len(training.in_flight) == 0
+    assert _gpus_of(api, "gang-") == 16  # the whole pool goes to the gang of a namespace that stays

@@ -246,7 +246,7 @@ async def test_jobs_of_a_namespace_being_deleted_hold_no_gpus_and_stop_no_one_el
         if obj["metadata"]["namespace"] == "closing":
             body = '{"kind":"Status","reason":"Forbidden","message":"pods \\"x\\" is forbidden: unable to create'
             body += ' new content in namespace closing because it is being terminated"}'
-            raise _forbidden(body)
+            raise forbidden(body)
 
     kube.allow("patch_status", "post_event").answer("create", create)
     controller = a_controller(kube)
@@ -268,7 +268,7 @@ def a_job_with_uid(name: str, namespace: str) -> dict[str, Any]:
     return job
 
 
-def _forbidden(body: str) -> ApiException:
+def forbidden(body: str) -> ApiException:
     error = ApiException(status=403, reason="Forbidden")
     error.body = body
     return error

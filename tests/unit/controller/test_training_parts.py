@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from aisched.api import SpotPolicy
 from aisched.api.training_job import TrainingJobStatus
+from aisched.controller.closing_namespaces import CLOSING_NAMESPACE_SECONDS
 from aisched.controller.in_flight import InFlightPlacements
 from aisched.controller.sharing import GpuShares
 from aisched.controller.training import TrainingJobController, capacity
@@ -24,7 +25,7 @@ from aisched.controller.training.isolation import EMISSIONS, SCHEDULING, StageGu
 from aisched.controller.training.releases import WorkerReleases
 from aisched.controller.training.reporting import Reporting
 from aisched.controller.training.scheduling import ELIGIBILITY
-from aisched.controller.training.store import CLOSING_NAMESPACE_SECONDS, JobKey, JobStore
+from aisched.controller.training.store import JobKey, JobStore
 from aisched.controller.training.writer import StatusWriter
 from aisched.controller.workqueue import WorkQueue
 from aisched.kube import labels

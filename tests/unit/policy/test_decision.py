@@ -125,6 +125,24 @@ def test_replicas_keep_off_the_gpus_held_for_a_gang_that_outranks_them() -> None
     assert [s.node for s in outranking.replicas[("ns", "chat")].start] == ["n2"]
 
 
+def test_replicas_leave_gpus_freeing_up_to_a_higher_gang_that_waits_for_them() -> None:
+    # A gang of 16 that outranks the service waits while n2 is still held (by a gang stopping: no end
+    # time known, so no reservation); n1's GPUs are free. The replicas would never be preempted:
+    # they wait, rather than keep the gang waiting for good.
+    snapshot = ClusterSnapshot([gpu_node("n1"), gpu_node("n2")])
+    snapshot.allocate({"n2": 8})
+    big = pending("ns/big", 8, replicas=2, priority=10)
+    low = decide(snapshot, [big], [an_ask("chat", 2, priority=0)], OPEN, T0)
+    assert not low.jobs.reserved_nodes
+    plan = low.replicas[("ns", "chat")]
+    assert (plan.start, plan.unplaced) == ((), 2)
+    assert "higher priority" in plan.message
+    high = decide(snapshot, [big], [an_ask("chat", 2, priority=10)], OPEN, T0)  # equal: fair order
+    assert len(high.replicas[("ns", "chat")].start) == 2
+    other_gpus = replace(big, gpu_type="A100")  # a gang that could never use these GPUs holds nothing back
+    assert len(decide(snapshot, [other_gpus], [an_ask("chat", 2)], OPEN, T0).replicas[("ns", "chat")].start) == 2
+
+
 def test_a_replica_stands_in_for_one_on_a_node_that_ends() -> None:
     snapshot = ClusterSnapshot([gpu_node("n1"), gpu_node("n2")])
     ask = replace(

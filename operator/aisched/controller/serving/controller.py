@@ -7,14 +7,14 @@ reading the metric of every service whose autoscaler is due, in the background:
 no pass waits on a query, so neither placement nor another tenant's autoscaler
 waits on a slow Prometheus or a slow tenant's PromQL; a reading that comes in
 marks its service, and the next pass decides on it. A pass reconciles the dirty
-services one by one against one cluster snapshot, so two replicas never count
-on the same GPUs:
+services one by one:
 
 1. the Service in front (server-side apply when the spec changed);
 2. pods that ended, or that kube-scheduler could not bind to their node, go
    (placement.py);
 3. the autoscaler, when due (autoscaling.py);
-4. a rollout step and placement of new replicas (placement.py);
+4. a rollout step: replicas retired, new ones asked of the scheduling cycle and
+   those it granted started (placement.py, replica_asks.py);
 5. status (`policy.serving_status`) and events say what happened and why.
 
 A service whose reconcile fails is retried with backoff by the work queue and
@@ -37,6 +37,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from aisched.api.inference_service import InferenceService, InferenceServiceStatus
+from aisched.controller.closing_namespaces import ClosingNamespaces
 from aisched.controller.in_flight import CurrentSnapshot, InFlightPlacements
 from aisched.controller.replica_asks import ReplicaAsks
 from aisched.controller.serving.autoscaling import MetricReading, ServiceAutoscaler
@@ -106,6 +107,8 @@ class InferenceServiceController:
     tenancy: TenancyBook = field(default_factory=TenancyBook)
     shares: GpuShares | None = None
     """The GPU shares handed out, the TrainingJob controller's (one record of them); None: a record of its own."""
+    closing: ClosingNamespaces = field(default_factory=ClosingNamespaces)
+    """Namespaces being deleted (the TrainingJob controller's record): their services are left alone a while."""
     replica_asks: ReplicaAsks | None = None
     """Where new replicas are asked of the scheduling cycle (the TrainingJob controller's); None: asks
     answered in this controller's passes, with no gangs to weigh them against (its tests)."""
@@ -132,6 +135,7 @@ class InferenceServiceController:
             self.templates,
             self.replica_asks,
             shares=self.shares or GpuShares(self.inventory),
+            closing=self.closing,
         )
         self.autoscaler = ServiceAutoscaler(self.settings, self.kube, self.prometheus, self.metrics, self._scaled)
         self.front = ServiceFront(self.kube, self.settings.relist_seconds, time.monotonic)
@@ -229,7 +233,12 @@ class InferenceServiceController:
         snapshot = CurrentSnapshot(functools.partial(self._snapshot, now), self.in_flight)
 
         async def reconcile(key: ServiceKey) -> None:
-            await self.reconcile(key, readings.get(key), snapshot.now, now)
+            try:
+                await self.reconcile(key, readings.get(key), snapshot.now, now)
+            except BaseException:
+                # Asked again at its retry, after the backoff: not at the cycle's answer, at once.
+                self.placement.asks.withdraw(key)
+                raise
 
         # One at a time: each placement promises GPUs the next one's snapshot counts.
         await self.queue.process(keys, reconcile, concurrency=1, on_done=self._record_reconcile)
@@ -253,6 +262,9 @@ class InferenceServiceController:
         snapshot: Callable[[], ClusterSnapshot],
         now: datetime,
     ) -> None:
+        if self.closing.closing(key[0]):
+            self.placement.asks.withdraw(key)
+            return
         await self._delete_departed_claims(key)
         obj = self.services.get(key)
         service = _parse(obj) if obj is not None else None

@@ -1,9 +1,10 @@
-"""Steps 2 and 4 of a pass: replicas that are no replicas any more go, and new ones are placed.
+"""Steps 2 and 4 of a pass: replicas that are no replicas any more go, and new ones are asked for and started.
 
-`policy.rollout.plan_rollout` bounds a template change by surge and
-unavailability, `policy.serving.plan_serving` says where new replicas go
-(capacity mix, spread, replacing replicas on interrupted nodes first); this
-module carries their plans out and tells the service's events.
+`policy.rollout.plan_rollout` bounds a template change by surge and unavailability,
+`policy.serving.plan_serving` says which replicas retire and how many new ones the service
+wants; those are asked of the scheduling cycle (`controller/replica_asks.py`), which decides
+them with the gangs and says where they go (capacity mix, spread, replacing replicas on
+interrupted nodes first). This module carries the answer out and tells the service's events.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 
 from aisched.api.common import CapacityType
 from aisched.api.inference_service import InferenceService
+from aisched.controller.closing_namespaces import ClosingNamespaces
 from aisched.controller.in_flight import InFlightPlacements
 from aisched.controller.replica_asks import ReplicaAsks, grant_promise, promised
 from aisched.controller.serving.replica_pods import ReplicaPods, ServiceKey
@@ -66,6 +68,8 @@ class ReplicaPlacement:
     template); gone once one is created."""
     shares: GpuShares | None = None
     """Which GPU each replica of a service with gpuShare gets, and its claim."""
+    closing: ClosingNamespaces = field(default_factory=ClosingNamespaces)
+    """Namespaces being deleted: their services are left alone a while."""
     quota_said: dict[ServiceKey, str] = field(default_factory=dict)
     """What the service's events last said of its queue's quota holding back new replicas."""
 
@@ -235,7 +239,14 @@ class ReplicaPlacement:
                 waiting = self.shares.replicas_waiting.get(key, (None, 0, None))[1] + len(starts)
                 self.shares.note_waiting_replicas(key, service.spec.gpu_share, waiting, service.spec.gpu_type)
                 return []
-            await asyncio.gather(*(self.kube.create(claim) for claim in claims))
+            claimed = await asyncio.gather(*(self.kube.create(claim) for claim in claims), return_exceptions=True)
+            failed = [outcome for outcome in claimed if isinstance(outcome, BaseException)]
+            if failed:
+                self.shares.forget(pods)
+                if not any(namespace_closing(error) for error in failed):
+                    raise failed[0]
+                self.closing.closed(key[0])  # the service goes with its namespace
+                return []
         outcomes = await asyncio.gather(*(self.kube.create(pod) for pod in pods), return_exceptions=True)
         made = [(pod, start) for pod, start, outcome in zip(pods, starts, outcomes, strict=True) if outcome is None]
         if self.shares is not None:
@@ -251,7 +262,8 @@ class ReplicaPlacement:
             self.kube.post_event(obj, "Normal", "ReplicasStarted", f"started {described}")
         for error in (outcome for outcome in outcomes if isinstance(outcome, BaseException)):
             if namespace_closing(error):
-                continue  # the namespace is going, and the service with it
+                self.closing.closed(key[0])  # the namespace is going, and the service with it
+                continue
             refusal = refused_create(error)
             if refusal is None:
                 raise error

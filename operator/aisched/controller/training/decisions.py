@@ -139,8 +139,8 @@ class CycleDecisions:
         """The admissions whose GPUs are still free, each promised (`in_flight`) before any is carried out.
 
         The cycle decided on the snapshot it took at its start, and waited on the API server since:
-        the InferenceService controller may have placed replicas on those GPUs meanwhile. An
-        admission that no longer fits waits for the next cycle, which comes at once. One that
+        kube-scheduler may have bound someone else's pod to those GPUs meanwhile. An admission
+        that no longer fits waits for the next cycle, which comes at once. One that
         preempts fits once its victims are gone, which their own stopping sees to.
         """
         if not admitted:

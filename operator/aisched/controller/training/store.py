@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from aisched.api import DEFAULT_QUEUE, TrainingJob, TrainingJobPhase
 from aisched.api.training_job import TrainingJobStatus
+from aisched.controller.closing_namespaces import ClosingNamespaces
 from aisched.controller.in_flight import InFlightPlacements
 from aisched.controller.templates import elided
 from aisched.controller.workqueue import WorkQueue
@@ -37,7 +38,6 @@ log = logging.getLogger(__name__)
 JobKey = tuple[str, str]
 PLURAL = "trainingjobs"
 # A namespace found being deleted is left alone this long: its jobs can create nothing and hold no GPUs.
-CLOSING_NAMESPACE_SECONDS = 60.0
 
 
 def utc_now() -> datetime:
@@ -71,8 +71,8 @@ class JobStore:
         self._placements_made: dict[JobKey, PlacementMade] = {}
         # Jobs by the nodes of their status placement: a node's event marks those jobs, not every job.
         self._placed_on: dict[str, set[JobKey]] = {}
-        # Namespaces the API server said are being deleted, with when (monotonic) that is next asked again.
-        self._closing_namespaces: dict[str, float] = {}
+        self.closing = ClosingNamespaces(monotonic)
+        """Namespaces the API server said are being deleted (the serving controller's record too)."""
         # Views by the phase each stored object says (insertion-ordered, as `jobs`): a cycle reads the
         # unfinished jobs and a snapshot the placed ones, never the backlog of finished ones.
         self._unfinished: dict[JobKey, None] = {}
@@ -228,23 +228,12 @@ class JobStore:
     # -- what follows from the jobs -------------------------------------------------------
 
     def namespace_closed(self, namespace: str) -> None:
-        """NAMESPACE is being deleted: its jobs are left out of scheduling and reconciles for a while.
-
-        Until the namespace controller deletes them, they would otherwise be admitted, hold
-        GPUs their pods can never use, and fail a reconcile each (a tenant deleting a
-        namespace of a thousand jobs would stall everyone else)."""
-        if namespace not in self._closing_namespaces:
-            log.info("namespace %s is being deleted: its TrainingJobs are left alone", namespace)
-        self._closing_namespaces[namespace] = self._monotonic() + CLOSING_NAMESPACE_SECONDS
+        """NAMESPACE is being deleted: its jobs are left out of scheduling and reconciles for a while
+        (`closing_namespaces`)."""
+        self.closing.closed(namespace)
 
     def in_closing_namespace(self, key: JobKey) -> bool:
-        until = self._closing_namespaces.get(key[0])
-        if until is None:
-            return False
-        if self._monotonic() < until:
-            return True
-        del self._closing_namespaces[key[0]]
-        return False
+        return self.closing.closing(key[0])
 
     def jobs_on_node(self, node: str) -> set[JobKey]:
         """TrainingJobs with a worker on NODE, or NODE in their placement."""

@@ -14,7 +14,7 @@ from aisched.policy.queueing import MILLI, QUEUE_NOT_FOUND, QUOTA_EXCEEDED
 from aisched.policy.scheduler.attempt import Attempt
 from aisched.policy.scheduler.jobs import JobRequest
 from aisched.policy.scheduler.preemption import preempt_within_quota
-from aisched.policy.scheduler.results import Waiting
+from aisched.policy.scheduler.results import RESERVED_FOR_HIGHER_PRIORITY, Waiting
 from aisched.policy.scheduler.state import CycleState
 
 
@@ -47,8 +47,29 @@ def alike_verdict(cycle: CycleState, attempt: Attempt) -> bool:
     verdict = cycle.blocked.get(attempt.shape)
     if verdict is None:
         return False
-    cycle.blocked_priorities.append(attempt.job.priority)
+    cycle.waiting_for_gpus.append((attempt.job.priority, attempt.job.gpu_type))
     cycle.waiting.append(Waiting(attempt.job.key, *verdict))
+    return True
+
+
+def behind_higher_priorities(cycle: CycleState, attempt: Attempt) -> bool:
+    """A service's new replicas wait while a job of higher priority waits for GPUs they could take.
+
+    Replicas are never preempted: started on GPUs that free up a few at a time while a larger
+    gang of higher priority waits for all of them, they would keep it waiting for good (its
+    reservation covers only GPUs whose running jobs it knows the end of)."""
+    job = attempt.job
+    if not job.replica_set:
+        return False
+    higher = [
+        priority
+        for priority, product in cycle.waiting_for_gpus
+        if priority > job.priority and (product is None or job.gpu_type is None or product == job.gpu_type)
+    ]
+    if not higher:
+        return False
+    message = f"{len(higher)} job(s) of higher priority wait for GPUs these replicas could take: they start first"
+    cycle.waiting.append(Waiting(job.key, RESERVED_FOR_HIGHER_PRIORITY, message))
     return True
 
 

@@ -23,7 +23,7 @@ def reserve_or_backfill(cycle: CycleState, attempt: Attempt) -> bool:
     """The job waits: for the reservation it now holds, for one it may not backfill, or for GPUs to free up."""
     job, reserved, smallest, outcome = attempt.job, attempt.reserved, attempt.smallest, attempt.unplaced
     assert outcome is not None, "only a job that did not fit on free GPUs gets this far"
-    cycle.blocked_priorities.append(job.priority)
+    cycle.waiting_for_gpus.append((job.priority, job.gpu_type))
     if reserved and isinstance(cycle.place(replace(smallest, excluded_nodes=job.excluded_nodes)), Placement):
         assert cycle.reservation is not None
         verdict = (RESERVED_FOR_HIGHER_PRIORITY, _backfill_refusal(cycle.reservation, job))

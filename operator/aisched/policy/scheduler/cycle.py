@@ -42,6 +42,11 @@ counted when the jobs behind it are placed. The rules, in that order:
    pending jobs it did not reach are `deferred`, nothing grows, and the caller runs
    the next cycle at once. Each admission is a launch the caller carries out before
    its next cycle: thousands at once held every other job's turn for minutes.
+
+InferenceServices' new replicas (`JobRequest.replica_set`, from `policy.decision`) take turns
+in the same order. They start only on free GPUs, as many as fit; they never preempt, shrink or
+reserve, and are never preempted; so they wait while a job of higher priority waits for GPUs
+they could take (`admission.behind_higher_priorities`).
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ PendingJobStage = Callable[[CycleState, Attempt], bool]
 PENDING_JOB_STAGES: tuple[PendingJobStage, ...] = (
     admission.within_quota,  # over quota: take it back from lower priorities of the queue, or wait
     admission.alike_verdict,  # a job alike to one already left waiting waits for the same reason
+    admission.behind_higher_priorities,  # a service's replicas leave GPUs to higher jobs waiting for them
     admission.on_free_gpus,  # start where free GPUs hold it
     preemption.make_room,  # shrink elastic jobs, then preempt lower-priority gangs
     backfill.reserve_or_backfill,  # wait: the first such job holds GPUs, later ones start only around them

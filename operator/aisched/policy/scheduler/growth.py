@@ -25,7 +25,7 @@ def grow_elastic(cycle: CycleState) -> None:
     """
     if cycle.deferred:
         return
-    blocked = max(cycle.blocked_priorities, default=None)
+    blocked = max((priority for priority, _ in cycle.waiting_for_gpus), default=None)
     growing = sorted(
         (r for r in cycle.running.values() if r.job.elastic and not r.admitted_now and r.job.queue in cycle.quotas),
         key=lambda r: (-r.job.priority, r.job.created, r.job.key),

@@ -104,8 +104,9 @@ class CycleState:
         self.preempted: list[Preemption] = []
         self.resized: dict[str, Resize] = {}
         self.reservation: Reservation | None = None
-        self.blocked_priorities: list[int] = []
-        """Priorities of jobs left waiting for GPUs: growth gives no GPUs to jobs below them."""
+        self.waiting_for_gpus: list[tuple[int, str | None]] = []
+        """Priority and GPU product (None: any) of each job left waiting for GPUs: growth gives no GPUs
+        to jobs below them, and services' replicas below them leave them the GPUs they could use."""
         self.failures: dict[GangRequest, Unplaceable] = {}
         self.blocked: dict[tuple[object, ...], tuple[str, str]] = {}
         """(reason, message) a job waits for, by the shape of what it asks: alike jobs share it."""
