@@ -70,23 +70,8 @@ class ReplicaPlacement:
     """Which GPU each replica of a service with gpuShare gets, and its claim."""
     closing: ClosingNamespaces = field(default_factory=ClosingNamespaces)
     """Namespaces being deleted: their services are left alone a while."""
-    departed_claims: dict[ServiceKey, set[str]] = field(default_factory=dict)
-    """ResourceClaimTemplates of replicas the watch showed gone, by service, to delete at its next pass: the
-    service owns them, and a long-lived one scaling up and down would otherwise keep one per replica ever made."""
     quota_said: dict[ServiceKey, str] = field(default_factory=dict)
     """What the service's events last said of its queue's quota holding back new replicas."""
-
-    def claim_departed(self, pod: ServingPod) -> None:
-        """POD of a service with gpuShare is gone: its claim template (named after it, `kube/claims.py`) goes."""
-        self.departed_claims.setdefault((pod.namespace, pod.service), set()).add(pod.name)
-
-    async def delete_departed_claims(self, key: ServiceKey) -> None:
-        names = self.departed_claims.pop(key, set())
-        try:
-            await asyncio.gather(*(self.kube.delete_claim_template(key[0], name) for name in sorted(names)))
-        except Exception:
-            self.departed_claims.setdefault(key, set()).update(names)  # the next pass tries again
-            raise
 
     async def clear_out(self, obj: dict[str, Any], pods: Sequence[ServingPod], now: datetime) -> None:
         """Pods that ended, or that kube-scheduler could not bind to their node, go."""
