@@ -13,14 +13,15 @@ with the same decision over no gangs (`decide_alone`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from aisched.controller.in_flight import InFlightPlacements, Promised, gpus_by_node
-from aisched.policy.cluster import ClusterSnapshot
+from aisched.policy.cluster import ClusterSnapshot, Node
 from aisched.policy.decision import ReplicaAsk, ServiceKey, decide
-from aisched.policy.queueing import QueueQuota
+from aisched.policy.queueing import MILLI, QueueQuota
+from aisched.policy.scheduler import HeldGpus
 from aisched.policy.serving import NewReplica, ServingPlan, ServingRequest
 
 
@@ -85,10 +86,15 @@ class ReplicaAsks:
             self._asks.pop(service, None)  # answered; the pass asks again for what is still wanted
         return plan
 
-    def granted(self) -> Iterator[tuple[ReplicaAsk, tuple[NewReplica, ...]]]:
-        """Replicas granted and not made yet, with their asks: their queues are charged for them."""
+    def held(self, nodes: Mapping[str, Node]) -> list[HeldGpus]:
+        """What the replicas granted and not made yet are charged, by queue and GPU product of NODES."""
+        held = []
         for service, ask in self._granted.items():
-            yield ask, self._answers[service].start
+            each = ask.milli_per_replica or ask.request.gpus_per_replica * MILLI
+            for start in self._answers[service].start:
+                node = nodes.get(start.node)
+                held.append(HeldGpus(ask.queue, each, node.gpu_product if node is not None else None))
+        return held
 
     def decide_alone(self, snapshot: ClusterSnapshot, now: datetime) -> None:
         """Answer the pending asks with no cycle to take them: the same decision, over no gangs, each

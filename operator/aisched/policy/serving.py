@@ -104,6 +104,17 @@ class ServingPlan:
     message: str = ""
 
 
+def doomed_interrupted(snapshot: ClusterSnapshot, doomed: frozenset[str]) -> ClusterSnapshot:
+    """SNAPSHOT (taken for one pass, its own) with the DOOMED nodes, those that must be left, counting as
+    interrupted: replicas there are replaced, and no new one goes there."""
+    nodes = (replace(n, interrupted=n.interrupted or n.name in doomed) for n in snapshot.nodes())
+    marked = ClusterSnapshot(nodes, snapshot.topology)
+    marked.shared = snapshot.shared  # its parts of GPUs and MIG nodes too
+    for name, node in list(marked.shared.mig_nodes.items()):
+        marked.shared.mig_nodes[name] = replace(node, interrupted=node.interrupted or name in doomed)
+    return marked
+
+
 def plan_serving(
     replicas: Sequence[ServingReplica],
     desired: int,

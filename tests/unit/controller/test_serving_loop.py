@@ -361,4 +361,4 @@ async def test_a_departed_replicas_claim_template_is_deleted_at_its_services_nex
         await asyncio.sleep(0.1)
         deleted = [name for verb, name in kube.calls if verb == "delete_claim_template"]
         assert deleted == ["chat-shared"]  # a replica of whole GPUs had no template
-        assert controller.departed_claims == {}
+        assert controller.placement.departed_claims == {}

@@ -25,12 +25,11 @@ that runs before the watch catches up neither creates nor retires a replica twic
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -61,8 +60,8 @@ from aisched.kube.serving_builders import (
 )
 from aisched.metrics import Metrics
 from aisched.policy.cluster import ClusterSnapshot
-from aisched.policy.queueing import MILLI
 from aisched.policy.scheduler import HeldGpus
+from aisched.policy.serving import doomed_interrupted
 from aisched.policy.serving_status import find_condition, observed_status, replica_failure, set_service_condition
 from aisched.policy.tenancy import Refusal
 from aisched.settings import Settings
@@ -112,9 +111,6 @@ class InferenceServiceController:
     replica_asks: ReplicaAsks | None = None
     """Where new replicas are asked of the scheduling cycle (the TrainingJob controller's); None: asks
     answered in this controller's passes, with no gangs to weigh them against (its tests)."""
-    departed_claims: dict[ServiceKey, set[str]] = field(default_factory=dict)
-    """ResourceClaimTemplates of replicas the watch showed gone, by service, to delete at its next pass: the
-    service owns them, and a long-lived one scaling up and down would otherwise keep one per replica ever made."""
 
     def __post_init__(self) -> None:
         self.queue = WorkQueue(
@@ -124,17 +120,17 @@ class InferenceServiceController:
         )
         self.replicas = ReplicaPods(self.settings.gpu_resource, confirmed=self._replica_confirmed)
         self.templates = ServiceTemplates(self.kube)
-        if self.replica_asks is None:
-            self.replica_asks = ReplicaAsks(self.in_flight)
-        self.replica_asks.on_answer = self.mark
+        asks = self.replica_asks if self.replica_asks is not None else ReplicaAsks(self.in_flight)
+        asks.on_answer = self.mark
+        shares = self.shares or GpuShares(self.inventory)
         self.placement = ReplicaPlacement(
             self.settings,
             self.kube,
             self.replicas,
             self.in_flight,
             self.templates,
-            self.replica_asks,
-            shares=self.shares or GpuShares(self.inventory),
+            asks,
+            shares=shares,
             closing=self.closing,
         )
         self.autoscaler = ServiceAutoscaler(self.settings, self.kube, self.prometheus, self.metrics, self._scaled)
@@ -176,8 +172,7 @@ class InferenceServiceController:
         if deleted:
             self.replicas.gone(pod)
             if SHARE_ANNOTATION in (obj["metadata"].get("annotations") or {}):
-                # kube/claims.py names a replica's template after the pod.
-                self.departed_claims.setdefault((pod.namespace, pod.service), set()).add(pod.name)
+                self.placement.claim_departed(pod)
             self.capacity_changed()
         else:
             self.replicas.seen(pod)
@@ -243,14 +238,6 @@ class InferenceServiceController:
         # One at a time: each placement promises GPUs the next one's snapshot counts.
         await self.queue.process(keys, reconcile, concurrency=1, on_done=self._record_reconcile)
 
-    async def _delete_departed_claims(self, key: ServiceKey) -> None:
-        names = self.departed_claims.pop(key, set())
-        try:
-            await asyncio.gather(*(self.kube.delete_claim_template(key[0], name) for name in sorted(names)))
-        except Exception:
-            self.departed_claims.setdefault(key, set()).update(names)  # the next pass tries again
-            raise
-
     def _record_reconcile(self, _key: ServiceKey, seconds: float, failed: bool) -> None:
         if self.metrics is not None:
             self.metrics.process.record_reconcile("InferenceService", seconds, failed=failed)
@@ -265,7 +252,7 @@ class InferenceServiceController:
         if self.closing.closing(key[0]):
             self.placement.asks.withdraw(key)
             return
-        await self._delete_departed_claims(key)
+        await self.placement.delete_departed_claims(key)
         obj = self.services.get(key)
         service = _parse(obj) if obj is not None else None
         if obj is None or service is None:
@@ -371,30 +358,16 @@ class InferenceServiceController:
             if (service := _parse(obj)) is not None
             for pod in self.replicas.of(key)
         )
-        held = replicas_held(pods, self.inventory.nodes)
-        assert self.replica_asks is not None
-        for ask, starts in self.replica_asks.granted():
-            each = ask.milli_per_replica or ask.request.gpus_per_replica * MILLI
-            for start in starts:
-                node = self.inventory.nodes.get(start.node)
-                held.append(HeldGpus(ask.queue, each, node.gpu_product if node is not None else None))
-        return held
+        return [*replicas_held(pods, self.inventory.nodes), *self.placement.asks.held(self.inventory.nodes)]
 
     def _replica_confirmed(self, key: PodKey) -> None:
         """The watch shows a replica we made (the inventory counts it now) or its end: its promise goes."""
         self.in_flight.settle(replica_promise(key))
 
     def _snapshot(self, now: datetime) -> ClusterSnapshot:
-        """The cluster for this pass: nodes that must be left count as interrupted. Replicas we just made
+        """The cluster for this pass, nodes that must be left counting as interrupted. Replicas we just made
         count through their promises (`in_flight`) until the watch shows them, in both controllers' snapshots."""
-        base = self.cluster_snapshot()
-        doomed = self.inventory.doomed_nodes(now)
-        nodes = (replace(n, interrupted=n.interrupted or n.name in doomed) for n in base.nodes())
-        snapshot = ClusterSnapshot(nodes, base.topology)
-        snapshot.shared = base.shared  # the base is this pass's own copy: its parts of GPUs and MIG nodes too
-        for name, node in list(snapshot.shared.mig_nodes.items()):
-            snapshot.shared.mig_nodes[name] = replace(node, interrupted=node.interrupted or name in doomed)
-        return snapshot
+        return doomed_interrupted(self.cluster_snapshot(), self.inventory.doomed_nodes(now))
 
     # -- 5: status ----------------------------------------------------------
 

@@ -18,6 +18,7 @@ from typing import Any
 from aisched.api.common import CapacityType
 from aisched.api.inference_service import InferenceService
 from aisched.controller.closing_namespaces import ClosingNamespaces
+from aisched.controller.concurrency import all_done
 from aisched.controller.in_flight import InFlightPlacements
 from aisched.controller.replica_asks import ReplicaAsks, grant_promise, promised
 from aisched.controller.serving.replica_pods import ReplicaPods, ServiceKey
@@ -70,8 +71,23 @@ class ReplicaPlacement:
     """Which GPU each replica of a service with gpuShare gets, and its claim."""
     closing: ClosingNamespaces = field(default_factory=ClosingNamespaces)
     """Namespaces being deleted: their services are left alone a while."""
+    departed_claims: dict[ServiceKey, set[str]] = field(default_factory=dict)
+    """ResourceClaimTemplates of replicas the watch showed gone, by service, to delete at its next pass: the
+    service owns them, and a long-lived one scaling up and down would otherwise keep one per replica ever made."""
     quota_said: dict[ServiceKey, str] = field(default_factory=dict)
     """What the service's events last said of its queue's quota holding back new replicas."""
+
+    def claim_departed(self, pod: ServingPod) -> None:
+        """POD of a service with gpuShare is gone: its claim template (named after it, `kube/claims.py`) goes."""
+        self.departed_claims.setdefault((pod.namespace, pod.service), set()).add(pod.name)
+
+    async def delete_departed_claims(self, key: ServiceKey) -> None:
+        names = self.departed_claims.pop(key, set())
+        try:
+            await all_done(*(self.kube.delete_claim_template(key[0], name) for name in sorted(names)))
+        except Exception:
+            self.departed_claims.setdefault(key, set()).update(names)  # the next pass tries again
+            raise
 
     async def clear_out(self, obj: dict[str, Any], pods: Sequence[ServingPod], now: datetime) -> None:
         """Pods that ended, or that kube-scheduler could not bind to their node, go."""
@@ -273,7 +289,7 @@ class ReplicaPlacement:
         return made
 
     async def delete(self, pods: Sequence[ServingPod]) -> None:
-        await asyncio.gather(*(self.kube.delete_pod(p.namespace, p.name) for p in pods))
+        await all_done(*(self.kube.delete_pod(p.namespace, p.name) for p in pods))
         self.replicas.deleted(pods)
 
 
