@@ -6,7 +6,6 @@ forecast and the energy counters, and writes what the plans decide.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 from dataclasses import dataclass, field
@@ -15,6 +14,7 @@ from typing import Any
 
 from aisched.api import TrainingJob, TrainingJobPhase
 from aisched.api.training_job import TrainingJobStatus
+from aisched.controller.concurrency import all_done
 from aisched.controller.training.isolation import CHUNK_ENDS, EMISSIONS, CycleWrites, StageGuard
 from aisched.controller.training.reconcile import JobReconciler
 from aisched.controller.training.store import JobKey, JobStore, start_now_requested, wake_at
@@ -138,7 +138,9 @@ class CarbonDeferral:
         else:
             return
         writes.append(
-            self.guard.carried_out(obj, job, now, functools.partial(self._write_chunk_end, obj, job, updated))
+            functools.partial(
+                self.guard.carried_out, obj, job, now, functools.partial(self._write_chunk_end, obj, job, updated)
+            )
         )
         if chunk_end is not None:
             wake_at(self.queue, job, chunk_end, now)
@@ -222,7 +224,7 @@ class CarbonDeferral:
         # The status first, as for a preemption: ended before the deletes, the operator leaves a
         # job Checkpointing whose live workers the next one stops, and pauses as planned.
         await self.reconciler.carry_out(obj, job, paused, step, pods, now=now)
-        await asyncio.gather(*(self.kube.delete_pod(p.namespace, p.name, grace) for p in pods if not p.terminating))
+        await all_done(*(self.kube.delete_pod(p.namespace, p.name, grace) for p in pods if not p.terminating))
         await self.writer.drop_chunk_end(job)
 
     async def _set_chunk_end(self, obj: dict[str, Any], job: TrainingJob, end: datetime | None) -> None:

@@ -7,21 +7,21 @@ decision cannot be carried out is set aside, and every other job's goes on.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
-from collections.abc import Coroutine, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from aisched.api import TrainingJob
+from aisched.controller.concurrency import all_done, at_most
 from aisched.controller.in_flight import Promised, placement_fits
 from aisched.controller.training.capacity import was_pinned
-from aisched.controller.training.isolation import StageGuard
+from aisched.controller.training.isolation import CycleWrites, StageGuard
 from aisched.controller.training.reconcile import JobReconciler, checkpoint_grace
 from aisched.controller.training.store import JobKey, JobStore, job_key
-from aisched.controller.training.writer import CONCURRENT_RECONCILES, StatusWriter, at_most
+from aisched.controller.training.writer import CONCURRENT_RECONCILES, StatusWriter
 from aisched.controller.workqueue import WorkQueue
 from aisched.kube import labels
 from aisched.kube.client import KubeClient
@@ -95,7 +95,7 @@ class CycleDecisions:
             )
             if await guard.carried_out(obj, job, now, relaunch):
                 self.metrics.interruptions.record_gang_restart("Resize")
-        launches: list[Coroutine[Any, Any, bool]] = []
+        launches: CycleWrites = []
         for admission in self._still_free(result.admitted):
             obj, job = parsed[admission.key]
             self.metrics.workload.record_placement(elapsed, placed=True)
@@ -118,11 +118,11 @@ class CycleDecisions:
                 capacity=decision,
                 now=now,
             )
-            launches.append(guard.carried_out(obj, job, now, launch))
+            launches.append(functools.partial(guard.carried_out, obj, job, now, launch))
         # Admitted gangs never share nodes, so their launches overlap like reconciles do.
         await at_most(CONCURRENT_RECONCILES, launches)
         # Thousands may wait: their writes overlap too, and only those due are made.
-        waits: list[Coroutine[Any, Any, bool]] = []
+        waits: CycleWrites = []
         for waiting in result.waiting:
             obj, job = parsed[waiting.key]
             self.metrics.workload.record_placement(elapsed, placed=False)
@@ -132,7 +132,7 @@ class CycleDecisions:
             if not self.waiting_write_due(job, reason, message, now):
                 continue
             wait = functools.partial(self._keep_waiting, obj, job, reason, message, now)
-            waits.append(guard.carried_out(obj, job, now, wait))
+            waits.append(functools.partial(guard.carried_out, obj, job, now, wait))
         await at_most(CONCURRENT_RECONCILES, waits)
 
     def _still_free(self, admitted: Sequence[Admission]) -> list[Admission]:
@@ -184,7 +184,7 @@ class CycleDecisions:
         promise = ("TrainingJob", f"{namespace}/{name}")
         try:
             running = [p for p in self.inventory.pods_of_job(namespace, name) if not p.terminating]
-            await asyncio.gather(*(self.kube.delete_pod(p.namespace, p.name) for p in running))
+            await all_done(*(self.kube.delete_pod(p.namespace, p.name) for p in running))
             status = placed(
                 job,
                 placement,
@@ -212,7 +212,7 @@ class CycleDecisions:
         await self.writer.write(obj, job, preempted(job, reason, message, now))
         pods = [p for p in self.inventory.pods_of_job(*job_key(job)) if not p.terminating]
         grace = checkpoint_grace(self.settings)
-        await asyncio.gather(*(self.kube.delete_pod(p.namespace, p.name, grace) for p in pods))
+        await all_done(*(self.kube.delete_pod(p.namespace, p.name, grace) for p in pods))
 
     def _checkpoint_interval(self, job: TrainingJob, nodes: tuple[str, ...], now: datetime) -> int | None:
         checkpoint = job.spec.checkpoint

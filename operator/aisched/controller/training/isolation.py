@@ -14,7 +14,7 @@ import contextlib
 import functools
 import logging
 import traceback
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -32,7 +32,7 @@ from aisched.policy.tenancy import Refusal
 
 log = logging.getLogger(__name__)
 # Status writes the scheduling cycle collects while it reads the jobs, to make them together.
-CycleWrites = list[Coroutine[Any, Any, bool]]
+CycleWrites = list[Callable[[], Awaitable[bool]]]
 
 # The stages that go over every job, as the logs and the per-job backoff name them.
 SCHEDULING = "scheduling"
@@ -163,7 +163,9 @@ class StageGuard:
         self, writes: CycleWrites, obj: dict[str, Any], job: TrainingJob, status: TrainingJobStatus, now: datetime
     ) -> None:
         """A status write of the scheduling cycle's, made with the others it asks for, guarded as they are."""
-        writes.append(self.carried_out(obj, job, now, functools.partial(self._writer.write, obj, job, status)))
+        writes.append(
+            functools.partial(self.carried_out, obj, job, now, functools.partial(self._writer.write, obj, job, status))
+        )
 
 
 class QueueRefusalError(Exception):

@@ -6,7 +6,6 @@ picks up where the last one stopped, and every write is idempotent.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -17,6 +16,7 @@ from pydantic import ValidationError
 
 from aisched.api import TrainingJob, TrainingJobPhase
 from aisched.api.training_job import TrainingJobStatus
+from aisched.controller.concurrency import all_done
 from aisched.controller.sharing import GpuShares, ShareDoesNotFitError
 from aisched.controller.training.releases import WorkerReleases
 from aisched.controller.training.store import PLURAL, JobKey, JobStore, parse_job
@@ -159,12 +159,12 @@ class JobReconciler:
             if self.store.in_closing_namespace((namespace, name)):
                 return
         elif step.verb == Verb.RELEASE_GATES:
-            await asyncio.gather(*(self.kube.release_scheduling_gates(p.namespace, p.name) for p in pods if p.gated))
+            await all_done(*(self.kube.release_scheduling_gates(p.namespace, p.name) for p in pods if p.gated))
         elif step.verb == Verb.DELETE_WORKERS:
             # Workers stopped to be resumed later save first; those of a failed or finished gang need not.
             saving = (step.phase or status.phase) in (Phase.CHECKPOINTING, *WAITING)
             grace = checkpoint_grace(self.settings) if saving else None
-            await asyncio.gather(*(self.kube.delete_pod(p.namespace, p.name, grace) for p in pods if not p.terminating))
+            await all_done(*(self.kube.delete_pod(p.namespace, p.name, grace) for p in pods if not p.terminating))
         elif step.verb == Verb.DELETE_JOB:
             await self.kube.delete_custom(PLURAL, namespace, name)
             return
@@ -233,8 +233,8 @@ class JobReconciler:
                 job.spec.gpu_type,
             )
             try:
-                await asyncio.gather(*(self.kube.create(claim) for claim in claims))
-                await asyncio.gather(*service, *(self.kube.create(pod) for pod in missing))
+                await all_done(*(self.kube.create(claim) for claim in claims))
+                await all_done(*service, *(self.kube.create(pod) for pod in missing))
             except ApiException:
                 self.shares.forget(missing)  # a worker the next attempt makes is handed its share again
                 raise
@@ -252,7 +252,7 @@ class JobReconciler:
         # Every pod of the gang exists now (a failed create raised above): hand them to
         # kube-scheduler together, without a round trip through the watch first.
         namespace = job.metadata["namespace"]
-        await asyncio.gather(
+        await all_done(
             *(
                 self.kube.release_scheduling_gates(namespace, pod["metadata"]["name"])
                 for pod in to_create
@@ -294,7 +294,7 @@ class JobReconciler:
         self.kube.post_event(obj, "Warning", FAILED_CREATE, refusal)
         if status.phase == Phase.QUEUED:
             namespace = job.metadata["namespace"]
-            await asyncio.gather(*(self.kube.delete_pod(namespace, w["metadata"]["name"]) for w in workers))
+            await all_done(*(self.kube.delete_pod(namespace, w["metadata"]["name"]) for w in workers))
         await self.writer.write(obj, job, status)
 
 

@@ -13,6 +13,7 @@ import logging
 from collections.abc import Iterable
 from datetime import datetime
 
+from aisched.controller.concurrency import all_done
 from aisched.controller.training.store import JobKey, JobStore
 from aisched.controller.workqueue import WorkQueue
 from aisched.kube import labels
@@ -55,7 +56,7 @@ class WorkerReleases:
             now=now,
         )
         force = set(release.force_delete)
-        await asyncio.gather(*(self._let_go(key[0], name, force=name in force) for name in release.finalizers))
+        await all_done(*(self._let_go(key[0], name, force=name in force) for name in release.finalizers))
 
     def workers_unowned(self, pods: Iterable[PodRecord]) -> None:
         """PODS belong to a TrainingJob that is gone: nothing will read their reports, let them go."""

@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from aisched.api import CapacityType, Queue, TrainingJob, TrainingJobPhase
+from aisched.controller.concurrency import at_most
 from aisched.controller.mig import waiting_instances
 from aisched.controller.provisioning import NodeProvisioner
 from aisched.controller.replica_asks import ReplicaAsks
@@ -33,7 +34,7 @@ from aisched.controller.training.isolation import CycleWrites, QueueRefusalError
 from aisched.controller.training.reporting import Reporting
 from aisched.controller.training.requests import RequestBook
 from aisched.controller.training.store import JobKey, JobStore, job_key, wake_at
-from aisched.controller.training.writer import CONCURRENT_RECONCILES, at_most
+from aisched.controller.training.writer import CONCURRENT_RECONCILES
 from aisched.controller.workqueue import WorkQueue
 from aisched.kube.inventory import Inventory
 from aisched.kube.pools import PoolTracker

@@ -7,8 +7,6 @@ always follow the write.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Coroutine
 from typing import Any
 
 from aisched.api import TrainingJob
@@ -47,14 +45,3 @@ class StatusWriter:
         if job.status.chunk_end is not None:
             namespace, name = job.metadata["namespace"], job.metadata["name"]
             await self._kube.patch_status(PLURAL, namespace, name, {"chunkEnd": None})
-
-
-async def at_most(limit: int, calls: list[Coroutine[Any, Any, bool]]) -> None:
-    """Await CALLS concurrently, at most LIMIT at a time."""
-    slots = asyncio.Semaphore(limit)
-
-    async def bounded(call: Coroutine[Any, Any, bool]) -> None:
-        async with slots:
-            await call
-
-    await asyncio.gather(*(bounded(call) for call in calls))
