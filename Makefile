@@ -16,6 +16,10 @@ UNIT_TEST_TIMEOUT ?= 120
 TOOLS_TEST_TIMEOUT ?= 300
 INTEGRATION_TEST_TIMEOUT ?= 900
 E2E_TEST_TIMEOUT ?= 1200
+# The integration tier's workers, each with a local cluster of its own, a test module at a time.
+# Its tests mostly wait on clocks and the control plane (about half of two cores idle on one
+# worker), so two finish it in a little over half the time; more starve the control planes.
+INTEGRATION_WORKERS ?= 2
 CRD_DIRS := crds helm/aisched/templates/crds
 KARPENTER_LOG_DIR ?= $(HOME)/.cache/aisched
 POD_TEMPLATE_SPEC := operator/aisched/api/pod_template_spec.json
@@ -123,7 +127,8 @@ test-tools: venv tools k8s-binaries ## tests that drive real helm and promtool (
 
 .PHONY: test-integration
 test-integration: venv tools k8s-binaries karpenter ## integration tests against the local GPU cluster (small preset)
-	$(BIN)/pytest tests/integration -q --timeout=$(INTEGRATION_TEST_TIMEOUT) --durations=15; rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
+	$(BIN)/pytest tests/integration -q -n $(INTEGRATION_WORKERS) --dist loadfile --no-loadscope-reorder \
+		--timeout=$(INTEGRATION_TEST_TIMEOUT) --durations=15; rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 .PHONY: test-e2e
 test-e2e: venv tools node-packages images ## e2e tests: two real nodes, the chart in-cluster, real training jobs (root)

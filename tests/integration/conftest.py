@@ -51,6 +51,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
             item.add_marker(UNCLOSED_API_SOCKET)
             item.add_marker(UNCLOSED_LOOPBACK_SOCKET)
+    # The tier runs on parallel workers, a module each at a time (Makefile, `--dist loadfile` in
+    # collection order): the modules of minutes go first, so that no worker is left with one at the end.
+    items.sort(key=lambda item: item.get_closest_marker("minutes") is None)
 
 
 @pytest.fixture(scope="session")

@@ -26,6 +26,8 @@ from aisched.testing.cluster import (
 from aisched.testing.operator import OperatorProcess
 from tests.builders import a_training_job
 
+pytestmark = pytest.mark.minutes  # real clocks: it waits out its forecasts' windows
+
 CLEAN_AFTER = timedelta(minutes=3)  # when the forecast turns clean, after the minute of the operator's restart
 # Interruptible jobs here run in chunks of seconds, not the half hours of a real grid.
 MIN_CHUNK_SECONDS = 10

@@ -35,7 +35,7 @@ from aisched.testing.cluster import (
 from aisched.testing.operator import OperatorProcess
 from tests.builders import a_queue, a_training_job
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.minutes]
 
 REPO = Path(__file__).resolve().parents[2]
 H100 = "NVIDIA-H100-80GB-HBM3"

@@ -45,6 +45,7 @@ from tests.integration.in_process import InProcessOperator
 
 pytestmark = [
     pytest.mark.integration,
+    pytest.mark.minutes,
     # A killed operator leaves its API connections open, as a dead process would (to the garbage
     # collector here): not a leak of the operator's.
     pytest.mark.filterwarnings("ignore:unclosed <ssl.SSLSocket:ResourceWarning"),
