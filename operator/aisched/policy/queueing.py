@@ -178,7 +178,7 @@ class QuotaLedger:
                 0,
                 blocked,
                 f"queue {queue} allows {cap} {gpu_type} GPUs and "
-                f"{gpus_text(self.used_by_type[queue][gpu_type])} are in use; the job needs {gpus_text(min_milli)}",
+                f"{gpus_text(self.used_by_type[queue][gpu_type])} are in use; this asks for {gpus_text(min_milli)}",
             )
         limit = self._total_room(quota)
         if gpu_type is not None and gpu_type in quota.gpu_type_quotas:
@@ -216,7 +216,7 @@ class QuotaLedger:
         else:
             head = (
                 f"queue {quota.name} has {gpus_text(nominal - used)} of its {n} GPUs free "
-                f"and the job needs {gpus_text(needed_milli)}"
+                f"and this asks for {gpus_text(needed_milli)}"
             )
         if quota.cohort is None:
             return f"{head}; it is in no cohort, so it cannot borrow"

@@ -59,7 +59,7 @@ def test_within_nominal_always_allowed_even_without_cohort() -> None:
     assert books.allowance("a", None, 8 * MILLI).refusal is None
     refused = books.allowance("a", None, 9 * MILLI)
     assert refused.refusal == (
-        "queue a has 8 of its 16 GPUs free and the job needs 9; it is in no cohort, so it cannot borrow"
+        "queue a has 8 of its 16 GPUs free and this asks for 9; it is in no cohort, so it cannot borrow"
     )
 
 
@@ -94,7 +94,7 @@ def test_gpu_type_quotas_are_hard_caps() -> None:
     books = ledger(QueueQuota("a", 32, gpu_type_quotas={"H100": 8}, cohort="c"), QueueQuota("b", 64, cohort="c"))
     books.charge("a", 8 * MILLI, "H100")
     refused = books.allowance("a", "H100", 1 * MILLI)
-    assert refused.refusal == "queue a allows 8 H100 GPUs and 8 are in use; the job needs 1"
+    assert refused.refusal == "queue a allows 8 H100 GPUs and 8 are in use; this asks for 1"
     untyped = books.allowance("a", None, 4 * MILLI)
     assert untyped.refusal is None
     assert untyped.blocked_gpu_types == frozenset({"H100"})

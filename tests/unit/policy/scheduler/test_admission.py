@@ -51,7 +51,7 @@ def test_unknown_queue_and_quota_waits_say_why() -> None:
     )
     assert reasons["ns/big"] == (
         QUOTA_EXCEEDED,
-        "queue team-a has 16 of its 16 GPUs free and the job needs 24; it is in no cohort, so it cannot borrow",
+        "queue team-a has 16 of its 16 GPUs free and this asks for 24; it is in no cohort, so it cannot borrow",
     )
 
 

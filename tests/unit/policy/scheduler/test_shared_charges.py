@@ -33,7 +33,7 @@ def test_a_queue_of_one_gpu_admits_three_thirty_percent_workers_but_not_four() -
     assert keys(four)[1] == ["ns/four"]
     (waiting,) = four.waiting
     assert waiting.reason == QUOTA_EXCEEDED
-    assert "the job needs 1.2" in waiting.message
+    assert "this asks for 1.2" in waiting.message
 
 
 def test_single_workers_fill_the_quota_to_the_thousandth() -> None:
