@@ -157,6 +157,18 @@ def template_bounds() -> list[TemplateMistake]:
             .obj(),
             "init containers of the template may not ask for nvidia.com/gpu",
         ),
+        _mistake(
+            "template labels its pods as another job's workers",
+            job().set("template.metadata.labels", {"aisched.io/job-name": "someone-else"}).obj(),
+            "template.metadata.labels may not set keys under aisched.io/",
+        ),
+        _mistake(
+            "model server template claims a share of a GPU",
+            an_inference_service()
+            .set("template.metadata.annotations", {"aisched.io/gpu-share": "0:1000:81920"})
+            .obj(),
+            "template.metadata.annotations may not set keys under aisched.io/",
+        ),
     ]
 
 

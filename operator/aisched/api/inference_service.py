@@ -26,6 +26,7 @@ from aisched.api.common import (
 )
 from aisched.api.pod_priority import PRIORITY_RULES, check_priority_rules
 from aisched.api.pod_template import TEMPLATE_RULES, PodTemplate, check_template_rules
+from aisched.api.reserved_keys import RESERVED_KEY_RULES, check_reserved_keys
 from aisched.api.sharing import SHARE_RULES, GpuShare, check_share_rules
 
 # Its Service takes its name, its replica pods are `<name>-<hash>-<n>`.
@@ -121,7 +122,7 @@ class RolloutSpec(ApiModel):
 
 
 class InferenceServiceSpec(ApiModel):
-    model_config = validated_by(*TEMPLATE_RULES, *SHARE_RULES, *PRIORITY_RULES)
+    model_config = validated_by(*TEMPLATE_RULES, *SHARE_RULES, *PRIORITY_RULES, *RESERVED_KEY_RULES)
 
     replicas: int = Field(default=1, ge=0, le=1000, description="Model server pods (scale).")
     gpus_per_replica: int = Field(ge=1, le=64)
@@ -159,6 +160,7 @@ class InferenceServiceSpec(ApiModel):
         check_template_rules(self.template, self.gpus_per_replica)
         check_share_rules(self.gpu_share, self.gpus_per_replica, self.gpu_type, self.template)
         check_priority_rules(self.template)
+        check_reserved_keys(self.template)
         return self
 
 

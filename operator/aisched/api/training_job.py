@@ -30,6 +30,7 @@ from aisched.api.common import (
 )
 from aisched.api.pod_priority import PRIORITY_RULES, check_priority_rules
 from aisched.api.pod_template import MAX_PATH_LENGTH, TEMPLATE_RULES, PodTemplate, check_template_rules
+from aisched.api.reserved_keys import RESERVED_KEY_RULES, check_reserved_keys
 from aisched.api.sharing import SHARE_RULES, GpuShare, check_share_rules
 
 # The most workers a gang may have; a placement names a node for each.
@@ -172,6 +173,7 @@ _SPEC_RULES = [
     *TEMPLATE_RULES,
     *SHARE_RULES,
     *PRIORITY_RULES,
+    *RESERVED_KEY_RULES,
     cel(
         "has(self.minReplicas) == has(self.maxReplicas)",
         "elastic jobs set both minReplicas and maxReplicas",
@@ -271,6 +273,7 @@ class TrainingJobSpec(ApiModel):
         check_template_rules(self.template, self.gpus_per_replica)
         check_share_rules(self.gpu_share, self.gpus_per_replica, self.gpu_type, self.template)
         check_priority_rules(self.template)
+        check_reserved_keys(self.template)
         return self
 
     @property

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from aisched.api import TrainingJob
+from aisched.api.reserved_keys import without_reserved
 from aisched.kube import labels
 from aisched.kube.torch_env import (
     TORCH_PORT,
@@ -197,7 +198,7 @@ def build_worker_pod(job: TrainingJob, launch: GangLaunch, slot: WorkerSlot) -> 
     spec: dict[str, Any] = template.get("spec", {})
     metadata: dict[str, Any] = template.get("metadata", {})
     pod_labels = {
-        **metadata.get("labels", {}),
+        **without_reserved(metadata.get("labels")),
         **_job_labels(job),
         labels.GANG_GENERATION: str(launch.generation),
         labels.RANK: str(slot.rank),
@@ -228,7 +229,7 @@ def build_worker_pod(job: TrainingJob, launch: GangLaunch, slot: WorkerSlot) -> 
             "labels": pod_labels,
             # Karpenter never consolidates or drifts a node away under a worker: a gang loses a node
             # only to an interruption, which it checkpoints on. Whatever the template says.
-            "annotations": {**metadata.get("annotations", {}), DO_NOT_DISRUPT: "true"},
+            "annotations": {**without_reserved(metadata.get("annotations")), DO_NOT_DISRUPT: "true"},
             "ownerReferences": [owner_reference(job)],
             "finalizers": [labels.REPORT_FINALIZER],
         },

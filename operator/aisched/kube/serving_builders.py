@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from aisched.api.common import CapacityType
 from aisched.api.inference_service import InferenceService
+from aisched.api.reserved_keys import without_reserved
 from aisched.kube import labels
 from aisched.kube.builders import owner_reference, request_gpus, set_priority
 from aisched.kube.records import read_pod
@@ -163,12 +164,12 @@ def build_replica_pod(
             "name": slot.name,
             "namespace": service.metadata["namespace"],
             "labels": {
-                **metadata.get("labels", {}),
+                **without_reserved(metadata.get("labels")),
                 **service_labels(name),
                 TEMPLATE_HASH: slot.template_hash,
                 CAPACITY_TYPE: CapacityType(slot.capacity_type).value,
             },
-            "annotations": metadata.get("annotations", {}),
+            "annotations": without_reserved(metadata.get("annotations")),
             "ownerReferences": [owner_reference(service)],
         },
         "spec": spec,

@@ -22,7 +22,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from aisched.api.queue import DEFAULT_MIN_RUN_SECONDS, DEFAULT_QUEUE, Queue, QueueSpec
 
@@ -44,6 +44,15 @@ def locked_default_queue(name: str = DEFAULT_QUEUE) -> Queue:
     """
     spec = QueueSpec(nominal_gpus=0, max_priority=0, allowed_tolerations=[])
     return Queue(metadata={"name": name}, spec=spec)
+
+
+def stored_queue(queues: Mapping[str, dict[str, Any]], name: str) -> dict[str, Any] | None:
+    """Queue NAME as stored in QUEUES; the default queue, where nobody wrote one, as the locked one
+    the operator creates (it grants nothing), never an open one. Both kinds of work read it so."""
+    queue = queues.get(name)
+    if queue is None and name == DEFAULT_QUEUE:
+        return locked_default_queue().to_wire()
+    return queue
 
 
 def with_locked_default(quotas: Sequence[QueueQuota]) -> list[QueueQuota]:

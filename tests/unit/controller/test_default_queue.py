@@ -1,5 +1,5 @@
-"""The default queue grants nothing nobody wrote (#27): created locked at start-up, and locked
-when it is missing or unreadable, never the scheduler's queue without a quota."""
+"""The default queue grants nothing nobody wrote (#27): the operator creates none, and reads it as
+locked while it is missing or unreadable, never as the scheduler's queue without a quota."""
 
 from __future__ import annotations
 

@@ -60,3 +60,25 @@ async def test_a_service_its_queue_refuses_creates_nothing_until_the_queue_allow
         assert kube.of("sniffer")[1:] == ["apply_service", "create", "patch_status"]
         assert condition(kube, "sniffer", "Admitted")["status"] == "True"
     assert not kube.unexpected
+
+
+async def test_a_service_of_the_default_queue_nobody_wrote_gets_the_locked_one() -> None:
+    # The default queue missing (deleted, or never written) reads as the one the operator would make:
+    # no priority above 0, no toleration, as for a TrainingJob; never as an open queue.
+    kube, settings = KubeDouble(), Settings()
+    controller = InferenceServiceController(
+        settings, cast(KubeClient, kube), Inventory(settings), cluster_snapshot=Cluster().snapshot, clock=loop_clock
+    )
+    urgent = a_service("urgent")
+    urgent["spec"]["priority"] = 5
+    tolerant = a_service("tolerant")
+    tolerant["spec"]["template"]["spec"]["tolerations"] = [{"key": "team-b", "operator": "Exists"}]
+    async with running(controller):
+        controller.service_seen(urgent)
+        controller.service_seen(tolerant)
+        await asyncio.sleep(0.1)
+        for name in ("urgent", "tolerant"):
+            assert kube.of(name) == ["patch_status"]
+            assert condition(kube, name, "Admitted")["status"] == "False"
+        assert "priority" in condition(kube, "urgent", "Admitted")["message"]
+        assert "toleration" in condition(kube, "tolerant", "Admitted")["message"]

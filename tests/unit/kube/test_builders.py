@@ -124,3 +124,19 @@ def test_a_worker_keeps_karpenter_from_taking_its_node_whatever_the_template_say
     }
     pod = build_worker_pod(_job(template=template), LAUNCH, LAUNCH.slots[0])
     assert pod["metadata"]["annotations"] == {"karpenter.sh/do-not-disrupt": "true", "team": "x"}
+
+
+def test_a_template_stored_before_the_reserved_key_rule_passes_none_of_the_operators_keys_on() -> None:
+    # The CRD refuses aisched.io/ keys in a template now (api/reserved_keys.py); one admitted before
+    # that still gets none onto its pods: the inventory reads a share and a job's name off them.
+    job = _job()
+    job.spec.template["metadata"] = {
+        "labels": {labels.JOB_NAME: "someone-else", "team": "x"},
+        "annotations": {"aisched.io/gpu-share": "0:1000:81920", "aisched.io/fake-exit": "Succeeded"},
+    }
+    pod = build_worker_pod(job, LAUNCH, LAUNCH.slots[0])
+    assert pod["metadata"]["labels"][labels.JOB_NAME] == "llm" and pod["metadata"]["labels"]["team"] == "x"
+    assert pod["metadata"]["annotations"] == {
+        "aisched.io/fake-exit": "Succeeded",
+        "karpenter.sh/do-not-disrupt": "true",
+    }

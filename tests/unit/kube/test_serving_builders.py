@@ -179,3 +179,14 @@ def test_pods_of_others_are_not_replicas() -> None:
     plain = {"metadata": {"name": "p", "namespace": "ml"}, "spec": {}}
     assert serving_pod_from_object(worker) is None
     assert serving_pod_from_object(plain) is None
+
+
+def test_a_template_stored_before_the_reserved_key_rule_passes_none_of_the_operators_keys_on() -> None:
+    service = _service()
+    service.spec.template["metadata"] = {
+        "labels": {SERVICE_NAME: "other", "team": "search"},
+        "annotations": {"aisched.io/gpu-share": "0:1000:81920", "a": "b"},
+    }
+    pod = build_replica_pod(service, _slot())
+    assert pod["metadata"]["labels"][SERVICE_NAME] == "chat" and pod["metadata"]["labels"]["team"] == "search"
+    assert pod["metadata"]["annotations"] == {"a": "b"}

@@ -60,6 +60,7 @@ from aisched.kube.serving_builders import (
 )
 from aisched.metrics import Metrics
 from aisched.policy.cluster import ClusterSnapshot
+from aisched.policy.queueing import stored_queue
 from aisched.policy.scheduler import HeldGpus
 from aisched.policy.serving import doomed_interrupted
 from aisched.policy.serving_status import find_condition, observed_status, replica_failure, set_service_condition
@@ -261,7 +262,7 @@ class InferenceServiceController:
         refused = self.tenancy.refusal(
             key,
             queue_name=queue,
-            queue=self.queues.get(queue),
+            queue=stored_queue(self.queues, queue),
             priority=service.spec.priority,
             template=service.spec.template,
         )

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from aisched.api import DEFAULT_QUEUE, TrainingJob, TrainingJobPhase
+from aisched.api import TrainingJob, TrainingJobPhase
 from aisched.api.training_job import TrainingJobStatus
 from aisched.controller.closing_namespaces import ClosingNamespaces
 from aisched.controller.in_flight import InFlightPlacements
@@ -31,7 +31,7 @@ from aisched.kube.versions import is_newer
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.lifecycle import FINISHED, HOLDS_GPUS
 from aisched.policy.placement_record import PlacementMade
-from aisched.policy.queueing import locked_default_queue
+from aisched.policy.queueing import stored_queue
 from aisched.policy.shared_room import SharePart
 
 log = logging.getLogger(__name__)
@@ -220,10 +220,7 @@ class JobStore:
     def queue_object(self, name: str) -> dict[str, Any] | None:
         """Queue NAME as stored; the default queue, where nobody wrote one, as the locked one the
         operator creates (it grants nothing), never an open one."""
-        queue = self.queues.get(name)
-        if queue is None and name == DEFAULT_QUEUE:
-            return locked_default_queue().to_wire()
-        return queue
+        return stored_queue(self.queues, name)
 
     # -- what follows from the jobs -------------------------------------------------------
 
