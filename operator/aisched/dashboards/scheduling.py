@@ -180,7 +180,7 @@ def queues() -> Dashboard:
             ),
             Panel(
                 "Pending jobs, longest waiting first",
-                "`kubectl describe trainingjob` says what each waits for.",
+                "`kubectl describe trainingjobs.aisched.io` says what each waits for.",
                 (Query(f"sort_desc(topk(20, time() - {pending}))"),),
                 kind="table",
                 unit="s",

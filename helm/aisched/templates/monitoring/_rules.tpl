@@ -73,7 +73,7 @@ groups:
             {{`TrainingJob {{ $labels.namespace }}/{{ $labels.job_name }} has been queued for {{ $value | humanizeDuration }}.`}}
           description: >-
             {{`It waits in queue {{ $labels.queue }}`}} longer than {{ $alerts.queuedTooLongSeconds }}s.
-            {{`kubectl describe trainingjob -n {{ $labels.namespace }} {{ $labels.job_name }}`}} says what it waits for
+            {{`kubectl describe trainingjobs.aisched.io -n {{ $labels.namespace }} {{ $labels.job_name }}`}} says what it waits for
             (quota, a topology domain large enough, or higher-priority work).
       - alert: AischedInterruptionRateHigh
         expr: sum by (capacity_type) (increase(aisched_interruptions_total[1h])) > {{ $alerts.interruptionsPerHour }}
