@@ -219,7 +219,12 @@ def test_help_shows_defaults(capsys: pytest.CaptureFixture[str]) -> None:
 
 @pytest.mark.parametrize(
     ("option", "value", "reason"),
-    [("--nodes", "-3", "must not be negative"), ("--load", "nan", "must be a finite number"), ("--seed", "x", "int")],
+    [
+        ("--skip", "-3", "must not be negative"),
+        ("--nodes", "0", "must be a number above zero"),  # a count, an interval: zero divides minutes in
+        ("--load", "nan", "must be a number above zero"),
+        ("--seed", "x", "int"),
+    ],
 )
 def test_bad_option_values_are_refused_before_any_work(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, option: str, value: str, reason: str
@@ -230,3 +235,10 @@ def test_bad_option_values_are_refused_before_any_work(
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert f"argument {option}: " in err and reason in err
+
+
+def test_a_zero_scrape_interval_is_refused_before_the_simulation(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["simulate", "autoscale", "--scrape", "0"])
+    assert exit_.value.code == 2
+    assert "argument --scrape: must be a number above zero (got '0')" in capsys.readouterr().err

@@ -13,6 +13,7 @@ from aisched.policy.cluster import Node
 from aisched.sim.clusters import GridSpec, generated_cluster, load_cluster
 from aisched.sim.engine import DEFAULT_RESTART_OVERHEAD_S, POLICIES, SimOptions, SimulationReport, simulate
 from aisched.sim.jobs import DEFAULT_GPUS_PER_POD, NO_ELASTIC, DurationKnowledge
+from aisched.sim.options import positive
 from aisched.sim.report import render_report
 from aisched.sim.scaling import DEFAULT_GROWTH_EFFICIENCY, ScalingModel, efficiencies
 from aisched.sim.speed import DEFAULT_RACK_FACTOR, DEFAULT_ZONE_FACTOR, SpeedModel, cross_node_factors
@@ -25,13 +26,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "--cluster", type=Path, help="cluster description (hack/clusters/*.yaml); without it, --nodes makes a grid"
     )
     parser.add_argument("--format", choices=[f.value for f in TraceFormat], help="trace format (default: by header)")
-    parser.add_argument("--limit", type=int, help="replay only this many jobs (by arrival)")
+    parser.add_argument("--limit", type=positive(int), help="replay only this many jobs (by arrival)")
     parser.add_argument("--skip", type=int, default=0, help="leave out this many first jobs")
     grid = parser.add_argument_group("generated cluster (when no --cluster)")
-    grid.add_argument("--nodes", type=int, default=64)
-    grid.add_argument("--gpus-per-node", type=int, default=8)
-    grid.add_argument("--nodes-per-rack", type=int, default=16)
-    grid.add_argument("--racks-per-zone", type=int, default=4)
+    grid.add_argument("--nodes", type=positive(int), default=64)
+    grid.add_argument("--gpus-per-node", type=positive(int), default=8)
+    grid.add_argument("--nodes-per-rack", type=positive(int), default=16)
+    grid.add_argument("--racks-per-zone", type=positive(int), default=4)
     grid.add_argument("--nodes-per-nvlink", type=int, default=0, help="nodes per NVLink domain; 0: per node only")
     parser.add_argument("--policies", default=",".join(POLICIES), help=f"comma-separated, of {', '.join(POLICIES)}")
     world = parser.add_argument_group("the simulated world (the same for every policy)")
@@ -49,9 +50,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "spread and resized jobs scale as measured; without it every placement runs at the same speed and "
         "resized jobs scale linearly",
     )
-    world.add_argument("--rack-factor", type=float, default=DEFAULT_RACK_FACTOR, help="assumed; see aisched.sim.speed")
-    world.add_argument("--zone-factor", type=float, default=DEFAULT_ZONE_FACTOR, help="assumed; see aisched.sim.speed")
-    world.add_argument("--gpus-per-pod", type=int, default=DEFAULT_GPUS_PER_POD, help="largest pod of a job")
+    world.add_argument(
+        "--rack-factor", type=positive(float), default=DEFAULT_RACK_FACTOR, help="assumed; see aisched.sim.speed"
+    )
+    world.add_argument(
+        "--zone-factor", type=positive(float), default=DEFAULT_ZONE_FACTOR, help="assumed; see aisched.sim.speed"
+    )
+    world.add_argument("--gpus-per-pod", type=positive(int), default=DEFAULT_GPUS_PER_POD, help="largest pod of a job")
     world.add_argument(
         "--restart-overhead", type=float, default=DEFAULT_RESTART_OVERHEAD_S, help="seconds a resumed job restarts"
     )
@@ -67,7 +72,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_GROWTH_EFFICIENCY,
         help="share of a grown job's extra throughput that becomes progress (assumed; see aisched.sim.scaling)",
     )
-    parser.add_argument("--load", type=float, default=0.9, help="offered load for traces without arrival times")
+    parser.add_argument(
+        "--load", type=positive(float), default=0.9, help="offered load for traces without arrival times"
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed for synthesized arrivals and durations")
     parser.add_argument("--json", type=Path, help="also write the figures here as JSON")
     parser.set_defaults(handler=run)

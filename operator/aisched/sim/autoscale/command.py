@@ -11,16 +11,22 @@ from typing import Any
 
 from aisched.sim.autoscale.demand import TraceModel
 from aisched.sim.autoscale.replicas import Cluster, simulate_policies
+from aisched.sim.options import positive
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--days", type=float, default=TraceModel.days, help="length of the trace")
+    parser.add_argument("--days", type=positive(float), default=TraceModel.days, help="length of the trace")
     parser.add_argument("--seed", type=int, default=TraceModel.seed)
     parser.add_argument("--bursts-per-day", type=float, default=TraceModel.bursts_per_day)
     parser.add_argument("--startup", type=float, default=Cluster.startup_s, help="seconds from pod creation to ready")
-    parser.add_argument("--scrape", type=float, default=Cluster.scrape_s, help="Prometheus scrape interval, seconds")
     parser.add_argument(
-        "--target-fraction", type=float, default=Cluster.target_fraction, help="targetPerReplica / replica capacity"
+        "--scrape", type=positive(float), default=Cluster.scrape_s, help="Prometheus scrape interval, seconds"
+    )
+    parser.add_argument(
+        "--target-fraction",
+        type=positive(float),
+        default=Cluster.target_fraction,
+        help="targetPerReplica / replica capacity",
     )
     parser.add_argument(
         "--large-scale",

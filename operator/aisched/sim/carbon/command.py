@@ -15,6 +15,7 @@ from aisched.sim.carbon.cases import run_case
 from aisched.sim.carbon.grid import DEADLINES, Grid
 from aisched.sim.carbon.jobs import load_jobs, paper_jobs, place_jobs
 from aisched.sim.carbon.strategies import Knobs
+from aisched.sim.options import positive
 
 
 class IntensityReader(Protocol):
@@ -34,8 +35,10 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         help="the data's step; finer readings are thinned to it, as the paper did",
     )
     parser.add_argument("--year", type=int, default=2020)
-    parser.add_argument("--jobs", type=int, default=3387, help="jobs sampled from the trace (the paper used 3387)")
-    parser.add_argument("--seeds", type=int, default=3, help="forecast-noise runs per case with error")
+    parser.add_argument(
+        "--jobs", type=positive(int), default=3387, help="jobs sampled from the trace (the paper used 3387)"
+    )
+    parser.add_argument("--seeds", type=positive(int), default=3, help="forecast-noise runs per case with error")
     parser.add_argument("--errors", default="0,0.05,0.1")
     parser.add_argument("--deadlines", default="12h,next_workday")
     parser.add_argument("--resume-overhead-minutes", type=float, default=0.0)

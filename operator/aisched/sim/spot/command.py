@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from aisched.policy.interruptions import InterruptionPrior
+from aisched.sim.options import positive
 from aisched.sim.spot.job import Params
 from aisched.sim.spot.scenario import job_mix, print_results, run_scenario
 from aisched.sim.spot.traces import SpotTrace, SpotTraceError
@@ -53,12 +54,12 @@ def add_model_arguments(
         default=_floats("1.25,1.5,2"),
         help="deadline = duration x factor, counted from submission",
     )
-    parser.add_argument("--starts", type=int, default=24, help="start points per trace for each job kind")
+    parser.add_argument("--starts", type=positive(int), default=24, help="start points per trace for each job kind")
     parser.add_argument("--checkpoint-cost", type=float, default=120.0, help="seconds per checkpoint")
     parser.add_argument(
         "--restart-overhead", type=float, default=360.0, help="seconds from (re)start to training again"
     )
-    parser.add_argument("--notice", type=float, default=120.0, help="spot interruption notice, seconds")
+    parser.add_argument("--notice", type=positive(float), default=120.0, help="spot interruption notice, seconds")
     parser.add_argument(
         "--baseline-interval", type=float, default=3600.0, help="fixed checkpoint interval of the baselines"
     )
