@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -18,13 +17,12 @@ from kubernetes import client
 
 from aisched.kube import labels
 from aisched.testing.cluster import (
-    FAKE_EXIT_CODE,
-    FAKE_TERMINATION_MESSAGE,
     TIMEOUT,
     LocalCluster,
     apply,
     job,
     running_pods,
+    save_on_sigterm,
     wait_for,
     wait_phase,
     workers,
@@ -33,15 +31,6 @@ from aisched.testing.operator import OperatorProcess
 from tests.builders import a_training_job
 
 pytestmark = [pytest.mark.integration]
-
-CHECKPOINTED_EXIT_CODE = "75"  # what a worker that saved on SIGTERM exits with (aisched.workload.contract)
-
-
-def save_on_sigterm(api: client.ApiClient, pod: str, namespace: str, step: int) -> None:
-    """Arm a fake worker: stopped (SIGTERM), it saves STEP and reports it in its termination message."""
-    report = json.dumps({"step": step, "path": f"/ckpt/step-{step}", "time": datetime.now(UTC).isoformat()})
-    annotations = {FAKE_EXIT_CODE: CHECKPOINTED_EXIT_CODE, FAKE_TERMINATION_MESSAGE: report}
-    client.CoreV1Api(api).patch_namespaced_pod(pod, namespace, {"metadata": {"annotations": annotations}})
 
 
 @pytest.fixture

@@ -27,6 +27,7 @@ from aisched.testing.cluster import (
     make_pod_exit,
     open_default_queue,
     running_pods,
+    save_on_sigterm,
     start_cluster,
     stop_cluster,
     wait_for,
@@ -128,6 +129,10 @@ def nodes(fleet: LocalCluster) -> dict[str, dict[str, str]]:
     return {n["metadata"]["name"]: n["metadata"]["labels"] for n in items}
 
 
+def _env(pod: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0].get("env", [])}
+
+
 def gang(name: str, replicas: int, queue: str | None = None) -> dict[str, Any]:
     builder = a_training_job(name).replicas(replicas).gpus(8).set("gpuType", H100).set("spot", {"policy": "Prefer"})
     if queue is not None:
@@ -190,11 +195,16 @@ def test_a_gang_over_its_queues_quota_gets_no_nodes(fleet: LocalCluster, namespa
 
 
 def test_a_node_karpenter_takes_from_a_running_gang_goes_through_the_interruption_path(
-    fleet: LocalCluster, namespace: str
+    fleet: LocalCluster, fleet_api: client.ApiClient, namespace: str
 ) -> None:
-    apply(fleet, namespace, gang("spotty", 2))
+    obj = gang("spotty", 2)
+    obj["spec"]["checkpoint"] = {"path": "/ckpt"}
+    apply(fleet, namespace, obj)
     status = wait_phase(fleet, namespace, "spotty", "Running", timeout=PROVISIONED)["status"]
     first, generation = status["placement"]["nodes"], status.get("gangGeneration") or 1
+    # Stopped for the disruption, the workers save step 700 as real ones would on SIGTERM.
+    for pod in running_pods(fleet, namespace, "spotty"):
+        save_on_sigterm(fleet_api, pod["metadata"]["name"], namespace, 700)
     # Its nodes may be ones asked for another gang (still up, empty): any NodeClaim of the node.
     listed = json.loads(fleet.kubectl("get", "nodeclaims", "-o", "json").stdout)["items"]
     (doomed,) = [c["metadata"]["name"] for c in listed if c.get("status", {}).get("nodeName") == first[0]]
@@ -214,6 +224,9 @@ def test_a_node_karpenter_takes_from_a_running_gang_goes_through_the_interruptio
     )
     print(f"\ngang stopped and running again on new capacity {time.monotonic() - started:.1f}s after the disruption")
     assert status["interruptions"] >= 1
+    assert status["lastCheckpoint"]["step"] == 700  # the gang saved before it let the node go
+    pods = running_pods(fleet, namespace, "spotty")
+    assert {_env(p)["AISCHED_RESUME_STEP"] for p in pods} == {"700"}  # and resumed from it
     assert first[0] not in status["placement"]["nodes"]
     assert len({nodes(fleet)[n]["topology.kubernetes.io/zone"] for n in status["placement"]["nodes"]}) == 1
     wait_for(lambda: first[0] not in nodes(fleet), 60, "the disrupted node to go")

@@ -7,7 +7,6 @@ capacity-type label, as on EKS.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Iterator
@@ -19,8 +18,6 @@ import pytest
 from kubernetes import client
 
 from aisched.testing.cluster import (
-    FAKE_EXIT_CODE,
-    FAKE_TERMINATION_MESSAGE,
     INTERRUPTION_TAINTS,
     TIMEOUT,
     LocalCluster,
@@ -28,6 +25,7 @@ from aisched.testing.cluster import (
     job,
     node_labels,
     running_pods,
+    save_on_sigterm,
     taint_for_interruption,
     wait_for,
     wait_phase,
@@ -37,7 +35,6 @@ from tests.builders import a_training_job
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator")]
 
 CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"
-CHECKPOINTED_EXIT_CODE = "75"  # what a worker that saved on SIGTERM exits with (aisched.workload.contract)
 EXPECTED_DURATION_S = 3600
 CHECKPOINT_INTERVAL_S = 30  # the shortest the API allows, so the storm test can outlast one
 
@@ -61,13 +58,6 @@ def withdraw_notice(cluster: LocalCluster, nodes: list[str]) -> None:
     for node in nodes:
         cluster.kubectl("taint", "node", node, f"{key}-")
         cluster.kubectl("uncordon", node)
-
-
-def checkpoint_on_sigterm(api: client.ApiClient, pod: str, namespace: str, step: int) -> None:
-    """Arm a fake worker: stopped (SIGTERM), it saves STEP and reports it in its termination message."""
-    report = json.dumps({"step": step, "path": f"/ckpt/step-{step}", "time": datetime.now(UTC).isoformat()})
-    annotations = {FAKE_EXIT_CODE: CHECKPOINTED_EXIT_CODE, FAKE_TERMINATION_MESSAGE: report}
-    client.CoreV1Api(api).patch_namespaced_pod(pod, namespace, {"metadata": {"annotations": annotations}})
 
 
 def env_of(pod: dict[str, Any]) -> dict[str, str]:
@@ -121,7 +111,7 @@ def test_an_interruption_storm_leaves_every_job_running_again(
     resume_step = {name: 1000 + 100 * i for i, name in enumerate(names)}
     for name in hit:
         for pod in running_pods(cluster, namespace, name):
-            checkpoint_on_sigterm(api_client, pod["metadata"]["name"], namespace, resume_step[name])
+            save_on_sigterm(api_client, pod["metadata"]["name"], namespace, resume_step[name])
     for node in tainted:
         taint_for_interruption(api_client, node, "aws")
 

@@ -84,6 +84,19 @@ def test_the_policy_is_bound_to_every_namespace_but_the_exempt_ones_and_can_be_t
         ({"containers": [{"name": "t", "image": "t", "securityContext": {"privileged": True}}]}, "privileged"),
         ({"initContainers": [{"name": "i", "image": "i", "securityContext": {"privileged": True}}]}, "privileged"),
         ({"containers": [{"name": "t", "image": "t", "ports": [{"containerPort": 80, "hostPort": 80}]}]}, "host ports"),
+        (
+            {"containers": [{"name": "t", "image": "t", "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}}]},
+            "capabilities beyond the Pod Security baseline",
+        ),
+        ({"securityContext": {"windowsOptions": {"hostProcess": True}}}, "Windows host processes"),
+        (
+            {
+                "initContainers": [
+                    {"name": "i", "image": "i", "securityContext": {"windowsOptions": {"hostProcess": True}}}
+                ]
+            },
+            "Windows host processes",
+        ),
     ],
 )
 def test_what_the_policy_refuses_and_what_it_lets_through(
@@ -105,6 +118,17 @@ def test_flags_set_false_and_host_port_zero_are_no_ask(policy: dict[str, Any]) -
     explicit["spec"]["template"]["spec"].update(
         hostNetwork=False,
         hostPID=False,
-        containers=[{"name": "t", "image": "t", "securityContext": {"privileged": False}, "ports": [{"hostPort": 0}]}],
+        containers=[
+            {
+                "name": "t",
+                "image": "t",
+                "securityContext": {
+                    "privileged": False,
+                    "capabilities": {"add": ["NET_BIND_SERVICE", "CHOWN"], "drop": ["ALL"]},
+                    "windowsOptions": {"hostProcess": False},
+                },
+                "ports": [{"hostPort": 0}],
+            }
+        ],
     )
     assert refusals(policy, explicit) == []

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -25,6 +26,7 @@ import yaml
 from kubernetes import client
 
 from aisched.testing.nodes import load_description, render_nodes
+from aisched.workload.contract import CHECKPOINTED_EXIT_CODE
 
 # operator/aisched/testing/cluster.py: the checkout this (editable) install runs from.
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -194,6 +196,14 @@ def wait_for(predicate: Callable[[], T | None], timeout: float, what: str = "", 
 def expected_nodes(preset: str = "small") -> list[dict[str, Any]]:
     """The Node manifests the preset's description renders to."""
     return render_nodes(load_description(HACK_DIR / "clusters" / f"{preset}.yaml"))
+
+
+def save_on_sigterm(api: client.ApiClient, pod: str, namespace: str, step: int, path: str | None = None) -> None:
+    """Arm a fake worker (KWOK plays it): stopped (SIGTERM), it saves STEP and reports it in its
+    termination message, at PATH (default /ckpt/step-STEP), exiting as a worker that saved does."""
+    report = json.dumps({"step": step, "path": path or f"/ckpt/step-{step}", "time": datetime.now(UTC).isoformat()})
+    annotations = {FAKE_EXIT_CODE: str(CHECKPOINTED_EXIT_CODE), FAKE_TERMINATION_MESSAGE: report}
+    client.CoreV1Api(api).patch_namespaced_pod(pod, namespace, {"metadata": {"annotations": annotations}})
 
 
 def make_pod_exit(
