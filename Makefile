@@ -41,6 +41,16 @@ $(VENV)/.installed: pyproject.toml
 .PHONY: venv
 venv: $(VENV)/.installed ## create the virtualenv with the package and dev tools
 
+# torch (PyPI's Linux wheel, with the CUDA libraries it loads: ~3 GB), Lightning, Transformers and
+# Accelerate, for the tests that drive torch's own launcher parser, a gloo training and the two
+# trainers' callbacks. Kept out of `venv` (make demo needs none of it); the tools tier installs it.
+$(VENV)/.frameworks: $(VENV)/.installed
+	$(BIN)/pip install -q -e '.[dev,frameworks]'
+	touch $@
+
+.PHONY: frameworks
+frameworks: $(VENV)/.frameworks ## add torch, Lightning and Hugging Face to the virtualenv (their tests skip without)
+
 .PHONY: tools
 tools: ## install the system tools tests use for real (Prometheus, promtool) if missing
 	hack/install-tools.sh
@@ -118,11 +128,11 @@ verify: generate lint typecheck ## regenerate everything and fail on drift; lint
 		echo "generated files differ from the models: run 'make generate' and commit"; exit 1; fi
 
 .PHONY: test-unit
-test-unit: venv ## unit tests: no cluster, no network, no clock, no tools beyond the virtualenv
+test-unit: venv frameworks ## unit tests: no cluster, no network, no clock, no tools beyond the virtualenv
 	$(BIN)/pytest tests/unit -q --timeout=$(UNIT_TEST_TIMEOUT) --durations=5; rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 .PHONY: test-tools
-test-tools: venv tools k8s-binaries ## tests that drive real helm and promtool (chart, rules, exposition), no cluster
+test-tools: venv frameworks tools k8s-binaries ## tests that drive real helm and promtool (chart, rules, exposition), no cluster
 	$(BIN)/pytest tests/tools -q --timeout=$(TOOLS_TEST_TIMEOUT) --durations=5; rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 .PHONY: test-integration
