@@ -164,9 +164,7 @@ def template_bounds() -> list[TemplateMistake]:
         ),
         _mistake(
             "model server template claims a share of a GPU",
-            an_inference_service()
-            .set("template.metadata.annotations", {"aisched.io/gpu-share": "0:1000:81920"})
-            .obj(),
+            an_inference_service().set("template.metadata.annotations", {"aisched.io/gpu-share": "0:1000:81920"}).obj(),
             "template.metadata.annotations may not set keys under aisched.io/",
         ),
     ]
