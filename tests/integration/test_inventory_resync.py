@@ -120,6 +120,9 @@ def test_a_relist_read_before_a_pod_went_does_not_bring_it_back(
         TIMEOUT,
         f"{node} to be free of earlier tests' pods",
     )
+    # kopf lists pods before it watches them: a deletion before its watch is open reaches it as a
+    # list without the hog, never as an event (the operator had just started; once in CI, under load).
+    wait_for(lambda: proxy.watching("pods"), TIMEOUT, "the operator to watch pods")
     core.create_namespaced_pod(namespace, a_hog("hog", node, 4))
     wait_for(lambda: core.read_namespaced_pod("hog", namespace).status.phase == "Running", TIMEOUT, "the hog to run")
     with proxy.stale_lists("pods"):  # every relist from here on reads the cluster as it was with the hog

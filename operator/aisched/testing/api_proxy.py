@@ -153,6 +153,10 @@ class ApiProxy:
         finally:
             self._loop.call_soon_threadsafe(self._stale.pop, resource, None)
 
+    def watching(self, resource: str) -> bool:
+        """A watch of RESOURCE is open through the proxy now: what changes from here on, it carries."""
+        return bool(self._watches.get(resource))
+
     def saw(self, resource: str, event_type: str, namespace: str, name: str) -> bool:
         """The proxy passed that watch event on to the operator."""
         return WatchEvent(resource, event_type, namespace, name) in list(self.watch_events)
