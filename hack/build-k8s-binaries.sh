@@ -136,6 +136,39 @@ build_karpenter() {
   echo "${v}" >"${crds}/.version"
 }
 
+# A job framework's controller: `go install`ed from the Go module proxy (neither module has
+# replace directives), renamed to NAME, its CRDs copied out of the module cache into
+# NAME-crds/ for hack/cluster.sh to apply. build_framework NAME VERSION PACKAGE MODULE CRD_DIR.
+build_framework() {
+  local name="$1" v="$2" package="$3" module="$4" crd_dir="$5"
+  local crds="${AISCHED_BIN_DIR}/${name}-crds" tmp dir
+  if [[ -x "${AISCHED_BIN_DIR}/${name}" && "$(cat "${crds}/.version" 2>/dev/null)" == "${v}" ]]; then
+    log "${name} ${v}: cached"; return
+  fi
+  log "${name} ${v}: building"
+  tmp="$(mktemp -d)"
+  GOBIN="${tmp}" go install -trimpath -ldflags "-s -w" "${package}@${v}"
+  mv "${tmp}"/* "${AISCHED_BIN_DIR}/${name}"
+  rmdir "${tmp}"
+  dir="$(go mod download -json "${module}@${v}" | sed -n 's/^\s*"Dir": "\(.*\)",\?$/\1/p')"
+  [[ -d "${dir}/${crd_dir}" ]] || die "no ${crd_dir} in ${module}@${v} (${dir})"
+  rm -rf "${crds}" && mkdir -p "${crds}"
+  cp "${dir}/${crd_dir}"/*.yaml "${crds}/"
+  rm -f "${crds}/kustomization.yaml"
+  echo "${v}" >"${crds}/.version"
+}
+
+# Kubeflow's training-operator (PyTorchJob and its siblings) and KubeRay's operator (RayJob,
+# RayCluster): the real controllers of the kinds teams already run, for the workloads tests.
+build_frameworks() {
+  build_framework training-operator "${TRAINING_OPERATOR_VERSION}" \
+    github.com/kubeflow/training-operator/cmd/training-operator.v1 \
+    github.com/kubeflow/training-operator manifests/base/crds
+  build_framework kuberay-operator "${KUBERAY_VERSION}" \
+    github.com/ray-project/kuberay/ray-operator \
+    github.com/ray-project/kuberay/ray-operator config/crd/bases
+}
+
 # Cluster DNS for the real nodes (hack/real-nodes.sh): pods reach each other by the
 # names of their job's headless Service, as torchrun's master address is given.
 # CoreDNS with only the plugins it needs there (hack/coredns, its version pinned in
@@ -175,8 +208,9 @@ build_karpenter_once() {
   exec 9>&-
 }
 
-# hack/build-k8s-binaries.sh [all|base|karpenter|coredns]...: base is all but Karpenter's
-# provider and CoreDNS (the real nodes' cluster DNS), which only some tiers need.
+# hack/build-k8s-binaries.sh [all|base|karpenter|coredns|frameworks]...: base is all but Karpenter's
+# provider, CoreDNS (the real nodes' cluster DNS) and the job frameworks' controllers, which only
+# some tiers need.
 main() {
   local start=${SECONDS} what
   log "cache: ${AISCHED_BIN_DIR}"
@@ -188,11 +222,12 @@ main() {
         build_helm
         build_kubernetes
         build_node_tools
-        if [[ "${what}" == all ]]; then build_coredns; build_karpenter_once; fi
+        if [[ "${what}" == all ]]; then build_coredns; build_karpenter_once; build_frameworks; fi
         ;;
       karpenter) build_karpenter_once ;;
       coredns) build_coredns ;;
-      *) die "usage: $0 [all|base|karpenter|coredns]..." ;;
+      frameworks) build_frameworks ;;
+      *) die "usage: $0 [all|base|karpenter|coredns|frameworks]..." ;;
     esac
   done
   log "${*:-all}: ready in $((SECONDS - start))s"

@@ -22,7 +22,7 @@ from aisched.controller.collector_pacing import CollectorPacing
 from aisched.controller.handlers import register
 from aisched.controller.process_tuning import trim_heap_forever, tune_process, use_system_allocator
 from aisched.controller.provisioning import NodeProvisioner
-from aisched.controller.relist import relist
+from aisched.controller.relist import relist, sync_caches
 from aisched.controller.serving import InferenceServiceController
 from aisched.controller.training import TrainingJobController
 from aisched.kube.client import KubeClient, load_api_client
@@ -281,7 +281,11 @@ def _kopf_registry(
     @kopf.on.startup(registry=registry)
     async def start(settings: kopf.OperatorSettings, **_: object) -> None:
         _configure_kopf(settings, operator_settings.list_page_size)
-        await relist(kube, inventory, jobs, serving, page_size=operator_settings.list_page_size)
+        # No loop starts before every cache it decides from has listed.
+        page_size = operator_settings.list_page_size
+        await sync_caches(
+            kube, inventory, jobs, serving, page_size=page_size, object_page_size=min(page_size, WATCH_PAGE)
+        )
         heartbeat.pass_completed()
         background.append(asyncio.create_task(jobs.run(on_pass=heartbeat.pass_completed), name="trainingjobs"))
         background.append(asyncio.create_task(serving.run(), name="inferenceservices"))

@@ -1,5 +1,11 @@
 """Listing the cluster: at start-up, then periodically, repairing whatever a dropped watch missed.
 
+At start-up (`sync_caches`) every kind a cycle decides from is listed whole and handed to the
+same record handlers as a watch event, before any loop starts: client-go's WaitForCacheSync.
+A cycle that ran on what the watches had delivered so far once admitted a job beside a running
+gang of its queue whose TrainingJob had not arrived yet, uncharged (a kill-at-write test saw it
+on a loaded machine).
+
 A watch that drops and reconnects (kopf lists again) never reports what was
 deleted meanwhile; a relist does: nodes and pods go through the inventory,
 which keeps newer watch state and deletes only what the list proves gone, and
@@ -25,6 +31,7 @@ from aisched.controller.training import TrainingJobController
 from aisched.controller.training.store import PLURAL as TRAINING_JOBS
 from aisched.kube.client import KubeClient
 from aisched.kube.inventory import Inventory, PodRecord
+from aisched.kube.records import release_template, slim_object
 from aisched.kube.serving_builders import ServingPod, serving_pod_from_object
 from aisched.kube.versions import is_newer
 
@@ -70,6 +77,36 @@ def gone_from_list(
     ]
 
 
+async def sync_caches(
+    kube: KubeClient,
+    inventory: Inventory,
+    jobs: TrainingJobController,
+    serving: InferenceServiceController,
+    *,
+    page_size: int,
+    object_page_size: int,
+) -> None:
+    """Fill every cache a cycle reads before the first cycle: Queues, nodes, pods, and each
+    TrainingJob and InferenceService whole, as their watch events would.
+
+    The periodic relist reads only our objects' metadata (a tenant's object may be a MiB of
+    template); here OBJECT_PAGE_SIZE of them at a time are parsed, handed over and their templates
+    let go before the next page.
+    """
+    await relist(kube, inventory, jobs, serving, page_size=page_size)
+
+    def job_listed(obj: dict[str, Any]) -> None:
+        jobs.job_seen(slim_object(obj))
+        release_template(obj)
+
+    def service_listed(obj: dict[str, Any]) -> None:
+        serving.service_seen(slim_object(obj))
+
+    # Nothing else runs yet: a handler called while a list pages is as good as after it.
+    await kube.list_custom(TRAINING_JOBS, job_listed, page_size=object_page_size)
+    await kube.list_custom(SERVICES, service_listed, page_size=object_page_size)
+
+
 async def relist(
     kube: KubeClient,
     inventory: Inventory,
@@ -78,7 +115,8 @@ async def relist(
     *,
     page_size: int,
 ) -> None:
-    """List Queues, nodes, pods, TrainingJobs and InferenceServices; apply each list, and tell the controllers."""
+    """List Queues, nodes, ResourceClaims, pods, TrainingJobs and InferenceServices; apply each list, and tell
+    the controllers."""
     gpu_resource = inventory.settings.gpu_resource
 
     def listed_pod(obj: dict[str, Any]) -> ListedPod:
@@ -88,13 +126,16 @@ async def relist(
     # the Queue watch has not delivered yet (it admitted them uncharged; a kill-at-write test saw it).
     jobs.queues_relisted(await kube.list_cluster_objects(GROUP, VERSION, QUEUES, ""))
     nodes = await kube.list_nodes(inventory.node_from_object, page_size=page_size)
+    claims = await kube.list_resource_claims(inventory.claim_from_object, page_size=page_size)
     pods = await kube.list_pods(listed_pod, page_size=page_size)
     training_jobs = await kube.list_custom_metadata(TRAINING_JOBS, listed_object, page_size=page_size)
     services = await kube.list_custom_metadata(SERVICES, listed_object, page_size=page_size)
     # From here on nothing awaits: no watch event lands between a list and what it changed.
     # An object that cannot be read is logged by the inventory and left out of its list.
     changed_nodes = inventory.relist_nodes((n for n in nodes.items if n is not None), nodes.resource_version)
-    changed_pods = inventory.relist_pods((p.record for p in pods.items if p.record is not None), pods.resource_version)
+    # Claims before pods: each pod listed is counted against the claims as listed.
+    changed_pods = inventory.relist_claims((c for c in claims.items if c is not None), claims.resource_version)
+    changed_pods += inventory.relist_pods((p.record for p in pods.items if p.record is not None), pods.resource_version)
     serving.pods_relisted([p.replica for p in pods.items if p.replica is not None], pods.resource_version)
     for record in changed_pods:
         jobs.pod_changed(record)
