@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import subprocess
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -12,6 +14,8 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
+MEASURED_CODE = ("operator/aisched", "benchmarks")
+"""What the figures depend on: a change here since the recorded commit makes them stale."""
 
 
 class InputError(Exception):
@@ -43,6 +47,26 @@ def write_figures(figures: dict[str, Any], output: Path | None, update_results: 
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(figures, indent=2) + "\n")
         print(f"wrote {path}")
+
+
+def provenance(root: Path = REPO_ROOT) -> dict[str, Any]:
+    """The commit that produced the figures, and whether the measured code differed from it (dirty)."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, check=False)
+        return done.stdout.rstrip("\n") if done.returncode == 0 else ""
+
+    changed = git("status", "--porcelain", "--untracked-files=all", "--", *MEASURED_CODE)
+    paths = sorted(line[3:] for line in changed.splitlines() if line[3:].endswith(".py"))
+    digest = hashlib.sha256()
+    for path in sorted(p for top in MEASURED_CODE for p in (root / top).rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return {
+        "commit": git("rev-parse", "HEAD").strip() or None,
+        "dirty": bool(paths),
+        "dirty_paths": paths,
+        "measured_code_sha256": digest.hexdigest(),
+    }
 
 
 def run_reporting_input_errors(run: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:

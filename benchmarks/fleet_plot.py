@@ -11,6 +11,7 @@ COLOURS = {
     "static_peak": "tab:grey",
     "static_mean": "tab:brown",
     "karpenter_alone": "tab:orange",
+    "gang_karpenter": "tab:green",
     "aisched_karpenter": "tab:blue",
 }
 

@@ -35,7 +35,7 @@ from aisched.sim.clusters import generated_cluster, sized_to_load
 from aisched.sim.engine import SimOptions, SimulationReport, simulate
 from aisched.sim.speed import SpeedModel, cross_node_factors
 from aisched.sim.tenants import COHORT, tenant_shares
-from aisched.sim.traces import offered_gpus, read_trace
+from aisched.sim.traces import offered_gpus
 from benchmarks.common import (
     SHARED_DATA,
     InputError,
@@ -44,7 +44,7 @@ from benchmarks.common import (
     run_reporting_input_errors,
     write_figures,
 )
-from benchmarks.trace import NODE_SHAPE, PHILLY, PHILLY_RAMP, PLACEMENT
+from benchmarks.trace import NODE_SHAPE, PHILLY, PLACEMENT, add_philly_skip_argument, philly_slice
 
 RESULTS = "tenants.json"
 PEERS = ("kueue", "volcano", "fifo_first_fit")
@@ -77,7 +77,7 @@ def run(args: argparse.Namespace) -> int:
     if not placement.is_dir():
         raise InputError(f"{placement}: no such directory (set it with --placement or --data-dir)")
     started = time.monotonic()
-    jobs = read_trace(trace_path, limit=args.limit, skip=PHILLY_RAMP)
+    jobs, skip, skipped = philly_slice(trace_path, args.philly_skip, args.limit)
     offered = offered_gpus(jobs)
     grid = sized_to_load(offered, max((j.gpus for j in jobs), default=1), args.load, NODE_SHAPE)
     nodes = generated_cluster(grid)
@@ -96,7 +96,8 @@ def run(args: argparse.Namespace) -> int:
     figures = {
         "trace": str(PHILLY),
         "jobs": len(jobs),
-        "skip": PHILLY_RAMP,
+        "skip": skip,
+        "skipped": skipped,
         "limit": args.limit,
         "cluster": {"nodes": grid.nodes, "gpus": cluster_gpus, "offered_gpus": round(offered, 1), "load": args.load},
         "queues": {tenant: nominal for tenant, nominal in sorted(shares.items())},
@@ -122,6 +123,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--philly", type=Path, help=f"the Philly trace (default: data-dir/{PHILLY})")
     parser.add_argument("--placement", type=Path, help=f"Pollux placement CSVs (default: data-dir/{PLACEMENT})")
     parser.add_argument("--limit", type=int, default=4000, help="Philly jobs after the ramp")
+    add_philly_skip_argument(parser)
     parser.add_argument("--load", type=float, default=0.9, help="the trace's offered load over the cluster's GPUs")
     parser.add_argument("--gpus-per-pod", type=int, default=4, help="largest pod of a job")
     parser.add_argument("--seed", type=int, default=0)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import csv
 import math
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -69,6 +69,31 @@ def offered_gpus(jobs: list[TraceJob]) -> float:
     return sum(j.gpus * max(0.0, min(j.arrival + j.duration, last) - j.arrival) for j in jobs) / (last - first)
 
 
+RAMP_WINDOW_S = 86400.0
+RAMP_SHARE = 0.1
+
+
+def ramp_length(jobs: Sequence[TraceJob], window_s: float = RAMP_WINDOW_S, share: float = RAMP_SHARE) -> int:
+    """How many jobs open the trace before its arrivals reach a steady rate: those before the first
+    window (of `window_s`, counted from the first arrival) with at least `share` of the mean
+    window's arrivals (over every window up to the last arrival: a long trickle lowers the mean
+    far less than it would the median).
+
+    A trace cut from a longer log often opens with a trickle while the cluster was being brought
+    up (Philly's public file: 71 jobs over its first 20 days, then about a thousand a day); replayed,
+    that trickle only stretches the run. A trace with no such opening loses nothing.
+    """
+    if len(jobs) < 2:
+        return 0
+    first = jobs[0].arrival
+    counts = [0] * (int((jobs[-1].arrival - first) // window_s) + 1)
+    for job in jobs:
+        counts[int((job.arrival - first) // window_s)] += 1
+    mean = len(jobs) / len(counts)
+    steady = next(i for i, count in enumerate(counts) if count >= share * mean)
+    return sum(counts[:steady])
+
+
 def detect_format(path: Path) -> TraceFormat:
     with path.open(newline="") as f:
         header = next(csv.reader(f), [])
@@ -89,13 +114,15 @@ def read_trace(
     trace_format: TraceFormat | None = None,
     *,
     limit: int | None = None,
-    skip: int = 0,
+    skip: int | None = 0,
     cluster_gpus: int = 0,
     load: float = 0.9,
     seed: int = 0,
 ) -> list[TraceJob]:
-    """`limit` jobs (by arrival) of a trace file, after the first `skip`."""
+    """`limit` jobs (by arrival) of a trace file, after the first `skip` (None: its opening ramp, `ramp_length`)."""
     trace_format = trace_format or detect_format(path)
+    if skip is None:
+        skip = ramp_length(read_trace(path, trace_format, cluster_gpus=cluster_gpus, load=load, seed=seed))
     end = None if limit is None else skip + limit
     if trace_format == TraceFormat.PHILLY:
         jobs = sorted(_philly(path), key=lambda j: (j.arrival, j.key))[skip:end]

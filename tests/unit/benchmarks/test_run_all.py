@@ -15,6 +15,8 @@ HELPERS = {
     "e2e_measure",
     "e2e_workloads",
     "fleet_plot",
+    "fleet_report",
+    "headline",
     "run_all",
     "scale_plot",
     "scale_probe",

@@ -9,18 +9,21 @@ import pytest
 
 from benchmarks import tenants, trace
 
+RAMP = 70
+
 
 def write_tiny_inputs(directory: Path) -> list[str]:
     # Team "big" floods the cluster with long jobs from the start; team "small" comes ten minutes later.
     philly = directory / "philly.csv"
-    ramp = "".join(f"2017-10-01 09:{i // 60:02d}:{i % 60:02d},60.0,1,60.0,big\n" for i in range(trace.PHILLY_RAMP))
+    ramp = "".join(f"2017-10-01 09:{i // 60:02d}:{i % 60:02d},60.0,1,60.0,big\n" for i in range(RAMP))
     big = "".join(f"2017-10-01 10:00:{i:02d},20000.0,8,160000.0,big\n" for i in range(6))
     small = "".join(f"2017-10-01 10:{10 + i}:00,15000.0,8,120000.0,small\n" for i in range(6))
     philly.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n" + ramp + big + small)
     placement = directory / "placement"
     placement.mkdir()
     (placement / "bert.csv").write_text("placement,local_bsz,step_time,sync_time\n2,4,1.0,0.1\n11,4,2.0,0.1\n")
-    return ["--philly", str(philly), "--placement", str(placement)]
+    # An hour of ramp in a trace of two is no ramp to the daily rule: skipped by count.
+    return ["--philly", str(philly), "--placement", str(placement), "--philly-skip", str(RAMP)]
 
 
 def test_a_tiny_run_gives_each_arm_per_queue_and_quotas_keep_their_promise(tmp_path: Path) -> None:
@@ -28,6 +31,7 @@ def test_a_tiny_run_gives_each_arm_per_queue_and_quotas_keep_their_promise(tmp_p
     assert tenants.main([*write_tiny_inputs(tmp_path), "--output", str(out), "--load", "3.0"]) == 0
     figures = json.loads(out.read_text())
     assert set(figures["arms"]) == {"aisched_queues", "aisched_one_queue", *tenants.PEERS}
+    assert figures["skip"] == RAMP and figures["skipped"] == "--philly-skip"
     assert set(figures["queues"]) == {"big", "small"}
     assert sum(figures["queues"].values()) == figures["cluster"]["gpus"]
     assert figures["queues"]["small"] > 0

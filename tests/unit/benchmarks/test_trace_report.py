@@ -23,12 +23,16 @@ def figures(avg: float) -> dict[str, object]:
         "resizes_per_job": 0.25,
     }
     fixed = {**policy, "avg_jct_s": 2 * avg, "resizes_per_job": 0.0}
+    assumed = {"elastic_share": 0.5, "rack_factor": 1.1, "zone_factor": 1.5}
     return {
         "jobs": 1200,
         "cluster": {"nodes": 4, "gpus": 32},
-        "options": {"elastic_share": 0.5},
+        "options": assumed,
         "policies": {"aisched": policy, "kueue": policy},
-        "variants": {"no_elastic": {"policies": {"aisched": fixed, "kueue": policy}}},
+        "variants": {
+            "no_elastic": {"policies": {"aisched": fixed, "kueue": policy}},
+            "elastic": {"options": assumed, "policies": {"aisched": policy, "kueue": policy}},
+        },
         "jct_samples_s": {"aisched": [60.0, 600.0, 7200.0], "kueue": [120.0, 900.0]},
     }
 
@@ -42,12 +46,14 @@ def test_the_table_is_rewritten_between_the_markers_and_the_plot_drawn(tmp_path:
     text = readme.read_text()
     assert "old table" not in text
     assert text.startswith("intro\n") and text.endswith("after\n")
+    # The assumption-free figures first (no elastic job, rack and zone 1.0) ...
     assert (
-        "| Philly (1,200 jobs; 4 x 8 GPUs) | aisched | 90 min | 2.0 h | 60 s / 3.0 h / - | 50.0% | 100.0% | 3.2"
-        " | 0.10 | 0.25 |" in text
+        "| Philly (1,200 jobs; 4 x 8 GPUs) | aisched | 3.0 h | 2.0 h | 60 s / 3.0 h / - | 50.0% | 100.0% | 3.2"
+        " | 0.10 | 0.00 |" in text
     )
-    # aisched without elastic jobs comes next, so its gain from resizing is not read as the rest of its gain
-    assert "\n|  | aisched, no elastic jobs | 3.0 h | 2.0 h | 60 s / 3.0 h / - |" in text.split("| aisched |")[1]
+    # ... then aisched with the assumptions, so its gain from them is not read as the rest of its gain.
+    with_them = "\n|  | aisched, 50% of jobs elastic, rack 1.1x / zone 1.5x (assumed) | 90 min | 2.0 h |"
+    assert with_them in text.split("| aisched |")[1]
     assert "|  | Kueue (BestEffortFIFO + TAS) |" in text
     assert plot.read_bytes().startswith(b"\x89PNG")
 

@@ -237,13 +237,24 @@ def test_an_elastic_gangs_growth_is_taken_back_before_nodes_are_added() -> None:
 def test_a_deadline_with_no_room_for_a_spot_loss_gets_on_demand_nodes() -> None:
     # 1,000 s of work, 300 s of boot and 60 s of restart leave no slack before 1,350 s: on-demand.
     fleet = Fleet(300.0, 60.0, market())
-    tight = job("tight", 0.0, 1000.0)
+    tight = replace(job("tight", 0.0, 1000.0), estimate=1000.0)
     loop = GangLoop(
         "aisched_karpenter", [tight], fleet, provisioner=GangProvisioner(CATALOG, 64), deadlines={"tight": 1350.0}
     )
     report = loop.run()
     assert [n.offering.capacity_type for n in fleet.nodes.values()] == [CapacityType.ON_DEMAND]
     assert report.deadline_misses == 0 and report.avg_jct_s == pytest.approx(1300.0)
+
+
+def test_the_spot_choice_reads_the_users_estimate_not_the_traces_duration() -> None:
+    # The same job told 100 s: the deadline looks far, spot is taken; the truth is not read.
+    for estimate, capacity in ((100.0, CapacityType.SPOT), (1000.0, CapacityType.ON_DEMAND), (None, CapacityType.SPOT)):
+        fleet = Fleet(300.0, 60.0, market())
+        told = replace(job("tight", 0.0, 1000.0), estimate=estimate)
+        GangLoop(
+            "aisched_karpenter", [told], fleet, provisioner=GangProvisioner(CATALOG, 64), deadlines={"tight": 1350.0}
+        ).run()
+        assert [n.offering.capacity_type for n in fleet.nodes.values()] == [capacity], estimate
 
 
 def test_with_no_spot_anywhere_and_no_deadline_the_gang_gets_on_demand_at_once() -> None:

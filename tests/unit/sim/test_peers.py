@@ -64,3 +64,21 @@ def test_tiresias_consolidates_only_sensitive_models() -> None:
     bert, cifar = tiresias.cycle(0).started
     assert len(set(bert.nodes)) == 1
     assert len(set(cifar.nodes)) > 1  # first fit takes the two GPUs left on the first node
+
+
+def test_tiresias_wakes_at_a_demotion_and_lets_the_newer_job_in_then() -> None:
+    # One 32-GPU gang fills the cluster; a 1-GPU job waits behind it in the same, first queue.
+    tiresias = TiresiasPolicy(ClusterSnapshot(NODES), SpeedModel({}))
+    tiresias.submit(job("gang", 4, 8), 0)
+    first = tiresias.cycle(0)
+    # 3,600 GPU-seconds at 32 GPUs: the gang leaves the first queue at 112.5 s.
+    assert first.wake_at is not None and abs(first.wake_at - 112.5) < 1e-3
+    tiresias.submit(job("one", 1, 1, arrival=50.0), 50.0)
+    waiting = tiresias.cycle(50.0)
+    assert waiting.started == [] and waiting.stopped == []  # same queue, FIFO: the gang keeps its GPUs
+    assert waiting.wake_at is not None and abs(waiting.wake_at - 112.5) < 1e-3
+    demoted = tiresias.cycle(waiting.wake_at)
+    assert [j.key for j in demoted.stopped] == ["gang"]
+    assert [s.job.key for s in demoted.started] == ["one"]
+    # The next edge, 36,000 GPU-seconds, is far off and the gang no longer runs: only "one"'s own.
+    assert demoted.wake_at is not None and abs(demoted.wake_at - (waiting.wake_at + 3600.0)) < 1e-3

@@ -1,10 +1,19 @@
-"""The four arms of the fleet benchmark, on the same jobs, the same spot traces and the same prices.
+"""The arms of the fleet benchmark, on the same jobs, the same spot traces and the same prices.
 
 - `static_peak`: on-demand nodes enough for the peak of demand (GPUs asked for at once if every
   job started on arrival), there all the time; aisched schedules.
 - `static_mean`: on-demand nodes enough for the mean load (GPU-time asked per second); aisched.
 - `karpenter_alone`: aisched.sim.fleet.karpenter: the kube-scheduler and Karpenter.
+- `gang_karpenter`: aisched.sim.fleet.gang_karpenter: a gang scheduler (Kueue/Volcano style,
+  all-or-nothing, MostAllocated) with Karpenter: the peer that counts.
 - `aisched_karpenter`: aisched.sim.fleet.gangs: aisched schedules and asks for whole gangs.
+
+What each arm knows (`arm_knowledge`, written beside its figures): aisched's arms read each job's
+estimate (`FleetOptions.knowledge`, by default a user's estimate with log-normal error,
+aisched.sim.jobs) for backfill and for the spot-or-on-demand choice before a deadline; Karpenter
+alone and the gang scheduler read no duration (neither has a field for one). No arm sees future
+arrivals. The static fleets' sizes come from the whole trace (its true durations and arrivals):
+hindsight no operator has, in their favour.
 
 Both growing arms are limited to the peak fleet's GPUs (a NodePool limit; aisched's quota), so
 neither may buy its way out of queueing with more than the static peak fleet has.
@@ -26,14 +35,17 @@ from typing import Any
 from aisched.api.common import CapacityType
 from aisched.sim.fleet.catalog import H100, for_product, offerings
 from aisched.sim.fleet.fleet import Fleet, SpotMarket
+from aisched.sim.fleet.gang_karpenter import GangKarpenterLoop
 from aisched.sim.fleet.gangs import GangLoop, GangProvisioner
 from aisched.sim.fleet.karpenter import KarpenterLoop
 from aisched.sim.fleet.replay import DEFAULT_RESTART_OVERHEAD_S, ArmReport
-from aisched.sim.jobs import DEFAULT_GPUS_PER_POD, DurationKnowledge, SimJob, gangs
+from aisched.sim.jobs import DEFAULT_GPUS_PER_POD, ESTIMATE_SIGMA, DurationKnowledge, SimJob, gangs
 from aisched.sim.speed import ModelMix, SpeedModel
 from aisched.sim.traces import TraceJob, offered_gpus
 
-ARMS = ("static_peak", "static_mean", "karpenter_alone", "aisched_karpenter")
+ARMS = ("static_peak", "static_mean", "karpenter_alone", "gang_karpenter", "aisched_karpenter")
+AISCHED_ARMS = ("static_peak", "static_mean", "aisched_karpenter")
+"""The arms aisched schedules: the ones that read the jobs' estimates."""
 DEFAULT_PROVISIONING_DELAY_S = 300.0
 DEFAULT_CONSOLIDATE_AFTER_S = 60.0
 
@@ -48,7 +60,7 @@ class FleetOptions:
     gpus_per_pod: int = DEFAULT_GPUS_PER_POD
     deadline_share: float = 0.3
     deadline_factor: tuple[float, float] = (1.5, 3.0)
-    knowledge: DurationKnowledge = DurationKnowledge.NONE
+    knowledge: DurationKnowledge = DurationKnowledge.ESTIMATE
     speed: SpeedModel = field(default_factory=SpeedModel.uniform)
     seed: int = 0
 
@@ -63,11 +75,41 @@ class FleetOptions:
             "deadline_share": self.deadline_share,
             "deadline_factor": list(self.deadline_factor),
             "duration_knowledge": self.knowledge.value,
+            "duration_estimate": _ESTIMATE_NOTE if self.knowledge == DurationKnowledge.ESTIMATE else None,
             "zone_factor": self.speed.zone_factor,
             "rack_factor": self.speed.rack_factor,
             "cross_node_factors": {k: round(v, 3) for k, v in sorted(self.speed.node_factors.items())},
             "seed": self.seed,
         }
+
+
+_ESTIMATE_NOTE = (
+    f"true duration x exp(N(0, {ESTIMATE_SIGMA})), seeded, one estimate per job for every arm that reads one"
+)
+
+
+def arm_knowledge(arm: str, options: FleetOptions) -> dict[str, Any]:
+    """What ARM was told and what it assumes: the results file states it beside its figures."""
+    ours = arm in AISCHED_ARMS
+    return {
+        "knew": {
+            "durations": options.knowledge.value if ours else "none",
+            "future_arrivals": False,
+            "elasticity": False,
+            "fleet_sized_from_whole_trace": arm in ("static_peak", "static_mean"),
+            "deadlines": arm == "aisched_karpenter",
+        },
+        "assumptions": {
+            "elastic_share": 0.0,
+            "rack_factor": options.speed.rack_factor,
+            "zone_factor": options.speed.zone_factor,
+            "spot_price_ratio": options.spot_price_ratio,
+            "spot_trace": "V100 availability (Can't Be Late, us-west-2) standing in for the GPU product's"
+            if arm not in ("static_peak", "static_mean")
+            else "none: on-demand only",
+            "gang_in_one_zone": arm in AISCHED_ARMS,
+        },
+    }
 
 
 def peak_demand(jobs: Sequence[TraceJob]) -> int:
@@ -89,6 +131,7 @@ def static_sizes(jobs: Sequence[TraceJob], node_gpus: int) -> tuple[int, int]:
 
 
 def draw_deadlines(jobs: Sequence[SimJob], options: FleetOptions) -> dict[str, float]:
+    # Drawn on the true duration, so that every deadline can be met; no arm is told how it was drawn.
     rng = random.Random(f"deadlines-{options.seed}")
     low, high = options.deadline_factor
     deadlines = {}
@@ -136,6 +179,8 @@ def simulate_fleet(
             loop: GangLoop | KarpenterLoop = GangLoop(arm, jobs, fleet, **common)
         elif arm == "karpenter_alone":
             loop = KarpenterLoop(jobs, fleet, catalog, limit_gpus=peak * node_gpus, seed=options.seed, **common)
+        elif arm == "gang_karpenter":
+            loop = GangKarpenterLoop(jobs, fleet, catalog, limit_gpus=peak * node_gpus, seed=options.seed, **common)
         elif arm == "aisched_karpenter":
             loop = GangLoop(arm, jobs, fleet, provisioner=GangProvisioner(catalog, peak * node_gpus), **common)
         else:

@@ -124,6 +124,10 @@ class Loop:
         """Place what can run and ask for nodes; returns when the arm wants its next cycle (inf: none)."""
         raise NotImplementedError
 
+    def nominated(self, now: float) -> set[str]:
+        """Empty Ready nodes kept from consolidation: pending pods are headed for them (none by default)."""
+        return set()
+
     # -- for arms ---------------------------------------------------------------------------------
 
     def start_run(self, job: SimJob, nodes: Sequence[str], now: float) -> None:
@@ -146,10 +150,6 @@ class Loop:
 
     def running(self, key: str) -> bool:
         return key in self.work_start
-
-    def remaining_at(self, key: str, now: float) -> float:
-        start = self.work_start.get(key)
-        return self.remaining[key] - (max(0.0, now - start) * self.pace[key] if start is not None else 0.0)
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -185,7 +185,7 @@ class Loop:
             wake = self.cycle(now)
             if wake <= now:
                 raise RuntimeError(f"{self.name}: asked for its next cycle at {wake}, not after {now}")
-            self.fleet.consolidate(now)
+            self.fleet.consolidate(now, self.nominated(now))
             self.peak_nodes = max(self.peak_nodes, len(self.fleet.alive))
         end = max(self.finish.values(), default=now)
         self.fleet.close(end)

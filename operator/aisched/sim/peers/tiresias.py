@@ -9,6 +9,9 @@ Modelled:
   the operator; this peer uses aisched's band edges (`aisched.policy.scheduler.service`: 1, 10,
   100 GPU-hours) so the comparison is about everything else.
 - Inside a queue, FIFO by the time the job entered it.
+- Demotions are events: the scheduler runs again when a running job's attained service crosses
+  its queue's threshold (the next one), as the authors' simulator advances to the earliest of the
+  next arrival, end or demotion; a demoted job may then be preempted for one in a higher queue.
 - At every event the scheduler walks all jobs (running and waiting) in that order and keeps
   running the ones the cluster's GPU count holds; a running job outside that set is preempted
   (to a checkpoint: it keeps its progress and pays the simulator's restart overhead, as the
@@ -28,11 +31,18 @@ from __future__ import annotations
 
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.placement import Placement
-from aisched.policy.scheduler.service import service_band
+from aisched.policy.scheduler.service import BAND_GROWTH, BANDS, FIRST_BAND_GPU_SECONDS, service_band
 from aisched.sim.jobs import CycleOutcome, SimJob, Start
 from aisched.sim.speed import SpeedModel
 
 SENSITIVE_FACTOR = 1.2
+DEMOTION_MARGIN_S = 1e-6
+"""A demotion event fires this much after the crossing, so that the service has crossed in floating point."""
+
+
+def band_edge(band: int) -> float | None:
+    """The attained service (GPU-seconds) at which a job leaves BAND; None: the last band has no edge."""
+    return FIRST_BAND_GPU_SECONDS * BAND_GROWTH**band if band < BANDS - 1 else None
 
 
 class TiresiasPolicy:
@@ -84,7 +94,18 @@ class TiresiasPolicy:
         for key in ranked:
             if key in chosen and key not in self.placements:
                 self._start(self.jobs[key], now, outcome)
+        outcome.wake_at = self._next_demotion(now)
         return outcome
+
+    def _next_demotion(self, now: float) -> float | None:
+        """When the first running job crosses into a lower queue (None: no running job will)."""
+        times = []
+        for key, started in self.started.items():
+            edge = band_edge(self.entered[key][0])
+            if edge is not None:
+                crossing = started + (edge - self.attained[key]) / self.jobs[key].gpus
+                times.append(max(crossing, now) + DEMOTION_MARGIN_S)
+        return min(times, default=None)
 
     def _start(self, job: SimJob, now: float, outcome: CycleOutcome) -> None:
         sensitive = self.speed.node_factors.get(job.model, 1.0) > SENSITIVE_FACTOR

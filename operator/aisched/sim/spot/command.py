@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from aisched.policy.interruptions import InterruptionPrior
+from aisched.sim.jobs import ESTIMATE_SIGMA
 from aisched.sim.options import positive
 from aisched.sim.spot.job import Params
 from aisched.sim.spot.scenario import job_mix, print_results, run_scenario
@@ -70,6 +71,13 @@ def add_model_arguments(
         help="aisched's prior for a pool with no history (default: the operator's setting)",
     )
     parser.add_argument("--prior-weight-hours", type=float, default=prior_weight_hours)
+    parser.add_argument(
+        "--estimate-sigma",
+        type=float,
+        default=ESTIMATE_SIGMA,
+        help="log-normal error of the duration estimate every policy is told (0: the true duration)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="of the estimates")
 
 
 def configure_parser(
@@ -111,7 +119,17 @@ def params_of(args: argparse.Namespace) -> Params:
 def simulate_both_notice_cases(traces: Sequence[SpotTrace], args: argparse.Namespace) -> dict[str, Any]:
     """Every policy on the job mix; then the same jobs again with every notice checkpoint failing."""
     params = params_of(args)
-    jobs_of = {trace.name: job_mix(trace, args.durations_hours, args.deadline_factors, args.starts) for trace in traces}
+    jobs_of = {
+        trace.name: job_mix(
+            trace,
+            args.durations_hours,
+            args.deadline_factors,
+            args.starts,
+            estimate_sigma=args.estimate_sigma,
+            seed=args.seed,
+        )
+        for trace in traces
+    }
     results = run_scenario(traces, jobs_of, params)
     # The traces do not say whether a notice came in time, so the same jobs run
     # again with every notice checkpoint failing: the worst case for lost work.
@@ -138,6 +156,9 @@ def parameters(args: argparse.Namespace, paths: Sequence[Path]) -> dict[str, Any
         "prior_interruptions_per_hour": args.prior_interruptions_per_hour,
         "prior_weight_hours": args.prior_weight_hours,
         "instances_per_job": args.instances,
+        "duration_knowledge": "estimate" if args.estimate_sigma > 0 else "truth",
+        "estimate_sigma": args.estimate_sigma,
+        "seed": args.seed,
     }
 
 

@@ -47,8 +47,10 @@ class JobView:
     elapsed_s: float
     deadline_s: float
     work_s: float
+    """The job's work as the policy is told it: the user's estimate (`simulate_job`'s `estimate_s`)."""
     remaining_s: float
-    """Work left, counting what the job did since its last checkpoint on spot as done."""
+    """Work left by that estimate (0 once the job has run past it), counting what the job did since
+    its last checkpoint on spot as done."""
     unsaved_s: float
     """Work since the last checkpoint on spot, which a preemption would lose (0 elsewhere)."""
     spot_available: bool
@@ -101,9 +103,20 @@ class _Run:
 
 
 def simulate_job(
-    policy: Policy, trace: SpotTrace, start_index: int, *, work_s: float, deadline_s: float, params: Params
+    policy: Policy,
+    trace: SpotTrace,
+    start_index: int,
+    *,
+    work_s: float,
+    deadline_s: float,
+    params: Params,
+    estimate_s: float | None = None,
 ) -> JobResult:
-    """Run one job from sample `start_index` until its work is done; deadline_s is relative to its start."""
+    """Run one job from sample `start_index` until its work is done; deadline_s is relative to its start.
+
+    The policy sees `estimate_s` (None: `work_s`, the truth) as the job's work, never `work_s` itself.
+    """
+    told = work_s if estimate_s is None else estimate_s
     run, result, gap = _Run(work_s, params.checkpoint_cost_s), JobResult(), trace.gap_s
     index, elapsed = start_index, 0.0
     while run.done_s < work_s - EPS:
@@ -113,8 +126,8 @@ def simulate_job(
         view = JobView(
             elapsed_s=elapsed,
             deadline_s=deadline_s,
-            work_s=work_s,
-            remaining_s=work_s - run.done_s,
+            work_s=told,
+            remaining_s=max(0.0, told - run.done_s),
             unsaved_s=run.unsaved_s if run.running_on is Where.SPOT else 0.0,
             spot_available=up,
             running_on=run.running_on,

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from aisched.sim.jobs import ESTIMATE_SIGMA, estimate_duration
 from aisched.sim.spot.job import EPS, HOUR, JobResult, Params, simulate_job
 from aisched.sim.spot.policies import policies
 from aisched.sim.spot.traces import SpotTrace
@@ -17,6 +19,8 @@ class Job:
     start_index: int
     work_s: float
     deadline_s: float
+    estimate_s: float | None = None
+    """What every policy is told of `work_s` (a user's estimate); None: the truth."""
 
     @property
     def deadline_factor(self) -> float:
@@ -24,20 +28,35 @@ class Job:
 
 
 def job_mix(
-    trace: SpotTrace, durations_h: Sequence[float], deadline_factors: Sequence[float], starts: int
+    trace: SpotTrace,
+    durations_h: Sequence[float],
+    deadline_factors: Sequence[float],
+    starts: int,
+    *,
+    estimate_sigma: float = ESTIMATE_SIGMA,
+    seed: int = 0,
 ) -> list[Job]:
-    """Every duration x deadline factor, starting at `starts` evenly spaced points of the trace."""
+    """Every duration x deadline factor, starting at `starts` evenly spaced points of the trace.
+
+    Each job's estimate is its work times a log-normal error (aisched.sim.jobs.estimate_duration,
+    sigma `estimate_sigma`; 0: the truth), drawn from a stream seeded by `seed` and the trace's
+    name, in the jobs' order: the same estimate for every policy. The deadline is drawn on the
+    true work, so that each can be met.
+    """
     longest = max(durations_h) * max(deadline_factors) * HOUR
     last_start = len(trace.available) - math.ceil(longest / trace.gap_s) - 1
     if last_start < 0:
         raise ValueError(f"trace {trace.name} is shorter than the longest deadline ({longest / HOUR:.0f} h)")
     offsets = [round(k * last_start / max(1, starts - 1)) for k in range(starts)]
-    return [
-        Job(offset, hours * HOUR, hours * factor * HOUR)
-        for offset in offsets
-        for hours in durations_h
-        for factor in deadline_factors
-    ]
+    rng = random.Random(f"estimates-{seed}-{trace.name}")
+    jobs = []
+    for offset in offsets:
+        for hours in durations_h:
+            for factor in deadline_factors:
+                work = hours * HOUR
+                estimate = estimate_duration(work, rng, estimate_sigma) if estimate_sigma > 0 else None
+                jobs.append(Job(offset, work, hours * factor * HOUR, estimate))
+    return jobs
 
 
 def clairvoyant_lower_bound(trace: SpotTrace, job: Job, params: Params) -> float:
@@ -121,7 +140,13 @@ def run_scenario(traces: Sequence[SpotTrace], jobs_of: dict[str, list[Job]], par
                 bucket.bound_cost += bound
             for policy in policies(params):
                 result = simulate_job(
-                    policy, trace, job.start_index, work_s=job.work_s, deadline_s=job.deadline_s, params=params
+                    policy,
+                    trace,
+                    job.start_index,
+                    work_s=job.work_s,
+                    deadline_s=job.deadline_s,
+                    params=params,
+                    estimate_s=job.estimate_s,
                 )
                 for bucket in groups:
                     bucket.by_policy[policy.name].add(job, result)
