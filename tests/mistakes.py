@@ -200,6 +200,11 @@ MISTAKES: list[Mistake] = [
         "template.spec.schedulingGates is not allowed",
     ),
     Mistake(
+        "template joins a PodGroup of its own",
+        a_training_job().set("template.spec.schedulingGroup", {"podGroupName": "mine"}).obj(),
+        "template.spec.schedulingGroup is not allowed",
+    ),
+    Mistake(
         "template asks more GPUs than declared",
         a_training_job()
         .gpus(1)

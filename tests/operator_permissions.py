@@ -43,13 +43,14 @@ OPERATOR_PERMISSIONS: tuple[Permission, ...] = (
         for r in ("trainingjobs", "inferenceservices")
     ),
     _p("", "pods", "list watch create delete patch", "workers; the inventory counts every pod's GPUs"),
-    _p("", "services", "create patch", "headless Services of gangs, Services of models"),
+    _p("", "services", "list create patch", "headless Services of gangs, Services of models; ours on AlreadyExists"),
     _p(
         "resource.k8s.io",
         "resourceclaimtemplates",
-        "create delete",
-        "a GPU share's claim, one per pod (gpuShare); a departed replica's deleted",
+        "list create delete",
+        "a GPU share's claim, one per pod (gpuShare); a departed replica's deleted; ours on AlreadyExists",
     ),
+    _p("resource.k8s.io", "resourceclaims", "list watch", "what pods hold through DRA: their claims as allocated"),
     _p("", "nodes", "list watch patch", "GPU capacity, topology, spot labels; a MIG repartition's cordon and label"),
     _p("", "events", "create", "explain decisions in kubectl describe"),
     _p("apiextensions.k8s.io", "customresourcedefinitions", "list watch", "kopf notices CRD changes"),
@@ -85,11 +86,18 @@ CLIENT_CALLS: dict[str, tuple[Need, ...]] = {
         ("aisched.io", "inferenceservices", "list"),
         ("karpenter.sh", "nodeclaims", "list"),
         ("karpenter.sh", "nodepools", "list"),
+        ("resource.k8s.io", "resourceclaims", "list"),  # the relist of what pods hold through DRA
     ),
     "create_cluster_custom_object": (("karpenter.sh", "nodeclaims", "create"),),
     "delete_cluster_custom_object": (("karpenter.sh", "nodeclaims", "delete"),),
     # A TrainingJob kept without its large template's process settings is read again at its launch.
-    "list_namespaced_custom_object": (("aisched.io", "trainingjobs", "list"),),
+    # And, when a create answers AlreadyExists, the object there, to tell ours from anyone else's.
+    "list_namespaced_custom_object": (
+        ("aisched.io", "trainingjobs", "list"),
+        ("resource.k8s.io", "resourceclaimtemplates", "list"),
+    ),
+    "list_namespaced_pod": (("", "pods", "list"),),
+    "list_namespaced_service": (("", "services", "list"),),
     "create_namespaced_pod": (("", "pods", "create"),),
     "delete_namespaced_pod": (("", "pods", "delete"),),
     "patch_namespaced_pod": (("", "pods", "patch"),),
@@ -122,6 +130,7 @@ KOPF_NEEDS: tuple[Need, ...] = (
         for group, resource in (
             ("", "nodes"),
             ("", "pods"),
+            ("resource.k8s.io", "resourceclaims"),
             ("aisched.io", "trainingjobs"),
             ("aisched.io", "inferenceservices"),
             ("aisched.io", "queues"),

@@ -385,6 +385,15 @@ class Settings(BaseSettings):
         default_factory=lambda: list(DEFAULT_INTERRUPTION_TAINTS),
         description="Taint keys that announce a node's imminent loss.",
     )
+    mig_whole_hold_down_seconds: float = Field(
+        default=60.0,
+        ge=0,
+        le=86400,
+        description="How long a node sliced for MIG stays sliced once all its instances are free and no "
+        "waiting MIG job needs them, before its MIG config is set back to whole GPUs (all-disabled); a "
+        "whole-GPU gang waiting for GPUs sets it back at once. Short enough that one tenant's MIG jobs do not "
+        "keep the cluster sliced for the others, long enough that a tenant's next MIG job finds its instances.",
+    )
     spot_notice_seconds: int = Field(
         default=120,
         ge=5,

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from aisched.testing.cluster import TIMEOUT, LocalCluster, apply, list_objects, phase_of, wait_for, wait_phase
+from aisched.testing.cluster import TIMEOUT, LocalCluster, apply, job, list_objects, phase_of, wait_for, wait_phase
 from aisched.testing.operator import OperatorProcess
 from tests.builders import a_queue, a_training_job
 
@@ -64,7 +64,10 @@ def test_a_restart_beside_cpu_hogs_admits_nobody_beside_a_running_gang_of_a_full
     apply(cluster, "default", spec)
     try:
         apply(cluster, namespace, a_training_job("victim").queue(queue).gpus(QUOTA_GPUS).obj())
-        wait_phase(cluster, namespace, "victim", "Running")
+        try:
+            wait_phase(cluster, namespace, "victim", "Running")
+        except TimeoutError as e:
+            raise AssertionError(f"{e}: {job(cluster, namespace, 'victim').get('status')}") from e
 
         operator.kill()
         for n in range(NEWCOMERS):

@@ -27,6 +27,7 @@ from aisched.api.common import (
 from aisched.api.pod_priority import PRIORITY_RULES, check_priority_rules
 from aisched.api.pod_template import TEMPLATE_RULES, PodTemplate, check_template_rules
 from aisched.api.reserved_keys import RESERVED_KEY_RULES, check_reserved_keys
+from aisched.api.running_shape import INFERENCE_SERVICE_SHAPE_RULES
 from aisched.api.sharing import SHARE_RULES, GpuShare, check_share_rules
 
 # Its Service takes its name, its replica pods are `<name>-<hash>-<n>`.
@@ -188,7 +189,7 @@ class InferenceServiceStatus(ApiModel):
 class InferenceService(ApiModel):
     """Replicas of a model server on GPUs behind a Service, scaled to demand."""
 
-    model_config = validated_by(_NAME_RULE)
+    model_config = validated_by(_NAME_RULE, *INFERENCE_SERVICE_SHAPE_RULES)
 
     api_version: Literal["aisched.io/v1alpha1"] = API_VERSION
     kind: Literal["InferenceService"] = "InferenceService"

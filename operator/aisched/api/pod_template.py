@@ -244,6 +244,7 @@ _BOUNDS: dict[str, Any] = {
                 # (TrainingJobSpec's rules), the operator places and gates its pods itself.
                 "nodeName": _text(MAX_OBJECT_NAME_LENGTH),
                 "schedulingGates": _list(_OBJECT, 16),
+                "schedulingGroup": _OBJECT,
                 # Typed for the rules of api/pod_priority.py: the operator sets its pods' priority.
                 "priorityClassName": _text(MAX_OBJECT_NAME_LENGTH),
                 "priority": {"type": "integer"},
@@ -401,6 +402,9 @@ def _is_text(value: Any) -> bool:
 _GPU_IN = "has(c.resources) && has(c.resources.{kind}) && '" + GPU + "' in c.resources.{kind}"
 NODE_NAME_MESSAGE: Final = "template.spec.nodeName is not allowed: the operator chooses every pod's node"
 SCHEDULING_GATES_MESSAGE: Final = "template.spec.schedulingGates is not allowed: the operator gates its pods itself"
+SCHEDULING_GROUP_MESSAGE: Final = (
+    "template.spec.schedulingGroup is not allowed: the operator decides which pods kube-scheduler places as one gang"
+)
 GPU_AMOUNT_MESSAGE: Final = f"a container of the template may ask for {GPU} only exactly gpusPerReplica"
 GPU_CONTAINERS_MESSAGE: Final = f"only one container of the template may ask for {GPU}"
 INIT_GPU_MESSAGE: Final = (
@@ -414,6 +418,9 @@ INIT_GPU_MESSAGE: Final = (
 TEMPLATE_RULES: Final = [
     cel("!has(self.template.spec.nodeName)", NODE_NAME_MESSAGE),
     cel("!has(self.template.spec.schedulingGates)", SCHEDULING_GATES_MESSAGE),
+    # Kubernetes 1.37's Workload API: a pod naming a PodGroup of the tenant's would be bound by
+    # kube-scheduler with pods the queue never admitted, or hold back the operator's own gang.
+    cel("!has(self.template.spec.schedulingGroup)", SCHEDULING_GROUP_MESSAGE),
     *(
         cel(
             f"self.template.spec.containers.all(c, !({_GPU_IN.format(kind=kind)}) || "
@@ -441,6 +448,8 @@ def check_template_rules(template: dict[str, Any], gpus_per_replica: int) -> Non
         raise ValueError(NODE_NAME_MESSAGE)
     if "schedulingGates" in spec:
         raise ValueError(SCHEDULING_GATES_MESSAGE)
+    if "schedulingGroup" in spec:
+        raise ValueError(SCHEDULING_GROUP_MESSAGE)
     asking = 0
     for container in spec.get("containers", []):
         amounts = _gpu_amounts(container)

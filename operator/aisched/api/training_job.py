@@ -31,6 +31,7 @@ from aisched.api.common import (
 from aisched.api.pod_priority import PRIORITY_RULES, check_priority_rules
 from aisched.api.pod_template import MAX_PATH_LENGTH, TEMPLATE_RULES, PodTemplate, check_template_rules
 from aisched.api.reserved_keys import RESERVED_KEY_RULES, check_reserved_keys
+from aisched.api.running_shape import TRAINING_JOB_SHAPE_RULES
 from aisched.api.sharing import SHARE_RULES, GpuShare, check_share_rules
 
 # The most workers a gang may have; a placement names a node for each.
@@ -296,6 +297,12 @@ class Placement(ApiModel):
     )
     capacity_type: CapacityType | None = None
     gpu_type: StatusText | None = None
+    # What the gang was admitted with, so that its charge is what its workers were given whatever the
+    # spec says later (`aisched.policy.scheduler.jobs.admitted_shape`); unset on older placements.
+    gpus_per_replica: int | None = Field(
+        default=None, ge=1, le=64, description="spec.gpusPerReplica when the gang was admitted."
+    )
+    gpu_share: GpuShare | None = Field(default=None, description="spec.gpuShare when the gang was admitted.")
 
 
 class CheckpointRecord(ApiModel):
@@ -377,7 +384,7 @@ class TrainingJobStatus(ApiModel):
 class TrainingJob(ApiModel):
     """A gang of GPU workers placed together, queued fairly, checkpointed and resumed."""
 
-    model_config = validated_by(_NAME_RULE)
+    model_config = validated_by(_NAME_RULE, *TRAINING_JOB_SHAPE_RULES)
 
     api_version: Literal["aisched.io/v1alpha1"] = API_VERSION
     kind: Literal["TrainingJob"] = "TrainingJob"

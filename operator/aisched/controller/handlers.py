@@ -42,6 +42,18 @@ def register(
         jobs.pod_changed(record)
         serving.pod_changed(dict(event["object"]), deleted=event["type"] == "DELETED")
 
+    @kopf.on.event("resource.k8s.io", "v1", "resourceclaims", registry=registry)
+    async def claim_event(event: kopf.RawEvent, name: str, namespace: str | None, **_: Any) -> None:
+        # What a pod holds through DRA is what its claims are allocated: a claim's change is its pods'.
+        if event["type"] == "DELETED":
+            changed = inventory.delete_claim(namespace or "", name, _resource_version(event))
+        else:
+            changed = inventory.upsert_claim(dict(event["object"]))
+        for record in changed:
+            jobs.pod_changed(record)
+        if changed:
+            serving.capacity_changed()
+
     @kopf.on.event(GROUP, VERSION, "trainingjobs", registry=registry)
     async def training_job_event(event: kopf.RawEvent, name: str, namespace: str | None, **_: Any) -> None:
         if event["type"] == "DELETED":

@@ -6,12 +6,16 @@ this part makes its pod ask one there. Only should that instance be gone meanwhi
 not shown) is the pod moved to another node with one (same capacity type), as
 `policy.sharing.mig_configs.place_instances` packs them.
 
-Repartition: a profile no node has free is noted as waiting; `run` (a background loop) picks an
-idle node whose MIG manager may give it (`plan_repartition`), cordons it (marked with an
+Repartition: a profile no node has free is noted as waiting, by queue; `run` (a background loop) picks an
+idle node whose MIG manager may give it within the queue's bound (`policy.sharing.mig_plan`: no more
+GPUs than its waiting instances fill, packed, nor than its quota allows), cordons it (marked with an
 annotation of ours, so that we only ever uncordon what we cordoned), checks again that no pod holds
 one of its GPUs, and sets `nvidia.com/mig.config`. Once the MIG manager reports the config applied
 (`nvidia.com/mig.config.state=success`) it uncordons the node; the waiting pods are placed on the
-controllers' next pass. One repartition is in flight at a time.
+controllers' next pass. One repartition is in flight at a time. The way back is the same path: a
+sliced node whose instances are all free, and that no waiting instance could use, is set back to
+whole GPUs (`all-disabled`) after `hold_down_seconds` free (`mig_whole_hold_down_seconds`), or at
+once while a whole-GPU gang waits for GPUs (`cycle_asked`).
 """
 
 from __future__ import annotations
@@ -19,17 +23,19 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Protocol
 
-from aisched.api.sharing import GpuShare
 from aisched.kube.claims import with_mig_slice
 from aisched.kube.inventory import Inventory
 from aisched.kube.mig_nodes import CORDONED_ANNOTATION, NodeMig
 from aisched.kube.records import PodKey
+from aisched.policy.queueing import QueueQuota
 from aisched.policy.sharing.mig_configs import (
     CONFIG_LABEL,
+    DISABLED,
     STATE_FAILED,
     STATE_LABEL,
     STATE_SUCCESS,
@@ -37,7 +43,14 @@ from aisched.policy.sharing.mig_configs import (
     Repartition,
     model_of,
     place_instances,
-    plan_repartition,
+)
+from aisched.policy.sharing.mig_demand import QueuedSpec, waiting_mig
+from aisched.policy.sharing.mig_plan import (
+    UNKNOWN_QUEUE,
+    MigAsk,
+    plan_back_to_whole,
+    plan_bounded_repartition,
+    quota_ceilings,
 )
 
 log = logging.getLogger(__name__)
@@ -54,25 +67,6 @@ class NodePatcher(Protocol):
     async def patch_node(self, name: str, patch: dict[str, Any]) -> None: ...
 
 
-class SharedSpec(Protocol):
-    """What a TrainingJob's or an InferenceService's spec says of its replicas' GPUs."""
-
-    @property
-    def gpu_share(self) -> GpuShare | None: ...
-    @property
-    def replicas(self) -> int: ...
-
-
-def waiting_instances(specs: Iterable[SharedSpec]) -> dict[str, int]:
-    """MIG instances the SPECS (of jobs left waiting) ask, by profile."""
-    asked: dict[str, int] = {}
-    for spec in specs:
-        profile = spec.gpu_share.mig_profile if spec.gpu_share is not None else None
-        if profile is not None:
-            asked[profile] = asked.get(profile, 0) + spec.replicas
-    return asked
-
-
 class MigInstanceUnavailableError(Exception):
     """No node has a free instance of the profile now; a repartition may be under way."""
 
@@ -82,12 +76,25 @@ class MigPartitions:
     inventory: Inventory
     assumed: dict[PodKey, tuple[str, str]] = field(default_factory=dict)
     """Instances handed to pods the inventory has not seen yet, by pod: (node, profile)."""
-    waiting: dict[str, int] = field(default_factory=dict)
-    """Instances asked that no node had free, by profile, as of each profile's last refusal."""
-    waiting_since: dict[str, int] = field(default_factory=dict)
-    """The pass at which each waiting profile was last asked: an ask not repeated goes stale."""
+    asks: dict[tuple[str, str], int] = field(default_factory=dict)
+    """Instances asked that no node had free, by (queue, profile), as of each one's last ask."""
+    asks_since: dict[tuple[str, str], int] = field(default_factory=dict)
+    """The pass at which each was last asked: an ask not repeated goes stale."""
     passes: int = 0
     stale_after_passes: int = WAITING_PASSES
+    hold_down_seconds: float | None = None
+    """How long a sliced node stays so once its instances are all free and none waits for them; None:
+    the inventory's settings say (`mig_whole_hold_down_seconds`)."""
+    clock: Callable[[], float] = time.monotonic
+    ceilings: dict[str, int | None] = field(default_factory=dict)
+    """The most GPUs each queue may hold (`mig_plan.quota_ceiling`), as of the last cycle."""
+    whole_gpus_waiting: int = 0
+    """Whole GPUs gangs waited for at the last cycle (`whole_since`): sliced free GPUs go back for them."""
+    whole_since: int = 0
+    partitioned_for: dict[str, str] = field(default_factory=dict)
+    """The queue each node was sliced for: its GPUs count against that queue's bound while sliced."""
+    idle_since: dict[str, float] = field(default_factory=dict)
+    """When each sliced node was first seen with all its instances free (on `clock`)."""
     cordoned: Repartition | None = None
     """Cordoned on the last pass, to be relabelled on this one."""
     in_flight: Repartition | None = None
@@ -96,6 +103,28 @@ class MigPartitions:
     """The config the node in flight had before."""
     uncordoned: set[str] = field(default_factory=set)
     """Nodes uncordoned whose watch event has not come yet (they still show our annotation)."""
+    cordoned_for: str | None = None
+    """The queue the node cordoned last pass is to be sliced for; None: set back to whole GPUs."""
+
+    def __post_init__(self) -> None:
+        if self.hold_down_seconds is None:
+            self.hold_down_seconds = self.inventory.settings.mig_whole_hold_down_seconds
+
+    @property
+    def waiting(self) -> dict[str, int]:
+        """Instances asked that no node had free, by profile, every queue's together."""
+        totals: dict[str, int] = {}
+        for (_queue, profile), count in self.asks.items():
+            totals[profile] = totals.get(profile, 0) + count
+        return totals
+
+    @property
+    def waiting_since(self) -> dict[str, int]:
+        """The pass at which each waiting profile was last asked."""
+        since: dict[str, int] = {}
+        for (_queue, profile), at in self.asks_since.items():
+            since[profile] = max(since.get(profile, at), at)
+        return since
 
     def nodes(self) -> list[MigNode]:
         """Every node with MIG as placement and repartition see it, counting what was handed out."""
@@ -151,11 +180,11 @@ class MigPartitions:
         chosen = self._keep_planned(nodes, profile, pods)
         if chosen is None:
             free = sum(n.free(profile) for n in nodes)
-            self.waiting[profile] = len(pods) - free
-            self.waiting_since[profile] = self.passes
+            self.asks[(UNKNOWN_QUEUE, profile)] = len(pods) - free
+            self.asks_since[(UNKNOWN_QUEUE, profile)] = self.passes
             raise MigInstanceUnavailableError(f"{len(pods)} x {profile} asked, {free} free on nodes with MIG")
-        self.waiting.pop(profile, None)
-        self.waiting_since.pop(profile, None)
+        self.asks.pop((UNKNOWN_QUEUE, profile), None)
+        self.asks_since.pop((UNKNOWN_QUEUE, profile), None)
         placed = []
         for built, node in zip(pods, chosen, strict=True):
             pod = copy.deepcopy(built)
@@ -189,15 +218,26 @@ class MigPartitions:
                 chosen[index] = node
         return [str(node) for node in chosen]
 
-    def asked(self, demand: Mapping[str, int]) -> None:
-        """DEMAND (instances by profile) waits for placement: kept as waiting, for a repartition, for this pass."""
+    def asked(self, demand: Mapping[str, int], queue: str = UNKNOWN_QUEUE) -> None:
+        """DEMAND (instances by profile) of QUEUE waits for placement: kept as waiting, for a repartition
+        bounded by it, for this pass."""
         for profile, count in demand.items():
             if count <= 0:
                 continue
             # Asked again this pass (a cycle, or the other controller): the larger ask stands.
-            again = self.waiting.get(profile, 0) if self.waiting_since.get(profile) == self.passes else 0
-            self.waiting[profile] = max(count, again)
-            self.waiting_since[profile] = self.passes
+            key = (queue, profile)
+            again = self.asks.get(key, 0) if self.asks_since.get(key) == self.passes else 0
+            self.asks[key] = max(count, again)
+            self.asks_since[key] = self.passes
+
+    def cycle_asked(self, waiting: Iterable[tuple[QueuedSpec, str]], queues: Iterable[QueueQuota]) -> None:
+        """What a scheduling cycle left WAITING (each spec with its reason) asks of MIG (`waiting_mig`);
+        QUEUES bound what each queue may have sliced."""
+        demand = waiting_mig(waiting)
+        for queue, asked in demand.instances.items():
+            self.asked(asked, queue)
+        self.ceilings = quota_ceilings(queues)
+        self.whole_gpus_waiting, self.whole_since = demand.whole_gpus, self.passes
 
     def forget(self, pods: Sequence[dict[str, Any]]) -> None:
         for pod in pods:
@@ -206,8 +246,10 @@ class MigPartitions:
     async def step(self, kube: NodePatcher) -> None:
         """One pass: uncordon what is applied, then start the repartition the waiting instances need."""
         self.passes += 1
-        for profile in [p for p, since in self.waiting_since.items() if self.passes - since > self.stale_after_passes]:
-            del self.waiting[profile], self.waiting_since[profile]  # nobody asks any more (the job went, or fits)
+        for key in [k for k, since in self.asks_since.items() if self.passes - since > self.stale_after_passes]:
+            del self.asks[key], self.asks_since[key]  # nobody asks any more (the job went, or fits)
+        if self.passes - self.whole_since > self.stale_after_passes:
+            self.whole_gpus_waiting = 0
         mig = self.inventory.mig_nodes()
         if self.in_flight is not None:
             state = mig.get(self.in_flight.node)
@@ -228,18 +270,44 @@ class MigPartitions:
             await self._relabel(kube, self.cordoned)
             self.cordoned = None
             return
-        if not self.waiting:
+        nodes = self.nodes()
+        self._note_idle(nodes)
+        asks = [MigAsk(queue, profile, count) for (queue, profile), count in sorted(self.asks.items())]
+        bounded = plan_bounded_repartition(nodes, asks, self.partitioned_for, self.ceilings)
+        if bounded is not None:
+            await self._cordon(kube, bounded.repartition, bounded.queue)
+            for key in [k for k in self.asks if k[0] == bounded.queue]:
+                del self.asks[key], self.asks_since[key]
             return
-        profile, missing = max(self.waiting.items(), key=lambda item: item[1])
-        plan = plan_repartition(self.nodes(), profile, missing, self.waiting)
-        if plan is None:
-            return
+        back = plan_back_to_whole(
+            nodes,
+            asks,
+            self.idle_since,
+            self.clock(),
+            self.hold_down_seconds or 0.0,
+            whole_gpus_waiting=self.whole_gpus_waiting,
+        )
+        if back is not None:
+            await self._cordon(kube, back, None)
+
+    def _note_idle(self, nodes: Sequence[MigNode]) -> None:
+        """When each sliced node was first seen with all its instances free; forgotten once one is held."""
+        now = self.clock()
+        free = {n.name for n in nodes if n.config not in (None, DISABLED) and n.applied and n.idle}
+        self.idle_since = {name: self.idle_since.get(name, now) for name in free}
+        whole_or_gone = {n.name for n in nodes if n.config in (None, DISABLED)} | (
+            set(self.partitioned_for) - {n.name for n in nodes}
+        )
+        for name in whole_or_gone:
+            self.partitioned_for.pop(name, None)
+
+    async def _cordon(self, kube: NodePatcher, plan: Repartition, queue: str | None) -> None:
+        """Cordon PLAN's node, to relabel it on the next pass: for QUEUE's instances, or back to whole GPUs."""
         cordon = {"spec": {"unschedulable": True}, "metadata": {"annotations": {CORDONED_ANNOTATION: plan.config}}}
         await kube.patch_node(plan.node, cordon)
-        log.info("cordoned %s to repartition it to %s for %d x %s waiting", plan.node, plan.config, missing, profile)
-        self.cordoned = plan
-        self.waiting.pop(profile, None)
-        self.waiting_since.pop(profile, None)
+        why = f"for queue {queue or 'unnamed'}'s waiting instances" if queue is not None else "back to whole GPUs"
+        log.info("cordoned %s to repartition it to %s %s", plan.node, plan.config, why)
+        self.cordoned, self.cordoned_for = plan, queue
 
     def _left_cordoned(self, mig: dict[str, NodeMig]) -> Repartition | None:
         """A node an earlier operator process cordoned and did not uncordon (it stopped half way), if any."""
@@ -270,6 +338,11 @@ class MigPartitions:
         await kube.patch_node(plan.node, {"metadata": {"labels": {CONFIG_LABEL: plan.config, STATE_LABEL: "pending"}}})
         log.info("set %s on %s", plan.config, plan.node)
         self.in_flight, self.in_flight_from = plan, again.config
+        self.idle_since.pop(plan.node, None)
+        if self.cordoned_for is not None:
+            self.partitioned_for[plan.node] = self.cordoned_for
+        else:
+            self.partitioned_for.pop(plan.node, None)
 
     async def _uncordon(self, kube: NodePatcher, node: str) -> None:
         patch = {"spec": {"unschedulable": False}, "metadata": {"annotations": {CORDONED_ANNOTATION: None}}}

@@ -5,7 +5,8 @@ An InferenceService pass works out how many new replicas its service wants and a
 with its gangs (`policy.decision.decide`) and answers each: the replicas that start now, on
 which nodes, promised at once in the one in-flight record (`in_flight`) under the key the
 replica placement settles once their pods are made; or why they wait. The service's next
-pass makes the pods of what was granted.
+pass makes the pods of what was granted. Running replicas the cycle reclaims for a lending
+queue (`reclaim`) are handed the same way to the service's next pass, which retires them.
 
 A serving controller built without a cycle (its own tests) answers its asks in its pass,
 with the same decision over no gangs (`decide_alone`).
@@ -19,7 +20,7 @@ from datetime import datetime
 
 from aisched.controller.in_flight import InFlightPlacements, Promised, gpus_by_node
 from aisched.policy.cluster import ClusterSnapshot, Node
-from aisched.policy.decision import ReplicaAsk, ServiceKey, decide
+from aisched.policy.decision import ReplicaAsk, ReplicaReclaim, ServiceKey, decide
 from aisched.policy.queueing import MILLI, QueueQuota
 from aisched.policy.scheduler import HeldGpus
 from aisched.policy.serving import NewReplica, ServingPlan, ServingRequest
@@ -41,6 +42,8 @@ class ReplicaAsks:
     _answers: dict[ServiceKey, ServingPlan] = field(default_factory=dict)
     _granted: dict[ServiceKey, ReplicaAsk] = field(default_factory=dict)
     """The ask behind each answer with replicas to start, until its pass takes them (`take`)."""
+    _reclaimed: dict[ServiceKey, ReplicaReclaim] = field(default_factory=dict)
+    """Running replicas the cycle reclaimed for a lending queue, until the service's pass retires them."""
 
     def ask(self, ask: ReplicaAsk) -> None:
         """ASK replaces the service's earlier one; the cycle runs soon if it is new."""
@@ -76,6 +79,25 @@ class ReplicaAsks:
             changed = before is None or (before.unplaced, before.message) != (plan.unplaced, plan.message)
             if tell and (plan.start or changed):
                 self.on_answer(service)
+
+    def reclaim(self, reclaimed: Mapping[ServiceKey, ReplicaReclaim]) -> None:
+        """Running replicas that go for a lending queue's job: kept for the service's next pass (told at
+        once), and no longer offered to a cycle as reclaimable meanwhile (`reclaiming`)."""
+        for service, reclaim in reclaimed.items():
+            before = self._reclaimed.get(service, ReplicaReclaim((), ()))
+            pods = (*before.pods, *(p for p in reclaim.pods if p not in before.pods))
+            lenders = (*before.lenders, *(q for q in reclaim.lenders if q not in before.lenders))
+            self._reclaimed[service] = ReplicaReclaim(pods, lenders)
+            self.on_answer(service)
+
+    def reclaiming(self, service: ServiceKey) -> frozenset[str]:
+        """The pods of SERVICE reclaimed and not retired yet."""
+        reclaim = self._reclaimed.get(service)
+        return frozenset(reclaim.pods) if reclaim is not None else frozenset()
+
+    def take_reclaimed(self, service: ServiceKey) -> ReplicaReclaim | None:
+        """The replicas of SERVICE to retire for a lending queue, handed over once."""
+        return self._reclaimed.pop(service, None)
 
     def take(self, service: ServiceKey) -> ServingPlan | None:
         """The cycle's last answer for SERVICE; replicas it granted are handed over once (their promise

@@ -52,15 +52,16 @@ class GpuShares:
         self.mig = MigPartitions(self.inventory)
 
     def note_waiting_replicas(
-        self, key: tuple[str, str], share: GpuShare | None, count: int, gpu_type: str | None
+        self, key: tuple[str, str], share: GpuShare | None, count: int, gpu_type: str | None, queue: str = ""
     ) -> None:
-        """COUNT replicas of service KEY, each asking SHARE, fit nowhere now (0, or no share: none waits)."""
+        """COUNT replicas of service KEY, each asking SHARE, fit nowhere now (0, or no share: none waits); a
+        MIG repartition for them is bounded by QUEUE's quota ("": by what they fill only)."""
         if share is None or count <= 0:
             self.replicas_waiting.pop(key, None)
             return
         self.replicas_waiting[key] = (share, count, gpu_type)
         if share.mig_profile is not None:
-            self.mig.asked({share.mig_profile: count})
+            self.mig.asked({share.mig_profile: count}, queue)
 
     def forget(self, pods: Sequence[dict[str, Any]]) -> None:
         """PODS were not created after all: what they were handed is free again."""
@@ -77,15 +78,23 @@ class GpuShares:
         return [Gpu(node, f"gpu-{i}", record.gpu_product or "", memory) for i in range(record.allocatable_gpus)]
 
     def held(self, node: str, gpus: Sequence[Gpu]) -> list[HeldShare]:
-        """What NODE's pods hold of its GPUs: their shares, and whole GPUs (device plugin, other claims), which
-        the device plugin does not name: they count as the highest GPUs no share holds, as none may share them."""
+        """What NODE's pods hold of its GPUs: their shares, the GPUs other claims are allocated, and whole GPUs of
+        the device plugin, which it does not name: they count as the highest GPUs no claim holds, as none may
+        share them."""
         for key in [k for k in self.assumed if k in self.inventory.pods]:
             del self.assumed[key]  # the watch has shown it: the inventory counts it now
         shares = [(p.share, p) for p in self.inventory.pods_on_node(node) if p.share is not None and p.holds_gpus]
         held = [HeldShare((node, share.device), share.milli, share.memory_mib) for share, _ in shares]
         held += [HeldShare((node, s.device), s.milli, s.memory_mib) for n, s in self.assumed.values() if n == node]
         shared = {h.device for h in held}
-        whole = sum(p.gpus + p.claims for p in self.inventory.pods_on_node(node) if p.holds_gpus)
+        # GPUs other claims hold are known by name (their allocation); the device plugin's are not.
+        memory = {gpu.id: gpu.memory_mib for gpu in gpus}
+        claimed = {
+            (node, d.device) for p in self.inventory.pods_on_node(node) if p.holds_gpus for d in p.claimed
+        } - shared
+        held += [HeldShare(device, MILLI, memory.get(device, 0)) for device in sorted(claimed)]
+        shared |= claimed
+        whole = sum(p.gpus for p in self.inventory.pods_on_node(node) if p.holds_gpus)
         for gpu in sorted(gpus, key=lambda g: -device_index(g.device)):
             if whole <= 0:
                 break

@@ -23,9 +23,30 @@ def namespace_closing(error: BaseException) -> bool:
     return "is being terminated" in str(body.get("message", ""))
 
 
+class ForeignObjectError(ApiException):  # type: ignore[misc]  # the client's exceptions are untyped
+    """A create answered AlreadyExists, and the object of that name is not the operator's: it is not used.
+
+    A tenant may make first, under the name the operator will use, a ResourceClaimTemplate that
+    asks every GPU of a node, or a pod or Service of its own: taken as ours, it would be held,
+    charged and relied on as what the operator built. The job says so and what to do.
+    """
+
+    def __init__(self, kind: str, namespace: str, name: str, owner_kind: str) -> None:
+        what = "service" if owner_kind == "InferenceService" else "job"
+        self.message = f"{kind} {namespace}/{name} exists and is not aisched's: delete it or rename the {what}"
+        super().__init__(status=409, reason="AlreadyExists")
+        self.body = json.dumps({"message": self.message})
+
+    def __str__(self) -> str:
+        return self.message
+
+
 def refused_create(error: BaseException) -> str | None:
-    """What the API server said refusing a create (admission, Pod Security, an invalid object); None for
-    any other failure, which a retry may cure (a namespace being deleted is `namespace_closing`'s)."""
+    """What the API server said refusing a create (admission, Pod Security, an invalid object), or that the
+    object exists and is someone else's; None for any other failure, which a retry may cure (a namespace
+    being deleted is `namespace_closing`'s)."""
+    if isinstance(error, ForeignObjectError):
+        return error.message
     if not isinstance(error, ApiException) or error.status not in (400, 403, 422) or namespace_closing(error):
         return None
     try:

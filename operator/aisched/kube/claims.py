@@ -12,8 +12,11 @@ plan, and nothing is overcommitted that a race slipped past the operator.
 A MIG profile goes through NVIDIA's device plugin instead ("mixed" strategy): the pod asks one
 `nvidia.com/mig-<profile>` on the node chosen.
 
-The pod carries what it holds in an annotation the operator writes (device, thousandths, MiB),
-so the inventory counts it without watching claims. Pure builders: no I/O.
+What a pod holds is read from its claim as kube-scheduler allocated it (`kube/claim_records.py`):
+the device and the compute and memory consumed. The annotation the operator writes on the pod
+(device, thousandths, MiB) is a hint only, for the moment before the allocation, and only where it
+is what the claim made from the operator's template asks (a tenant may edit a pod's annotations).
+Pure builders: no I/O.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from typing import Any, Final
 
 from aisched.api.sharing import GpuShare, mig_milli
 from aisched.kube import labels
+from aisched.kube.quantities import parse_quantity
 
 DRIVER: Final = "gpu.nvidia.com"
 DEVICE_CLASS: Final = "gpu.nvidia.com"
@@ -82,7 +86,6 @@ def build_share_claim_template(
     OWNER (an ownerReference: the TrainingJob or InferenceService) takes the template with it; the
     claim made from it belongs to the pod.
     """
-    selector = f"device.attributes['{DRIVER}'].index == {device_index(share.device)}"
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
@@ -93,25 +96,61 @@ def build_share_claim_template(
             "annotations": {SHARE_ANNOTATION: share.annotation()},
             "ownerReferences": [owner],
         },
-        "spec": {
-            "spec": {
-                "devices": {
-                    "requests": [
-                        {
-                            "name": "gpu",
-                            "exactly": {
-                                "deviceClassName": DEVICE_CLASS,
-                                "selectors": [{"cel": {"expression": selector}}],
-                                "capacity": {
-                                    "requests": {"compute": str(share.milli), "memory": f"{share.memory_mib}Mi"}
-                                },
-                            },
-                        }
-                    ]
-                }
-            }
-        },
+        "spec": {"spec": share_claim_spec(share)},
     }
+
+
+def share_claim_spec(share: PodShare) -> dict[str, Any]:
+    """The ResourceClaim spec that asks SHARE of its GPU: what the operator's template makes, and nothing else."""
+    selector = f"device.attributes['{DRIVER}'].index == {device_index(share.device)}"
+    return {
+        "devices": {
+            "requests": [
+                {
+                    "name": "gpu",
+                    "exactly": {
+                        "deviceClassName": DEVICE_CLASS,
+                        "selectors": [{"cel": {"expression": selector}}],
+                        "capacity": {"requests": {"compute": str(share.milli), "memory": f"{share.memory_mib}Mi"}},
+                    },
+                }
+            ]
+        }
+    }
+
+
+def same_claim_spec(stored: Any, built: dict[str, Any]) -> bool:
+    """STORED (a claim's or template's spec as the API server keeps it) asks what BUILT asks.
+
+    The API server fills in the defaults of a request (`allocationMode: ExactCount`, `count: 1`)
+    and writes quantities in canonical form ("1000" as "1k", "1024Mi" as "1Gi"): both sides are
+    compared as they mean, anything else must be equal. A template a tenant made first with
+    `allocationMode: All` or another selector is not the operator's, whatever its name.
+    """
+    return isinstance(stored, dict) and _claim_meaning(stored) == _claim_meaning(built)
+
+
+def _claim_meaning(spec: dict[str, Any]) -> Any:
+    devices = spec.get("devices")
+    if not isinstance(devices, dict):
+        return spec
+    requests = devices.get("requests")
+    if not isinstance(requests, list):
+        return spec
+    meant = []
+    for request in requests:
+        exactly = request.get("exactly") if isinstance(request, dict) else None
+        if not isinstance(exactly, dict):
+            meant.append(request)
+            continue
+        exactly = {"allocationMode": "ExactCount", **exactly}
+        if exactly["allocationMode"] == "ExactCount":
+            exactly.setdefault("count", 1)
+        capacity = exactly.get("capacity")
+        if isinstance(capacity, dict) and isinstance(asked := capacity.get("requests"), dict):
+            exactly["capacity"] = {**capacity, "requests": {k: parse_quantity(v) for k, v in asked.items()}}
+        meant.append({**request, "exactly": exactly})
+    return {**spec, "devices": {**devices, "requests": meant}}
 
 
 def with_share_claim(pod: dict[str, Any], template_name: str, share: PodShare) -> dict[str, Any]:

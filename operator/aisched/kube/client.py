@@ -3,8 +3,10 @@
 The `kubernetes` client is synchronous; every call runs in one of the client's
 own threads (as many as its connection pool) so the kopf event loop never
 blocks and hundreds of jobs' writes overlap; asyncio's default pool has only
-cpu_count + 4 threads. NotFound on delete and AlreadyExists on create
-are success: every write is idempotent, so a restarted operator can repeat it.
+cpu_count + 4 threads. NotFound on delete is success, and AlreadyExists on create
+when the object there is the operator's own (`ownership.py`): every write is
+idempotent, so a restarted operator can repeat it; an object someone else made
+first under that name is refused (`ForeignObjectError`), never adopted.
 
 Every request carries a deadline (`request_timeout_seconds`): a hung API server costs a
 reconcile its timeout, never the thread for good. Under leader election every write first
@@ -32,7 +34,9 @@ from kubernetes.client.exceptions import ApiException
 
 from aisched.api import GROUP, VERSION
 from aisched.kube import labels
+from aisched.kube.api_errors import ForeignObjectError
 from aisched.kube.events import EventRecorder, TokenBucket
+from aisched.kube.ownership import is_own, names_owner
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -167,6 +171,20 @@ class KubeClient:
     async def list_pods(self, convert: Callable[[dict[str, Any]], T], *, page_size: int) -> Listing[T]:
         return await self._list(self.core.list_pod_for_all_namespaces, convert, page_size)
 
+    async def list_resource_claims(self, convert: Callable[[dict[str, Any]], T], *, page_size: int) -> Listing[T]:
+        """Every DRA ResourceClaim (resource.k8s.io/v1), in every namespace: what pods hold through them.
+
+        None on a cluster that serves no resource.k8s.io/v1 (before Kubernetes 1.34): no pod holds a claim there.
+        """
+        method = functools.partial(self.custom.list_cluster_custom_object, "resource.k8s.io", "v1", "resourceclaims")
+        try:
+            return await self._list(method, convert, page_size)
+        except ApiException as error:
+            if error.status != 404:
+                raise
+            log.warning("the cluster serves no resource.k8s.io/v1 ResourceClaims: no DRA claim is counted")
+            return Listing([], "")
+
     async def list_custom(self, plural: str, convert: Callable[[dict[str, Any]], T], *, page_size: int) -> Listing[T]:
         """Every object of one of our kinds, in every namespace."""
         method = functools.partial(self.custom.list_cluster_custom_object, GROUP, VERSION, plural)
@@ -252,19 +270,61 @@ class KubeClient:
     # -- writes -------------------------------------------------------------
 
     async def create(self, obj: dict[str, Any]) -> None:
-        namespace = obj["metadata"]["namespace"]
+        """Create OBJ (a Pod, a Service or a GPU share's ResourceClaimTemplate) owned by its first ownerReference.
+
+        AlreadyExists is success only when the object there is ours (an earlier attempt made it):
+        ForeignObjectError when it is anyone else's, which is then neither used nor changed. A claim
+        template that names our owner but asks another GPU (an earlier attempt's, which chose another) is
+        replaced: nothing uses it, as its pod was never made.
+        """
+        namespace, name = obj["metadata"]["namespace"], obj["metadata"]["name"]
         try:
-            if obj["kind"] == "Pod":
-                await self._send(self.core.create_namespaced_pod, namespace, obj)
-            elif obj["kind"] == "ResourceClaimTemplate":  # a GPU share's (kube/claims.py)
-                group, version = obj["apiVersion"].split("/")
-                create = self.custom.create_namespaced_custom_object
-                await self._send(create, group, version, namespace, "resourceclaimtemplates", obj)
-            else:
-                await self._send(self.core.create_namespaced_service, namespace, obj)
+            await self._create(obj)
         except ApiException as error:
-            if error.status != 409:  # AlreadyExists: an earlier attempt got there
+            if error.status != 409:
                 raise
+            existing = await self._existing(obj)
+            if existing is None:
+                raise  # gone again since: the next attempt creates it
+            if is_own(existing, obj):
+                return
+            if obj["kind"] == "ResourceClaimTemplate" and names_owner(existing, obj):
+                await self.delete_claim_template(namespace, name)
+                await self._create(obj)  # AlreadyExists again is an error, retried as any other
+                return
+            owner = (obj["metadata"].get("ownerReferences") or [{}])[0].get("kind", "")
+            raise ForeignObjectError(obj["kind"], namespace, name, owner) from None
+
+    async def _create(self, obj: dict[str, Any]) -> None:
+        namespace = obj["metadata"]["namespace"]
+        if obj["kind"] == "Pod":
+            await self._send(self.core.create_namespaced_pod, namespace, obj)
+        elif obj["kind"] == "ResourceClaimTemplate":  # a GPU share's (kube/claims.py)
+            group, version = obj["apiVersion"].split("/")
+            create = self.custom.create_namespaced_custom_object
+            await self._send(create, group, version, namespace, "resourceclaimtemplates", obj)
+        else:
+            await self._send(self.core.create_namespaced_service, namespace, obj)
+
+    async def _existing(self, obj: dict[str, Any]) -> dict[str, Any] | None:
+        """The object of OBJ's kind, namespace and name as the API server has it now; None when there is none.
+
+        A list of one, by field selector: the operator lists what it creates, and needs no `get`.
+        """
+        namespace, selector = obj["metadata"]["namespace"], f"metadata.name={obj['metadata']['name']}"
+        if obj["kind"] == "Pod":
+            method: Any = functools.partial(self.core.list_namespaced_pod, namespace)
+        elif obj["kind"] == "ResourceClaimTemplate":
+            group, version = obj["apiVersion"].split("/")
+            method = functools.partial(
+                self.custom.list_namespaced_custom_object, group, version, namespace, "resourceclaimtemplates"
+            )
+        else:
+            method = functools.partial(self.core.list_namespaced_service, namespace)
+        response = await self._call(method, field_selector=selector, _preload_content=False)
+        items = json.loads(response.data).get("items") or []
+        found: dict[str, Any] | None = items[0] if items else None
+        return found
 
     async def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
         body = client.V1DeleteOptions(grace_period_seconds=grace_seconds)

@@ -1,8 +1,9 @@
-"""The operator's picture of the cluster, fed by node and pod watches.
+"""The operator's picture of the cluster, fed by node, pod and ResourceClaim watches.
 
 Every node's GPUs, product, topology labels, capacity type, taints and health;
-every pod's GPU requests (all pods, not only ours). Watch events keep it
-current; a periodic relist (`relist_nodes`/`relist_pods`) repairs whatever a
+every pod's GPU requests (all pods, not only ours), and the GPUs its DRA claims
+are allocated (`claim_records.py`: as the API server says, never as the pod
+names them). Watch events keep it current; a periodic relist (`relist_nodes`/`relist_pods`) repairs whatever a
 dropped watch missed, so it converges after restarts and missed events.
 
 A relist never puts back older state than the watch already gave: each object's
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from aisched.kube.claim_records import ClaimBook, ClaimKey, ClaimRecord, read_claim, with_claims
 from aisched.kube.mig_nodes import NodeMig
 from aisched.kube.records import NodeRecord, PodKey, PodRecord, read_node, read_pod
 from aisched.kube.versions import VersionLedger
@@ -65,7 +67,8 @@ class Inventory:
     _mig: dict[str, NodeMig] = field(default_factory=dict)
     """Nodes with MIG (a MIG manager's config label, or instances advertised): what they say of it."""
     _sharing: dict[str, dict[str, int]] = field(default_factory=dict)
-    """Per node, per GPU device: how many pods hold a share of it (a GPU shared by any is used)."""
+    """Per node, per GPU device: how many pods hold it through a claim, whole or a share (a GPU any holds is used)."""
+    _claims: ClaimBook = field(default_factory=ClaimBook)
 
     def __post_init__(self) -> None:
         self._label_keys = NodeLabelKeys(
@@ -194,7 +197,8 @@ class Inventory:
                 if pod.share is not None and pod.holds_gpus:
                     milli, left = devices.get(pod.share.device, (MILLI, memory))
                     devices[pod.share.device] = (milli - pod.share.milli, left - pod.share.memory_mib)
-            parts[name] = devices
+            if devices:  # a node whose claims hold whole GPUs only has no parts to share
+                parts[name] = devices
         mig_nodes, mig_free = [], {}
         for name, mig in self._mig.items():
             node = self.nodes.get(name)
@@ -235,13 +239,19 @@ class Inventory:
             return False
         self._pod_versions.saw(key, record.resource_version)
         old = self._forget_pod(key)
+        record = with_claims(record, self._claims.claims)
+        self._keep_pod(record)
+        return old != record
+
+    def _keep_pod(self, record: PodRecord) -> None:
+        key = (record.namespace, record.name)
         self.pods[key] = record
         if record.gpu_node:
             self._pods_by_node[record.gpu_node].add(key)
             self._hold(record, +1)
         if record.job_key:
             self._pods_by_job[record.job_key].add(key)
-        return old != record
+        self._claims.index(record, add=True)
 
     def delete_pod(self, namespace: str, name: str, resource_version: str | None = None) -> PodRecord | None:
         """A pod's deletion: the record it removed, or None (no such pod, or we hold a newer one)."""
@@ -256,9 +266,10 @@ class Inventory:
         self._pod_versions.begin_relist(list_version)
         listed, changed = set(), []
         for record in records:
-            listed.add((record.namespace, record.name))
+            key = (record.namespace, record.name)
+            listed.add(key)
             if self.put_pod(record):
-                changed.append(record)
+                changed.append(self.pods[key])  # as kept: with what its claims hold
         for namespace, name in self._pod_versions.absent(listed, list_version):
             removed = self.delete_pod(namespace, name, list_version)
             if removed is not None:
@@ -278,17 +289,68 @@ class Inventory:
             self._hold(old, -1)
         if old.job_key:
             _discard(self._pods_by_job, old.job_key, key)
+        self._claims.index(old, add=False)
         return old
+
+    # -- DRA claims: what pods hold through them ------------------------------
+
+    def claim_from_object(self, obj: dict[str, Any]) -> ClaimRecord | None:
+        """OBJ (a ResourceClaim) as the inventory keeps it; None (and a log line) for one that cannot be read."""
+        try:
+            return read_claim(obj)
+        except Exception:
+            log.exception("cannot read ResourceClaim %r; keeping what was known of it", _name_of(obj))
+            return None
+
+    def upsert_claim(self, obj: dict[str, Any]) -> list[PodRecord]:
+        """A ResourceClaim's watch event; the pods whose holdings it changed, as they are now."""
+        record = self.claim_from_object(obj)
+        return self.put_claim(record) if record is not None else []
+
+    def put_claim(self, record: ClaimRecord) -> list[PodRecord]:
+        key = (record.namespace, record.name)
+        return self._claim_changed(key) if self._claims.put(record) else []
+
+    def delete_claim(self, namespace: str, name: str, resource_version: str | None = None) -> list[PodRecord]:
+        """A ResourceClaim's deletion: the pods that held its GPUs, as they are now (holding none of them)."""
+        key = (namespace, name)
+        return self._claim_changed(key) if self._claims.delete(key, resource_version) else []
+
+    def relist_claims(self, records: Iterable[ClaimRecord], list_version: str) -> list[PodRecord]:
+        """Every ResourceClaim as of LIST_VERSION; the pods whose holdings changed."""
+        self._claims.begin_relist(list_version)
+        listed, changed = set(), {}
+        for record in records:
+            listed.add((record.namespace, record.name))
+            changed.update({(p.namespace, p.name): p for p in self.put_claim(record)})
+        for namespace, name in self._claims.absent(listed, list_version):
+            changed.update({(p.namespace, p.name): p for p in self.delete_claim(namespace, name, list_version)})
+        return list(changed.values())
+
+    def claim(self, namespace: str, name: str) -> ClaimRecord | None:
+        return self._claims.claims.get((namespace, name))
+
+    def _claim_changed(self, key: ClaimKey) -> list[PodRecord]:
+        """Count again what the pods naming claim KEY hold; those whose holdings changed."""
+        changed = []
+        for pod_key in self._claims.named_by(key):
+            old = self.pods.get(pod_key)
+            if old is None:
+                continue
+            new = with_claims(old, self._claims.claims)
+            if new != old:
+                self._forget_pod(pod_key)
+                self._keep_pod(new)
+                changed.append(new)
+        return changed
 
     def _hold(self, record: PodRecord, sign: int) -> None:
         """Count RECORD's GPUs on its node (SIGN +1) or stop counting them (-1), in the snapshot kept too."""
         if not record.holds_gpus or record.gpu_node is None:
             return
         node = record.gpu_node
-        # Another DRA claim holds at least one GPU whole, as far as the operator can tell.
-        delta = sign * (record.gpus + record.claims)
-        if record.share is not None:
-            delta += self._share_holders(node, record.share.device, sign)
+        # A GPU a claim holds, whole or in part, is one GPU in use however many pods hold it.
+        delta = sign * record.gpus + sum(self._share_holders(node, device, sign) for device in record.devices)
         if not delta:
             return
         used = self._used.get(node, 0) + delta
@@ -331,7 +393,7 @@ class Inventory:
 
     def shared_nodes(self) -> list[str]:
         """Nodes where some pod holds a part of a GPU (by a DRA share)."""
-        return sorted(self._sharing)
+        return sorted(n for n in self._sharing if any(p.share and p.holds_gpus for p in self.pods_on_node(n)))
 
     def smallest_gpu_memory_mib(self) -> int:
         """MiB of the smallest GPU a share could land on, 0 when a GPU node does not say: a memory share is

@@ -32,9 +32,20 @@ from aisched.policy.cluster import Node, NodeLabelKeys, Taint, node_from_labels
 log = logging.getLogger(__name__)
 
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
+MAX_CLAIM_ENTRIES = 128  # entries read of one pod: a forged list of thousands costs its own accuracy only
 
 PodKey = tuple[str, str]
 """(namespace, name) of a pod."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedDevice:
+    """One GPU a pod holds through an allocated DRA claim: its device name on the node, and what it consumes."""
+
+    device: str
+    milli: int
+    """Thousandths of the GPU's compute it consumes (1000: all of it, a device allocated whole)."""
+    memory_mib: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +53,7 @@ class PodRecord:
     namespace: str
     name: str
     node: str | None
+    """The node it is bound to: kube-scheduler bound it there, or its kubelet admitted it (`_bound_node`)."""
     gpus: int
     phase: str
     labels: dict[str, str]
@@ -61,19 +73,37 @@ class PodRecord:
 
     pinned_node: str | None = None  # nodeSelector kubernetes.io/hostname: where it will bind
     share: PodShare | None = None
-    """Ours only: the part of one GPU the operator gave it through a DRA claim."""
+    """Ours only: the part of one GPU its DRA claim holds (`kube.claim_records.with_claims` fills it in)."""
     mig_milli: int = 0
     """GPU-equivalents (thousandths) of the MIG instances it asks of the device plugin."""
     mig_profiles: tuple[str, ...] = ()
     """The profile of each MIG instance it asks (one entry per instance), for the instances left on its node."""
-    claims: int = 0
-    """DRA claims it names that are not the operator's share: each counts as a whole GPU."""
+    claimed: tuple[ClaimedDevice, ...] = ()
+    """GPUs its other DRA claims hold on its node, as allocated and reserved for it (`with_claims` fills it in)."""
+    claim_names: tuple[str, ...] = ()
+    """The ResourceClaims its other claim entries name (spec, or kube-controller-manager's status for templates)."""
+    share_claim: str | None = None
+    """Ours only: the ResourceClaim made for the operator's share entry, once kube-controller-manager made it."""
+    share_hint: PodShare | None = None
+    """Ours only: the share the operator wrote on it, which stands for its claim until that is allocated."""
     resource_version: str = field(default="", compare=False)
+
+    @property
+    def claims(self) -> int:
+        """GPUs its other claims hold: each in use, whole, as far as anyone else can tell."""
+        return len(self.claimed)
 
     @property
     def gpu_milli(self) -> int:
         """Every GPU it holds, in GPU-equivalents (thousandths): whole, share, MIG instances, other claims."""
-        return (self.gpus + self.claims) * 1000 + (self.share.milli if self.share else 0) + self.mig_milli
+        claimed = sum(device.milli for device in self.claimed)
+        return self.gpus * 1000 + claimed + (self.share.milli if self.share else 0) + self.mig_milli
+
+    @property
+    def devices(self) -> tuple[str, ...]:
+        """The device names of the GPUs its claims hold (share included), each a GPU in use on its node."""
+        held = tuple(device.device for device in self.claimed)
+        return (self.share.device, *held) if self.share else held
 
     @property
     def gpu_node(self) -> str | None:
@@ -169,10 +199,11 @@ def read_pod(obj: dict[str, Any], gpu_resource: str) -> PodRecord:
     conditions = {c.get("type"): c for c in _items(status.get("conditions"))}
     scheduled = _mapping(conditions.get("PodScheduled"))
     unschedulable = scheduled.get("status") == "False" and scheduled.get("reason") == "Unschedulable"
+    share_claim, claim_names = _claim_names(spec, status, ours)
     return PodRecord(
         namespace=sys.intern(metadata["namespace"]),
         name=metadata["name"],
-        node=_interned_text(spec.get("nodeName")),
+        node=_bound_node(spec, status, scheduled),
         gpus=_requested_gpus(spec, gpu_resource),
         phase=sys.intern(_text(status.get("phase")) or "Pending"),
         labels=ours,
@@ -182,16 +213,40 @@ def read_pod(obj: dict[str, Any], gpu_resource: str) -> PodRecord:
         exit_code=exit_code,
         termination_message=message if ours else None,
         pinned_node=_pinned_node(spec, ours),
-        share=_share(metadata, ours),
+        share_hint=_share(metadata, spec, ours),
         mig_milli=_requested_mig_milli(spec),
         mig_profiles=requested_profiles(spec),
-        claims=_other_claims(spec, ours),
+        claim_names=claim_names,
+        share_claim=share_claim,
         unschedulable_since=_timestamp(scheduled.get("lastTransitionTime")) if unschedulable else None,
         unschedulable_message=_text(scheduled.get("message")) if unschedulable and ours else None,
         tracked=labels.REPORT_FINALIZER in _strings(metadata.get("finalizers")),
         gone_by=_timestamp(metadata.get("deletionTimestamp")),
         resource_version=_text(metadata.get("resourceVersion")) or "",
     )
+
+
+def _bound_node(spec: dict[str, Any], status: dict[str, Any], scheduled: dict[str, Any]) -> str | None:
+    """The node the pod is bound to; None while it is not, whatever its spec.nodeName says.
+
+    Anyone who may create a pod may set its nodeName, on a node whose kubelet never runs it (a
+    node that is gone, or full): kube-scheduler would count it there, but it holds nothing until
+    it is bound. Bound is what only the cluster writes: the binding kube-scheduler makes sets
+    PodScheduled True with the nodeName; a kubelet (or KWOK, which plays one) that admits a pod
+    created with a nodeName writes its status (PodScheduled True, a phase past Pending, container
+    statuses). A tenant cannot write a pod's status: `edit` grants no pods/status, and the API
+    server drops the status a create sends.
+    """
+    node = _interned_text(spec.get("nodeName"))
+    if node is None:
+        return None
+    admitted = (
+        scheduled.get("status") == "True"
+        or status.get("phase") in ("Running", "Succeeded", "Failed")
+        or bool(_items(status.get("containerStatuses")))
+        or bool(_items(status.get("initContainerStatuses")))
+    )
+    return node if admitted else None
 
 
 def _pinned_node(spec: dict[str, Any], ours: dict[str, str]) -> str | None:
@@ -228,9 +283,12 @@ def _requested_gpus(spec: dict[str, Any], resource: str) -> int:
     return max(sum(requested(c) for c in _items(spec.get("containers"))) + sidecars, init_peak)
 
 
-def _share(metadata: dict[str, Any], ours: dict[str, str]) -> PodShare | None:
-    """The share the operator wrote on a pod of its own; anyone else's annotation means nothing."""
-    if labels.JOB_KIND not in ours:
+def _share(metadata: dict[str, Any], spec: dict[str, Any], ours: dict[str, str]) -> PodShare | None:
+    """The share the operator wrote on a pod of its own that names its share claim; anyone else's means nothing.
+
+    A hint only: what the pod holds is what its claim is allocated (`kube.claim_records.with_claims`).
+    """
+    if labels.JOB_KIND not in ours or not any(c.get("name") == CLAIM_NAME for c in _items(spec.get("resourceClaims"))):
         return None
     return read_share(_mapping(metadata.get("annotations")).get(SHARE_ANNOTATION))
 
@@ -248,9 +306,27 @@ def _requested_mig_milli(spec: dict[str, Any]) -> int:
     return total
 
 
-def _other_claims(spec: dict[str, Any], ours: dict[str, str]) -> int:
-    """The pod's DRA claims other than the operator's share (which only a pod of ours has)."""
-    return sum(1 for c in _items(spec.get("resourceClaims")) if not (ours and c.get("name") == CLAIM_NAME))
+def _claim_names(
+    spec: dict[str, Any], status: dict[str, Any], ours: dict[str, str]
+) -> tuple[str | None, tuple[str, ...]]:
+    """(the ResourceClaim of the operator's share entry, those of its other entries), by the claims' names.
+
+    An entry names its claim, or a template whose claim kube-controller-manager makes and names
+    in the pod's status; an entry with neither names nothing. Only a pod of ours has a share entry.
+    """
+    made = {
+        entry.get("name"): claim
+        for entry in _items(status.get("resourceClaimStatuses"))
+        if (claim := _text(entry.get("resourceClaimName")))
+    }
+    share, others = None, []
+    for entry in _items(spec.get("resourceClaims"))[:MAX_CLAIM_ENTRIES]:
+        claim = _text(entry.get("resourceClaimName")) or made.get(entry.get("name"))
+        if labels.JOB_KIND in ours and entry.get("name") == CLAIM_NAME:
+            share = claim
+        elif claim is not None and claim not in others:
+            others.append(claim)
+    return share, tuple(others)
 
 
 def _termination(status: dict[str, Any]) -> tuple[int | None, str | None]:

@@ -110,6 +110,12 @@ class WorkloadMetrics:
         )
         for result in PLACEMENT_RESULTS:
             self.placement_duration.labels(result)
+        self._queue_objects: set[str] = set()
+        """Queues reported from their Queue object (`record_queue`) and not forgotten."""
+        self._named_queues: set[str] = set()
+        """Queue names jobs of the latest census name, Queue or not (a tenant may write any)."""
+        self._labelled_queues: set[str] = set()
+        """Every queue label some series has now."""
 
     def cluster_gauges(self) -> tuple[Gauge, ...]:
         """The gauges that describe the cluster, which only the leader reports."""
@@ -126,7 +132,12 @@ class WorkloadMetrics:
     def record_jobs(self, counts: Mapping[tuple[str, str], int]) -> None:
         """Replace the job census: `counts[(queue, phase)]`; every phase of a seen queue is set."""
         self.jobs.clear()
-        for queue in {queue for queue, _ in counts}:
+        named = {queue for queue, _ in counts}
+        for gone in self._labelled_queues - named - self._queue_objects:
+            self._drop_queue(gone)
+        self._named_queues = named
+        self._labelled_queues |= named
+        for queue in named:
             for phase in PHASES:
                 self.jobs.labels(queue, phase).set(0)
             for phase in FINISHED_PHASES:
@@ -135,27 +146,54 @@ class WorkloadMetrics:
             self.jobs.labels(queue, check("phase", phase, PHASES)).set(count)
 
     def record_job_pending(self, namespace: str, job_name: str, queue: str, since: datetime) -> None:
+        self._labelled_queues.add(queue)
         self.job_queued_timestamp.labels(namespace, job_name, queue).set(since.timestamp())
 
     def record_job_admitted(self, namespace: str, job_name: str, queue: str, waited_seconds: float) -> None:
         """A job left the queue: observe how long it waited and stop reporting it as pending."""
+        self._labelled_queues.add(queue)
         self.queue_wait.labels(queue).observe(waited_seconds)
         self.job_queued_timestamp.remove_by_labels({"namespace": namespace, "job_name": job_name})
 
     def record_job_finished(self, queue: str, phase: str) -> None:
+        self._labelled_queues.add(queue)
         self.jobs_completed.labels(queue, check("phase", phase, FINISHED_PHASES)).inc()
 
     def record_preemption(self, queue: str) -> None:
+        self._labelled_queues.add(queue)
         self.preemptions.labels(queue).inc()
 
     def record_queue(self, queue: str, *, nominal_gpus: int, used_gpus: float, borrowed_gpus: int) -> None:
+        self._queue_objects.add(queue)
+        self._labelled_queues.add(queue)
         self.queue_gpus_nominal.labels(queue).set(nominal_gpus)
         self.queue_gpus_used.labels(queue).set(used_gpus)
         self.queue_gpus_borrowed.labels(queue).set(borrowed_gpus)
 
     def forget_queue(self, queue: str) -> None:
+        """The Queue object is gone: its gauges go; its counters too, unless a live job still names it."""
+        self._queue_objects.discard(queue)
         for gauge in (self.queue_gpus_nominal, self.queue_gpus_used, self.queue_gpus_borrowed):
             gauge.remove_by_labels({"queue": queue})
+        if queue not in self._named_queues:
+            self._drop_queue(queue)
+
+    def _drop_queue(self, queue: str) -> None:
+        """Every series of a queue label that neither a Queue object nor any job has any more: the one
+        place they are dropped, so names made up by tenants leave nothing behind."""
+        self._labelled_queues.discard(queue)
+        selector = {"queue": queue}
+        for metric in (
+            self.jobs,
+            self.jobs_completed,
+            self.queue_wait,
+            self.preemptions,
+            self.queue_gpus_nominal,
+            self.queue_gpus_used,
+            self.queue_gpus_borrowed,
+            self.job_queued_timestamp,
+        ):
+            metric.remove_by_labels(selector)
 
     def record_placement(self, seconds: float, *, placed: bool) -> None:
         self.placement_duration.labels("Placed" if placed else "NoFit").observe(seconds)

@@ -5,24 +5,34 @@ for its gangs and for each service's new replicas together, so both are taken in
 order (priority first, then `queueing.fair_order`) against one snapshot and one quota ledger.
 A service's replicas are not a gang: as many start as free GPUs and the queue's quota hold,
 and they never preempt, shrink or reserve (`JobRequest.replica_set`); neither are they ever
-preempted by a gang. Where they run is the serving policy's choice (`policy.serving`: capacity
-mix, spread), made afterwards on what the cycle left them: the GPUs its gangs took are taken,
-the GPUs `schedule` gave the service are free for it, and the nodes a higher gang's
-reservation holds are kept off.
+preempted by a gang, but for quota lent: a job of a queue within its nominal quota takes back
+what another queue of its cohort borrows through its replicas (`scheduler.preemption`), and the
+serving controller retires them (`Decision.reclaimed`). Where they run is the serving
+policy's choice (`policy.serving`: capacity mix, spread), made afterwards on what the cycle
+left them: the GPUs its gangs took are taken, the GPUs `schedule` gave the service are free
+for it, and the nodes a higher gang's reservation holds are kept off.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from aisched.api.common import CapacityType, SpotPolicy
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.placement import Placement, hold, release
 from aisched.policy.queueing import QUOTA_EXCEEDED, QueueQuota
-from aisched.policy.scheduler import Applied, HeldGpus, JobRequest, ScheduleResult, apply_result, schedule
+from aisched.policy.scheduler import (
+    Applied,
+    HeldGpus,
+    JobRequest,
+    ReclaimedReplica,
+    ScheduleResult,
+    apply_result,
+    schedule,
+)
 from aisched.policy.scheduler.service import FIRST_BAND_GPU_SECONDS
 from aisched.policy.scheduler.state import ADMISSIONS_PER_CYCLE
 from aisched.policy.serving import (
@@ -92,6 +102,21 @@ class ReplicaAsk:
 
 
 @dataclass(frozen=True)
+class ReplicaReclaim:
+    """Running replicas of one service that go: a lending queue takes back the GPUs its queue borrowed."""
+
+    pods: tuple[str, ...]
+    lenders: tuple[str, ...]
+    """The queues that reclaim them."""
+
+    @property
+    def message(self) -> str:
+        """What the service's status and events say: the lending queue, never another tenant's object."""
+        queues = ", ".join(self.lenders)
+        return f"{len(self.pods)} replica(s) reclaimed by the lending queue {queues}"
+
+
+@dataclass(frozen=True)
 class Decision:
     """A cycle's answer: what `schedule` decided for the gangs, and for each service that asked, the
     replicas it starts now (none, when it waits: `unplaced` and the message say why)."""
@@ -100,6 +125,8 @@ class Decision:
     replicas: Mapping[ServiceKey, ServingPlan]
     replicas_deferred: tuple[ServiceKey, ...] = ()
     """Services the cycle did not reach (it admitted its most): the next cycle, at once, does."""
+    reclaimed: Mapping[ServiceKey, ReplicaReclaim] = field(default_factory=dict)
+    """Running replicas that go, by service, for the lending queues' jobs admitted in their GPUs."""
 
 
 def decide(
@@ -124,8 +151,9 @@ def decide(
         first_band_gpu_seconds=first_band_gpu_seconds,
         held_elsewhere=held_elsewhere,
     )
+    reclaimed = _reclaims(result.reclaimed)
     if not by_key:
-        return Decision(result, {})
+        return Decision(result, {}, reclaimed=reclaimed)
     deferred = tuple(by_key[key].service for key in result.deferred if key in by_key)
     gangs = _gangs_only(result, by_key)
     granted = [a for a in result.admitted if a.key in by_key]
@@ -147,7 +175,7 @@ def decide(
         if (later := by_key.get(key)) is not None:
             message = "the cycle admitted its most; the next one, at once, places them"
             plans[later.service] = ServingPlan(unplaced=later.wanted, reason=PlanReason.SCALING, message=message)
-    return Decision(gangs, plans, deferred)
+    return Decision(gangs, plans, deferred, reclaimed)
 
 
 def _left_for_replicas(
@@ -188,8 +216,19 @@ def hold_new_replicas(snapshot: ClusterSnapshot, request: ServingRequest, starts
             snapshot.allocate({start.node: request.gpus_per_replica})
 
 
+def _reclaims(reclaimed: Sequence[ReclaimedReplica]) -> dict[ServiceKey, ReplicaReclaim]:
+    by_service: dict[ServiceKey, ReplicaReclaim] = {}
+    for replica in reclaimed:
+        namespace, _, name = replica.service.partition("/")
+        before = by_service.get((namespace, name), ReplicaReclaim((), ()))
+        lenders = before.lenders if replica.lender in before.lenders else (*before.lenders, replica.lender)
+        by_service[(namespace, name)] = ReplicaReclaim((*before.pods, replica.pod), lenders)
+    return by_service
+
+
 def _gangs_only(result: ScheduleResult, asks: Mapping[str, ReplicaAsk]) -> ScheduleResult:
-    """RESULT as the TrainingJob side carries it out: the services' replicas are not its jobs."""
+    """RESULT as the TrainingJob side carries it out: the services' replicas are not its jobs (the
+    replicas it reclaims go by the serving controller)."""
     waiting_sets = Counter(asks[w.key].queue for w in result.waiting if w.key in asks)
     waiting_sets.update(asks[key].queue for key in result.deferred if key in asks)
     queues = {

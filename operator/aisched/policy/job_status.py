@@ -87,6 +87,31 @@ def interruption_lost_work(status: TrainingJobStatus) -> float:
     return lost_work_seconds(checkpoint, stopped, admitted)
 
 
+CARBON_FORECAST = "CarbonForecast"
+"""A deferrable job's condition: False while its zone's forecast cannot be read (its own zone only)."""
+
+
+def carbon_forecast_noted(job: TrainingJob, missing: str | None, now: datetime) -> TrainingJobStatus | None:
+    """The status with the CarbonForecast condition after a plan: False saying MISSING when the zone's
+    forecast could not be read, True again once it is; None when the condition says so already (a job
+    whose forecasts were always read has none). Written on a change of state only, so a job costs one
+    write however often its zone's source fails."""
+    previous = next((c for c in job.status.conditions if c.type == CARBON_FORECAST), None)
+    if missing is None:
+        if previous is None or previous.status == ConditionStatus.TRUE:
+            return None
+        state, reason, message = ConditionStatus.TRUE, "ForecastRead", "the zone's carbon forecast is read"
+    else:
+        if previous is not None and previous.status == ConditionStatus.FALSE:
+            return None  # said once: the source's later words (its circuit's timings) are no news to the tenant
+        state, reason, message = ConditionStatus.FALSE, "ForecastUnavailable", missing
+    status = job.status.model_copy(deep=True)
+    status.conditions = set_condition(
+        status.conditions, CARBON_FORECAST, state, reason, message, now=now, generation=job.metadata.get("generation")
+    )
+    return status
+
+
 def queued(job: TrainingJob, reason: str, message: str, now: datetime) -> TrainingJobStatus:
     """The job waits for placement: Queued, and not Admitted, for REASON."""
     return waiting_status(job.status, reason, message, now, job.metadata.get("generation"))
@@ -214,6 +239,9 @@ def placed(
     status.attained_gpu_seconds = attained_after_run(job.status, now)
     status.run_start_time = now
     status.placement = placement.to_status()
+    # What its workers are made with and charged, whatever the spec says later (`scheduler.jobs.admitted_shape`).
+    status.placement.gpus_per_replica = placement.gpus_per_replica
+    status.placement.gpu_share = job.spec.gpu_share
     status.gang_generation = (status.gang_generation or 0) + 1
     status.replicas = placement.replicas
     status.gpus = placement.total_gpus

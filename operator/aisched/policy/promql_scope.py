@@ -19,8 +19,27 @@ Refused (`QueryRefusedError`): what does not parse; selectors with ``or`` matche
 extension Prometheus lacks); ``info()``, which reads ``target_info`` series beyond its
 arguments; nesting deeper than `MAX_DEPTH`; ``@`` a fixed time, and reaching back more
 than `MAX_LOOKBACK` (ranges and offsets added up), which would read what the namespace held
-before: a namespace deleted and made again may be another team's; subqueries of more than
-`MAX_SUBQUERY_POINTS` steps, which would make one autoscaler's turn cost Prometheus minutes.
+before: a namespace deleted and made again may be another team's.
+
+The cost of the whole expression is bounded too, not each part of it alone. One instant query
+evaluates its top expression once; a subquery evaluates its inner expression once per step,
+and a subquery inside it once per step of each of those: the evaluations multiply through the
+nesting. Refused: more than `MAX_EVALUATIONS` evaluations of subqueries' expressions in all
+(two ``[1h:1s]`` nested are 3600 x 3600 = 12,960,000, where Prometheus caps a whole range query
+at 11,000 points; four side by side, 14,400), and ranges that read more than `MAX_RANGE_READ` of
+samples per series in all, each range times the evaluations of the subqueries around it
+(``rate(x[5m])[1h:1s]`` reads 3600 five-minute windows).
+
+Series: every function and operator but one labels its answer with labels of the series it
+was given (``label_replace`` and ``label_join`` copy and rewrite them; ``vector()``,
+``time()`` and literals have none), so one evaluation answers at most as many series as its
+selectors read from the namespace, and a subquery, which keeps every label set it meets over
+its steps, no more than that either. ``count_values`` is the exception (`VALUE_LABELLING`):
+it makes a label of each distinct sample value, so inside a subquery it makes new series at
+every step (``count_values("v", timestamp(vector(1)))[1h:1s]`` is 3600 series from none read),
+multiplied by every subquery around it. It is refused inside a subquery; at the top, one
+evaluation, it answers at most as many series as it was given.
+
 Pure: no I/O, no clock.
 """
 
@@ -28,7 +47,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 import promql_parser as pp
@@ -37,12 +56,16 @@ MAX_DEPTH = 64
 """Nesting of expressions; the printer recurses, and no autoscaling metric needs more."""
 MAX_LOOKBACK = timedelta(days=1)
 """How far back a query may read, its ranges and offsets added up along each path."""
-MAX_SUBQUERY_POINTS = 11_000
-"""Prometheus's own cap on the points of a range query, applied to a subquery's steps."""
+MAX_EVALUATIONS = 11_000
+"""Prometheus's own cap on the points of a range query, applied to all the evaluations of a query's subqueries."""
+MAX_RANGE_READ = timedelta(days=7)
+"""Of samples per series a query's ranges read in all, over every evaluation of the subqueries around them."""
 DEFAULT_SUBQUERY_STEP = timedelta(minutes=1)
 """Prometheus's default evaluation interval, the step of a subquery that names none."""
 IMPLICIT_READS = frozenset({"info"})
 """Functions that read series other than those their arguments select."""
+VALUE_LABELLING = frozenset({"count_values"})
+"""Aggregations whose answer is labelled with sample values, not with labels of the series they were given."""
 
 _LABEL_NAME = re.compile(r"[a-zA-Z_][a-zA-Z0-9_]*")
 _OPERATORS = frozenset({"+", "-", "*", "/", "%", "^", "atan2", "==", "!=", ">", "<", ">=", "<=", "and", "or", "unless"})
@@ -145,22 +168,66 @@ def quote(value: str) -> str:
 
 @dataclass(frozen=True)
 class _Where:
-    """Where the printer is in the tree: how deep, and how far back in time the enclosing ranges reach."""
+    """Where the printer is in the tree: how deep, how far back in time the enclosing ranges reach, and
+    the steps of the subqueries around it (their product: how often this part is evaluated)."""
 
     depth: int = 0
     back: timedelta = timedelta(0)
+    steps: tuple[int, ...] = ()
+
+    @property
+    def evaluations(self) -> int:
+        return math.prod(self.steps)
 
     def deeper(self) -> _Where:
         if self.depth >= MAX_DEPTH:
             raise QueryRefusedError(f"the query nests deeper than {MAX_DEPTH} levels")
-        return _Where(self.depth + 1, self.back)
+        return replace(self, depth=self.depth + 1)
 
     def reaching(self, offset: timedelta | None, span: timedelta) -> _Where:
         back = self.back + abs(offset or timedelta(0)) + span
         if back > MAX_LOOKBACK:
             limit, asked = pp.display_duration(MAX_LOOKBACK), pp.display_duration(back)
             raise QueryRefusedError(f"a query may reach back {limit} (ranges and offsets added up); this one, {asked}")
-        return _Where(self.depth, back)
+        return replace(self, back=back)
+
+    def stepping(self, steps: int) -> _Where:
+        """Inside a subquery of STEPS steps: each evaluation of it evaluates its inner expression STEPS times."""
+        nested = (*self.steps, steps)
+        if math.prod(nested) > MAX_EVALUATIONS:
+            product = " x ".join(str(n) for n in nested)
+            total = f" = {math.prod(nested)}" if len(nested) > 1 else ""
+            raise QueryRefusedError(
+                f"subqueries may evaluate their expression at most {MAX_EVALUATIONS} times, nested ones "
+                f"multiplied; this one, {product}{total}"
+            )
+        return replace(self, steps=nested)
+
+
+@dataclass
+class _Cost:
+    """What the expression printed so far costs Prometheus, in all: evaluations of subqueries' expressions,
+    and the time of samples its ranges read per series."""
+
+    evaluations: int = 0
+    read: timedelta = timedelta(0)
+
+    def evaluate(self, times: int) -> None:
+        self.evaluations += times
+        if self.evaluations > MAX_EVALUATIONS:
+            raise QueryRefusedError(
+                f"subqueries may evaluate their expressions at most {MAX_EVALUATIONS} times in all, nested ones "
+                f"multiplied; this query's, {self.evaluations} at least"
+            )
+
+    def reading(self, span: timedelta, times: int) -> None:
+        self.read += span * times
+        if self.read > MAX_RANGE_READ:
+            limit = pp.display_duration(MAX_RANGE_READ)
+            raise QueryRefusedError(
+                f"a query may read {limit} of samples per series in all (each range times the steps of the "
+                f"subqueries around it); this one, {pp.display_duration(self.read)} at least"
+            )
 
 
 class _Printer:
@@ -168,6 +235,7 @@ class _Printer:
 
     def __init__(self, scope: TenantScope) -> None:
         self.scope = scope
+        self.cost = _Cost()
 
     def expr(self, node: pp.Expr, where: _Where) -> str:
         if isinstance(node, pp.VectorSelector):
@@ -176,6 +244,7 @@ class _Printer:
         if isinstance(node, pp.MatrixSelector):
             vector = node.vector_selector
             where.reaching(vector.offset, node.range)
+            self.cost.reading(node.range, where.evaluations)
             return self.matchers(vector) + f"[{_duration(node.range)}]" + _modifiers(vector.at, vector.offset)
         if isinstance(node, pp.NumberLiteral):
             return _number(node.val)
@@ -252,6 +321,11 @@ class _Printer:
         op = str(node.op)
         if op not in _AGGREGATIONS:
             raise QueryRefusedError(f"aggregation {op[:16]!r} is not allowed")
+        if op in VALUE_LABELLING and where.steps:
+            raise QueryRefusedError(
+                f"{op}() inside a subquery makes a series of every value at every step; "
+                "it is allowed only outside subqueries"
+            )
         grouping = ""
         if node.modifier is not None:
             keyword = "by" if node.modifier.type == pp.AggModifierType.By else "without"
@@ -265,12 +339,12 @@ class _Printer:
         span = node.range
         if span is None:
             raise QueryRefusedError("a subquery needs a range")
-        inner = where.reaching(node.offset, span)
+        interval = node.step or DEFAULT_SUBQUERY_STEP
+        if interval <= timedelta(0):
+            raise QueryRefusedError("a subquery's step must be positive")
+        inner = where.reaching(node.offset, span).stepping(max(1, math.ceil(span / interval)))
+        self.cost.evaluate(inner.evaluations)
         step = node.step
-        interval = step or DEFAULT_SUBQUERY_STEP
-        points = span / interval if interval > timedelta(0) else math.inf
-        if points > MAX_SUBQUERY_POINTS:
-            raise QueryRefusedError(f"a subquery may take at most {MAX_SUBQUERY_POINTS} steps; this one, {points:.0f}")
         window = f"[{_duration(span)}:{_duration(step) if step else ''}]"
         return f"{self.operand(node.expr, inner)}{window}" + _modifiers(node.at, node.offset)
 

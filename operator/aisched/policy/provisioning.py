@@ -5,7 +5,10 @@ gets nodes for all of its replicas in one zone, at once, of the cheapest instanc
 hold its replicas, on the capacity type the spot decision gave it (spot first). A gang that
 running jobs will make room for sooner than nodes can boot (the scheduler's reservation, from
 known durations) gets none; nor one its queue's quota and borrowing could not admit once its
-nodes are there: the GPUs of the gangs already given nodes are counted first. Requests are
+nodes are there. The gangs are taken in the fair order of admission (`queueing.fair_order`), and
+each one given nodes is charged to a copy of the cycle's quota ledger before the next is weighed:
+queues of one cohort borrow from one pool of idle GPUs, so two of them asking the cohort's idle
+GPUs each get nodes for what the cohort can admit of the two together, not twice that. Requests are
 recomputed every cycle from what is asked for now, so a request never outlives its need: nodes
 asked for a gang that no longer waits are withdrawn while they boot; once up and empty, they are
 the node autoscaler's to consolidate.
@@ -32,8 +35,9 @@ from typing import Any
 
 from aisched.api.common import CapacityType
 from aisched.policy.placement import INSUFFICIENT_GPUS, NO_MATCHING_NODES, REPLICA_TOO_LARGE, TOPOLOGY_TOO_SMALL
+from aisched.policy.queueing import MILLI, QueueQuota, QuotaLedger, fair_order
 from aisched.policy.scheduler.jobs import JobRequest
-from aisched.policy.scheduler.results import ScheduleResult
+from aisched.policy.scheduler.results import QueueUsage, ScheduleResult
 from aisched.policy.spot import interruption_cost_factor
 from aisched.policy.topology import Level, Topology
 
@@ -208,59 +212,107 @@ def plan_provisioning(
 ) -> ProvisioningPlan:
     """What to ask for and withdraw after the cycle that gave RESULT on JOBS (its requests)."""
     by_key = {job.key: job for job in jobs}
-    room = {name: usage.room_gpus for name, usage in result.queues.items()}
     products = {o.instance_type: o.gpu_product for o in offerings}
-    coming = [
-        _Coming(c.name, c.gang, c.instance_type, c.zone, c.capacity_type, products.get(c.instance_type), c.gpus)
-        for c in sorted(claims, key=lambda c: c.name)
-        if not c.held
-    ]
-    headroom = dict(outlook.headroom.gpus) if outlook.headroom is not None else {}
-    pool_of = outlook.headroom.pools if outlook.headroom is not None else {}
-    create: list[NodeRequest] = []
-    kept: dict[str, tuple[str, ...]] = {}
-    zones: dict[str, str] = {}
-    for waiting_job in _wanting(result, by_key, now + boot, topology):
-        if waiting_job.queue not in room:
-            continue  # a queue the cycle did not know
-        left = room[waiting_job.queue]
-        # An elastic job the room cannot hold whole gets nodes for the most replicas it can (at
-        # least its minimum); the scheduler has already shrunk whatever it shrinks before this.
-        whole = waiting_job.replicas
-        fits = whole if left is None else min(whole, left // waiting_job.gpus_per_replica)
-        if fits < (waiting_job.min_replicas or whole):
-            continue  # its quota and borrowing could not admit it: no nodes for it
-        job = replace(waiting_job, replicas=fits)
-        choice = _place(job, offerings, coming, lambda o, n: outlook.expected_cost(o, n, boot))
+    planner = _Planner(
+        offerings,
+        coming=[
+            _Coming(c.name, c.gang, c.instance_type, c.zone, c.capacity_type, products.get(c.instance_type), c.gpus)
+            for c in sorted(claims, key=lambda c: c.name)
+            if not c.held
+        ],
+        headroom=dict(outlook.headroom.gpus) if outlook.headroom is not None else {},
+        pool_of=outlook.headroom.pools if outlook.headroom is not None else {},
+        cost=lambda o, n: outlook.expected_cost(o, n, boot),
+    )
+    ledger = _ledger_after(result.queues)
+    # A queue the cycle did not know gets nothing. The others in the order admission takes them, each
+    # share re-read after every gang charged: first what each queue's own quota holds, which its cohort
+    # guarantees it, then what it would borrow of the cohort's idle GPUs, lent once for all its queues.
+    wanting = [job for job in _wanting(result, by_key, now + boot, topology) if job.queue in ledger.quotas]
+    for borrowing in (False, True):
+        left_over = [job for job in wanting if job.key not in planner.kept]
+        for waiting_job in fair_order(left_over, ledger, band=lambda job: -1 if job.set_back else 0):
+            room = ledger.room(waiting_job.queue) if borrowing else _own_room(ledger, waiting_job.queue)
+            job = _admissible(waiting_job, room)
+            if job is not None and planner.plan(job):
+                ledger.charge(job.queue, job.charge(job.replicas), job.gpu_type)  # what its admission will charge
+    keep_names = {name for names in planner.kept.values() for name in names}
+    withdraw = tuple(sorted(c.name for c in claims if not (c.held or c.registered or c.name in keep_names)))
+    return ProvisioningPlan(tuple(planner.create), withdraw, planner.kept, planner.zones)
+
+
+def _own_room(ledger: QuotaLedger, queue: str) -> int | None:
+    """What QUEUE may still take of its own quota, borrowing nothing (thousandths); None: no quota."""
+    quota = ledger.quotas[queue]
+    return None if quota.nominal_gpus is None else max(0, quota.nominal_gpus * MILLI - ledger.used[queue])
+
+
+def _admissible(job: JobRequest, room: int | None) -> JobRequest | None:
+    """JOB at the most replicas ROOM (thousandths) admits: an elastic job the room cannot hold whole at
+    the most it can, down to its minimum (the scheduler has already shrunk whatever it shrinks); None
+    when its quota could not admit it."""
+    per_replica = job.charge(1)
+    fits = job.replicas if room is None or per_replica <= 0 else min(job.replicas, room // per_replica)
+    return replace(job, replicas=fits) if fits >= (job.min_replicas or job.replicas) and fits > 0 else None
+
+
+@dataclass
+class _Planner:
+    """The nodes a plan asks for, gang by gang: what is coming, what the pools still allow."""
+
+    offerings: Sequence[Offering]
+    coming: list[_Coming]
+    headroom: dict[str, int]
+    pool_of: Mapping[CapacityType, str]
+    cost: Callable[[Offering, int], float]
+    create: list[NodeRequest] = field(default_factory=list)
+    kept: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    zones: dict[str, str] = field(default_factory=dict)
+
+    def plan(self, job: JobRequest) -> bool:
+        """Nodes for all of JOB's replicas, on nodes coming or new; False when none can be asked for."""
+        choice = _place(job, self.offerings, self.coming, self.cost)
         if choice is None:
-            continue
+            return False
         offering, used, unplaced = choice
         missing = math.ceil(unplaced / (offering.gpus // job.gpus_per_replica)) if unplaced else 0
-        pool = pool_of.get(offering.capacity_type)
-        if missing and pool in headroom:
-            if missing * offering.gpus > headroom[pool]:
-                continue  # the pool's limits would stop part of the gang: ask for none of it
-            headroom[pool] -= missing * offering.gpus
+        pool = self.pool_of.get(offering.capacity_type)
+        if missing and pool in self.headroom:
+            if missing * offering.gpus > self.headroom[pool]:
+                return False  # the pool's limits would stop part of the gang: ask for none of it
+            self.headroom[pool] -= missing * offering.gpus
         _take(job, used)
-        if left is not None:
-            room[job.queue] = left - job.replicas * job.gpus_per_replica
-        kept[job.key] = tuple(sorted({c.claim for c in used if c.claim is not None}))
-        zones[job.key] = used[0].zone if used else offering.zone
+        self.kept[job.key] = tuple(sorted({c.claim for c in used if c.claim is not None}))
+        self.zones[job.key] = used[0].zone if used else offering.zone
         if missing > 0:
-            create.append(NodeRequest(job.key, offering, missing))
+            self.create.append(NodeRequest(job.key, offering, missing))
             new = [_new(job.key, offering) for _ in range(missing)]
             _take(replace(job, replicas=unplaced), new)
-            coming += new  # their spare GPUs may take later gangs of this plan
-    keep_names = {name for names in kept.values() for name in names}
-    withdraw = tuple(sorted(c.name for c in claims if not (c.held or c.registered or c.name in keep_names)))
-    return ProvisioningPlan(tuple(create), withdraw, kept, zones)
+            self.coming += new  # their spare GPUs may take later gangs of this plan
+        return True
+
+
+def _ledger_after(queues: Mapping[str, QueueUsage]) -> QuotaLedger:
+    """The quota ledger as the cycle left it: each queue's quota charged with what it uses.
+
+    A usage that names no quota is a queue standing alone with its room (`room_gpus`) left."""
+    quotas = {
+        name: usage.quota
+        or QueueQuota(name, None if usage.room_gpus is None else -(-usage.used_milli // MILLI) + usage.room_gpus)
+        for name, usage in queues.items()
+    }
+    # Unlimited queues' shares are weighed against the cluster; GPUs in use are what the cycle saw of it.
+    ledger = QuotaLedger(quotas, sum(usage.used_gpus for usage in queues.values()))
+    for name, usage in queues.items():
+        ledger.charge(name, usage.used_milli, None)
+    return ledger
 
 
 def _wanting(
     result: ScheduleResult, by_key: Mapping[str, JobRequest], booted: datetime, topology: Topology
 ) -> list[JobRequest]:
-    """The gangs left waiting that new nodes would cure, in the order they take the quota's room:
-    highest priority first, then first come."""
+    """The gangs left waiting that new nodes would cure: highest priority first, then first come
+    (`fair_order` then weighs the queues' shares between them)."""
     wanting = []
     for waiting in result.waiting:
         job = by_key.get(waiting.key)

@@ -45,10 +45,12 @@ class PlanReason(StrEnum):
     INSUFFICIENT_CAPACITY = "InsufficientCapacity"
     QUOTA_EXCEEDED = "QuotaExceeded"
     """Its queue's quota (`spec.queue`) holds no more replicas (`policy.decision`)."""
+    RECLAIMED = "ReplicasReclaimed"
+    """A lending queue took back the GPUs its queue borrowed; the replicas it lacks wait for room."""
 
 
-WAITING = (PlanReason.INSUFFICIENT_CAPACITY, PlanReason.QUOTA_EXCEEDED)
-"""Why new replicas may not start: no room for them, or no quota."""
+WAITING = (PlanReason.INSUFFICIENT_CAPACITY, PlanReason.QUOTA_EXCEEDED, PlanReason.RECLAIMED)
+"""Why new replicas may not start: no room for them, no quota, or their quota lent was taken back."""
 
 
 @dataclass(frozen=True)

@@ -5,24 +5,42 @@ or drips its answer a byte at a time (which resets every per-read timeout), woul
 admission and spot handling with it. So a caller starts a fetch here and goes on with what it
 already has; the fetch runs as its own task, bounded as a whole by `deadline_seconds` (its
 retries included), and hands its value to the caller's `keep` when it succeeds. Failures count
-towards the circuit (`aisched.policy.circuit`), which, open, keeps the source from being asked
-at all for a while.
+towards a circuit (`aisched.policy.circuit`), which, open, keeps the source from being asked
+about it for a while.
+
+Circuits are per subject (a carbon zone), not per source: what a tenant names is read for it
+alone, so jobs naming zones the source does not know open those zones' circuits and leave every
+other zone's asked. Only subjects whose last fetch failed are kept, at most `max_circuits` of
+them, the least recently failed forgotten first: a tenant inventing zones grows nothing past
+that, and a forgotten zone is at worst asked once more.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable
+from dataclasses import dataclass
 from datetime import datetime
 
-from aisched.policy.circuit import Breaker, Circuit, after_failure, after_success, allows
+from aisched.policy.circuit import Breaker, Circuit, after_failure, allows
 
 log = logging.getLogger(__name__)
+MAX_CIRCUITS = 256
+"""Subjects with a failing fetch kept at once; far more than the zones a cluster runs in."""
 
 
 class FetchTimeoutError(TimeoutError):
     """A fetch that took longer than its deadline, retries and all."""
+
+
+@dataclass(frozen=True)
+class _Failing:
+    """A subject whose fetches fail: its circuit and the latest failure."""
+
+    circuit: Circuit
+    error: Exception
 
 
 class BackgroundFetcher:
@@ -33,29 +51,62 @@ class BackgroundFetcher:
         deadline_seconds: float,
         breaker: Breaker,
         clock: Callable[[], datetime],
+        max_circuits: int = MAX_CIRCUITS,
     ) -> None:
         self.name = name
         self.deadline_seconds = deadline_seconds
         self.breaker = breaker
         self.clock = clock
-        self.circuit = Circuit()
+        self.max_circuits = max_circuits
         self.last_error: Exception | None = None
+        """The failure of the latest fetch of any subject (None once one succeeds): for the log."""
+        self._failing: OrderedDict[Hashable, _Failing] = OrderedDict()
         self._tasks: dict[Hashable, asyncio.Task[None]] = {}
+
+    def circuit(self, subject: Hashable) -> Circuit:
+        """The circuit of one subject's fetches; a subject not failing has a closed one."""
+        failing = self._failing.get(subject)
+        return failing.circuit if failing is not None else Circuit()
+
+    def error(self, subject: Hashable) -> Exception | None:
+        """Why the latest fetch of SUBJECT failed; None when it did not (or it is forgotten)."""
+        failing = self._failing.get(subject)
+        return failing.error if failing is not None else None
+
+    def failing_subjects(self) -> int:
+        return len(self._failing)
 
     def fetching(self, key: Hashable) -> bool:
         task = self._tasks.get(key)
         return task is not None and not task.done()
 
-    def start(self, key: Hashable, fetch: Callable[[], Awaitable[object]], keep: Callable[[object], None]) -> bool:
-        """Fetch for `key` unless a fetch for it runs already or the circuit is open; True if this started one.
+    def start(
+        self,
+        key: Hashable,
+        fetch: Callable[[], Awaitable[object]],
+        keep: Callable[[object], None],
+        *,
+        subject: Hashable | None = None,
+    ) -> bool:
+        """Fetch for `key` unless a fetch for it runs already or its subject's circuit is open (the subject
+        is the key unless named: a forecast and a current intensity share their zone's); True if this
+        started one.
 
         Only the caller that started a fetch should wait for it: the others go on at once, so
         however many passes or jobs ask meanwhile, a hung source costs the loop one wait per fetch.
         """
-        if self.fetching(key) or not allows(self.circuit, self.clock()):
+        subject = key if subject is None else subject
+        if self.fetching(key) or not allows(self.circuit(subject), self.clock()):
             return False
-        self._tasks[key] = asyncio.create_task(self._run(fetch, keep), name=f"{self.name}-fetch")
+        task = asyncio.create_task(self._run(subject, fetch, keep), name=f"{self.name}-fetch")
+        self._tasks[key] = task
+        task.add_done_callback(lambda done: self._forget_task(key, done))
         return True
+
+    def _forget_task(self, key: Hashable, done: asyncio.Task[None]) -> None:
+        """A fetch ended: no entry is kept for it, so keys asked once (invented zones) cost nothing after."""
+        if self._tasks.get(key) is done:
+            del self._tasks[key]
 
     async def wait(self, key: Hashable, seconds: float) -> None:
         """Wait up to `seconds` for the fetch of `key` to end (it goes on if it does not)."""
@@ -65,36 +116,43 @@ class BackgroundFetcher:
 
     async def settle(self) -> None:
         """Wait for every fetch under way to end (tests; shutdown)."""
-        await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+        await asyncio.gather(*list(self._tasks.values()), return_exceptions=True)
 
     def cancel(self) -> None:
-        for task in self._tasks.values():
+        for task in list(self._tasks.values()):
             task.cancel()
 
-    async def _run(self, fetch: Callable[[], Awaitable[object]], keep: Callable[[object], None]) -> None:
+    async def _run(
+        self, subject: Hashable, fetch: Callable[[], Awaitable[object]], keep: Callable[[object], None]
+    ) -> None:
         try:
             async with asyncio.timeout(self.deadline_seconds):  # wait_for may swallow a cancellation on 3.11
                 value = await fetch()
         except TimeoutError:
-            self._failed(FetchTimeoutError(f"no answer within {self.deadline_seconds:g} s"))
+            self._failed(subject, FetchTimeoutError(f"no answer within {self.deadline_seconds:g} s"))
         except Exception as error:  # whatever the source raised: counted, kept for the caller to report
-            self._failed(error)
+            self._failed(subject, error)
         else:
-            self.circuit = after_success(self.circuit)
+            self._failing.pop(subject, None)  # closed: a closed circuit is no entry
             self.last_error = None
             keep(value)
 
-    def _failed(self, error: Exception) -> None:
-        was_open = self.circuit.is_open
-        self.circuit = after_failure(self.circuit, self.breaker, self.clock())
+    def _failed(self, subject: Hashable, error: Exception) -> None:
+        before = self.circuit(subject)
+        circuit = after_failure(before, self.breaker, self.clock())
+        self._failing.pop(subject, None)
+        self._failing[subject] = _Failing(circuit, error)  # the most recent failure last
+        while len(self._failing) > self.max_circuits:
+            self._failing.popitem(last=False)
         self.last_error = error
-        if self.circuit.is_open and not was_open:
+        if circuit.is_open and not before.is_open:
             log.warning(
-                "%s failed %d times in a row (%s); not asking it again for %s",
+                "%s failed %d times in a row for %s (%s); not asking it about that again for %s",
                 self.name,
-                self.circuit.failures,
+                circuit.failures,
+                subject,
                 error,
-                self.circuit.open_for,
+                circuit.open_for,
             )
         else:
-            log.warning("%s failed: %s", self.name, error)
+            log.warning("%s failed for %s: %s", self.name, subject, error)

@@ -23,7 +23,9 @@ Tenants are kept apart. A PromQL metric is confined to its service's namespace
 own circuit and at most `PER_TENANT_IN_FLIGHT` queries in flight, and all of them together
 at most `MAX_IN_FLIGHT`, so one namespace's slow or failing queries open only its own
 circuit and never take the others' turns (waiting for a place among all of them counts
-against no circuit). Answers are read as a stream and refused past
+against no circuit). A namespace's query over its cap waits for one of its own to end, holding
+no place among all of them meanwhile; one still waiting when its time is up is not sent this
+turn (logged; it counts against no circuit either). Answers are read as a stream and refused past
 `MAX_ANSWER_BYTES`. Error messages, which reach the tenant's conditions and events, name
 the HTTP status and a class of error, never Prometheus's text (which can quote other
 series' label sets); that text is logged for the operator.
@@ -32,12 +34,13 @@ series' label sets); that text is logged for the operator.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import math
 import random
 import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from types import TracebackType
@@ -57,9 +60,19 @@ MAX_ANSWER_BYTES = 1 << 20
 """An instant query for one value answers in bytes; a megabyte is someone selecting everything."""
 MAX_IN_FLIGHT = 32
 PER_TENANT_IN_FLIGHT = 4
+"""Queries of one namespace at once: each is bounded in cost (`promql_scope`), their number here."""
 OPERATOR = ""
 """The tenant key of the operator's own queries (energy, carbon)."""
 _ERROR_TYPES = frozenset({"bad_data", "execution", "timeout", "canceled", "internal", "unavailable", "not_found"})
+
+
+@dataclass
+class _TenantTurns:
+    """One tenant's places for queries in flight, and how many of its queries hold or wait for one."""
+
+    places: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(PER_TENANT_IN_FLIGHT))
+    users: int = 0
+    running: int = 0
 
 
 class PrometheusError(Exception):
@@ -154,7 +167,8 @@ class PrometheusSource:
         self.names = names
         self.retry = retry or Retry()
         self._circuits: dict[str, Circuit] = {}
-        self._in_flight: dict[str, int] = {}
+        self._turns: dict[str, _TenantTurns] = {}
+        """Namespaces with queries in flight or waiting; one with none is no entry."""
         self.max_in_flight = max_in_flight
         self._gate = asyncio.Semaphore(max_in_flight)
         self._owns_client = client is None
@@ -193,18 +207,49 @@ class PrometheusSource:
                 f"Prometheus at {self.url} is not asked until {circuit.reopens_at()} after "
                 f"{circuit.failures} failures in a row{whose}"
             )
-        if self._in_flight.get(tenant, 0) >= PER_TENANT_IN_FLIGHT:
-            raise PrometheusUnavailableError(f"{PER_TENANT_IN_FLIGHT} queries of this namespace are still running")
-        self._in_flight[tenant] = self._in_flight.get(tenant, 0) + 1
-        deadline = asyncio.get_running_loop().time() + self.timeout_seconds
-        try:
-            sample = await self._query_gated(promql, at, tenant, deadline)
-        finally:
-            self._in_flight[tenant] -= 1
-            if not self._in_flight[tenant]:
-                del self._in_flight[tenant]
+        clock = asyncio.get_running_loop().time
+        async with self._tenant_turn(tenant, clock() + self.timeout_seconds):
+            # Its own time starts with its turn: waiting behind its namespace's others is no outage.
+            sample = await self._query_gated(promql, at, tenant, clock() + self.timeout_seconds)
         self._circuits.pop(tenant, None)  # closed: a closed circuit is no entry
         return sample
+
+    def in_flight(self, tenant: str = OPERATOR) -> int:
+        """Queries of one tenant being asked now (not those waiting for their turn)."""
+        turns = self._turns.get(tenant)
+        return turns.running if turns is not None else 0
+
+    @contextlib.asynccontextmanager
+    async def _tenant_turn(self, tenant: str, deadline: float) -> AsyncIterator[None]:
+        """One of the tenant's PER_TENANT_IN_FLIGHT places, waited for until DEADLINE at most."""
+        turns = self._turns.setdefault(tenant, _TenantTurns())
+        turns.users += 1
+        try:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await turns.places.acquire()
+            except TimeoutError:
+                whose = f"namespace {tenant}" if tenant else "the operator"
+                log.info(
+                    "not sending a query of %s this turn: %d of its queries were still running after %g s",
+                    whose,
+                    PER_TENANT_IN_FLIGHT,
+                    self.timeout_seconds,
+                )
+                raise PrometheusUnavailableError(
+                    f"{PER_TENANT_IN_FLIGHT} queries of this namespace were still running after "
+                    f"{self.timeout_seconds:g} s; this one is not sent this turn"
+                ) from None
+            turns.running += 1
+            try:
+                yield
+            finally:
+                turns.running -= 1
+                turns.places.release()
+        finally:
+            turns.users -= 1
+            if not turns.users:
+                del self._turns[tenant]
 
     def circuit(self, tenant: str = OPERATOR) -> Circuit:
         """The circuit of one tenant's queries."""

@@ -323,7 +323,12 @@ def drive_cycle_path(obj: dict[str, Any]) -> None:
     result = schedule(snapshot, [plain] if request is None else [request, plain], [], NOW)
     for admission in result.admitted:
         if admission.key == "ns/" + job.metadata["name"]:
-            _launch(obj, job, admission.placement, admitted_message(admission.placement, admission.preempting))
+            _launch(
+                obj,
+                job,
+                admission.placement,
+                admitted_message(admission.placement, admission.preempting, admission.key),
+            )
     for waiting in result.waiting:
         if waiting.key == "ns/" + job.metadata["name"]:
             _written(obj, queued(job, waiting.reason, waiting.message, NOW).to_wire())

@@ -11,6 +11,7 @@ from aisched.controller.mig import MigInstanceUnavailableError, MigPartitions
 from aisched.controller.sharing import GpuShares, ShareDoesNotFitError
 from aisched.kube.inventory import Inventory
 from aisched.kube.mig_nodes import CORDONED_ANNOTATION
+from aisched.policy.queueing import QueueQuota
 from aisched.policy.sharing.mig_configs import CONFIG_LABEL, STATE_LABEL
 from aisched.settings import Settings
 
@@ -79,8 +80,8 @@ async def test_an_idle_node_is_cordoned_relabelled_and_uncordoned_once_applied()
     inventory = _inventory(_node("busy", "all-1g.10gb", mig={"1g.10gb": 14}), _node("idle", "all-1g.10gb"))
     inventory.upsert_pod(_pod("one", "busy", **{"nvidia.com/mig-1g.10gb": "1"}))
     mig, kube = MigPartitions(inventory), Patches()
-    with pytest.raises(MigInstanceUnavailableError, match=r"3g\.40gb"):
-        mig.place("3g.40gb", [_pod("w-0", "busy")])
+    with pytest.raises(MigInstanceUnavailableError, match=r"3g\.40gb"):  # 4 x 3g fill the idle node's 2 GPUs
+        mig.place("3g.40gb", [_pod(f"w-{i}", "busy") for i in range(4)])
     await mig.step(kube)
     assert kube.sent == [
         ("idle", {"spec": {"unschedulable": True}, "metadata": {"annotations": {CORDONED_ANNOTATION: "all-3g.40gb"}}})
@@ -110,7 +111,7 @@ async def test_an_idle_node_is_cordoned_relabelled_and_uncordoned_once_applied()
 async def test_a_node_in_use_by_the_time_it_would_be_relabelled_is_uncordoned_and_left_as_it_is() -> None:
     inventory = _inventory(_node("n", "all-1g.10gb", mig={"1g.10gb": 14}))
     mig, kube = MigPartitions(inventory), Patches()
-    mig.waiting["3g.40gb"] = 1
+    mig.asked({"3g.40gb": 4})
     await mig.step(kube)
     assert kube.sent[-1][1]["spec"] == {"unschedulable": True}
     inventory.upsert_pod(_pod("late", "n", **{"nvidia.com/gpu": "1"}))  # bound just before the cordon
@@ -163,11 +164,99 @@ async def test_an_ask_not_repeated_goes_stale_and_repartitions_nothing() -> None
     inventory = _inventory(_node("idle", "all-1g.10gb", mig={"1g.10gb": 14}))
     mig, kube = MigPartitions(inventory, stale_after_passes=2), Patches()
     with pytest.raises(MigInstanceUnavailableError):
-        mig.place("3g.40gb", [_pod("w-0", "idle")])
+        mig.place("3g.40gb", [_pod(f"w-{i}", "idle") for i in range(4)])
     mig.passes = 5  # asked 5 passes ago and not since: the job went, or fits elsewhere
     await mig.step(kube)
     assert kube.sent == [] and mig.waiting == {}
     with pytest.raises(MigInstanceUnavailableError):
-        mig.place("3g.40gb", [_pod("w-0", "idle")])
+        mig.place("3g.40gb", [_pod(f"w-{i}", "idle") for i in range(4)])
     await mig.step(kube)  # asked again: the idle node is cordoned for it
     assert [name for name, _ in kube.sent] == ["idle"]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class WaitingSpec:
+    """A waiting TrainingJob's spec, as the cycle hands it to `cycle_asked`."""
+
+    def __init__(self, queue: str, replicas: int, gpus: int = 1, profile: str | None = None) -> None:
+        self.queue, self.replicas, self.gpus_per_replica = queue, replicas, gpus
+        self.gpu_share = GpuShare(mig_profile=profile) if profile is not None else None
+
+
+def _applied(name: str, config: str, version: str, **mig: int) -> dict[str, Any]:
+    node = _node(name, config, mig=mig or None)
+    node["metadata"]["resourceVersion"] = version
+    return node
+
+
+async def _repartition(
+    mig: MigPartitions, kube: Patches, inventory: Inventory, node: str, applied: dict[str, Any]
+) -> str:
+    """Carry a cordon the last step sent through: relabel, the MIG manager applies, uncordon; the config set."""
+    await mig.step(kube)
+    config = kube.sent[-1][1]["metadata"]["labels"][CONFIG_LABEL]
+    inventory.upsert_node(applied)
+    await mig.step(kube)
+    assert kube.sent[-1] == (
+        node,
+        {"spec": {"unschedulable": False}, "metadata": {"annotations": {CORDONED_ANNOTATION: None}}},
+    )
+    return str(config)
+
+
+@pytest.mark.asyncio
+async def test_a_queue_slices_no_more_than_its_instances_fill_and_its_node_goes_back_when_they_are_gone() -> None:
+    inventory = _inventory(_node("a", "all-disabled"), _node("b", "all-disabled"))  # 2 GPUs each
+    clock = Clock()
+    mig, kube = MigPartitions(inventory, hold_down_seconds=30.0, clock=clock), Patches()
+    assert mig.hold_down_seconds == 30.0
+    mig.cycle_asked([(WaitingSpec("team", 3, profile="1g.10gb"), "InsufficientGPUs")], [])
+    await mig.step(kube)
+    assert kube.sent == [], "3 x 1g (3/7 of a GPU) slice no 2-GPU node"
+    mig.cycle_asked([(WaitingSpec("team", 14, profile="1g.10gb"), "InsufficientGPUs")], [])
+    await mig.step(kube)
+    assert [name for name, _ in kube.sent] == ["a"]  # 14 fill 2 GPUs: one node
+    config = await _repartition(mig, kube, inventory, "a", _applied("a", "all-1g.10gb", "2", **{"1g.10gb": 14}))
+    assert config == "all-1g.10gb" and mig.partitioned_for == {"a": "team"}
+    mig.cycle_asked([(WaitingSpec("team", 14, profile="1g.10gb"), "InsufficientGPUs")], [])
+    sent = len(kube.sent)
+    await mig.step(kube)
+    assert len(kube.sent) == sent, "b is not sliced too: a's free instances are the ask's"
+    # The jobs ran and ended, and nobody asks: a is free; it goes back once the hold-down is over.
+    mig.asks.clear()
+    await mig.step(kube)
+    clock.now += 29
+    await mig.step(kube)
+    assert len(kube.sent) == sent
+    clock.now += 1
+    await mig.step(kube)
+    assert kube.sent[-1] == (
+        "a",
+        {"spec": {"unschedulable": True}, "metadata": {"annotations": {CORDONED_ANNOTATION: "all-disabled"}}},
+    )
+    config = await _repartition(mig, kube, inventory, "a", _applied("a", "all-disabled", "3"))
+    assert config == "all-disabled"
+    await mig.step(kube)
+    assert mig.partitioned_for == {} and mig.idle_since == {}
+
+
+@pytest.mark.asyncio
+async def test_a_whole_gpu_gang_waiting_sets_free_sliced_nodes_back_at_once_and_quota_bounds_slicing() -> None:
+    inventory = _inventory(_node("s", "all-1g.10gb", mig={"1g.10gb": 14}), _node("w", "all-disabled"))
+    mig, kube = MigPartitions(inventory, hold_down_seconds=3600.0, clock=Clock()), Patches()
+    quota = [QueueQuota("team", 1)]
+    mig.cycle_asked([(WaitingSpec("team", 28, profile="3g.40gb"), "InsufficientGPUs")], quota)
+    await mig.step(kube)  # 28 x 3g fill 14 GPUs, but the queue's quota is 1 GPU: no 2-GPU node for it
+    assert kube.sent == []
+    mig.cycle_asked([(WaitingSpec("other", 2, gpus=2), "TopologyTooSmall")], quota)
+    await mig.step(kube)
+    assert kube.sent == [
+        ("s", {"spec": {"unschedulable": True}, "metadata": {"annotations": {CORDONED_ANNOTATION: "all-disabled"}}})
+    ]

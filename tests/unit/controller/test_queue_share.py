@@ -1,20 +1,33 @@
-"""An InferenceService's share of its queue: what its replicas hold is charged to it in every cycle."""
+"""An InferenceService's share of its queue: what its replicas hold is charged to it in every cycle,
+and each bound whole-GPU replica is handed on its own, for a lending queue to reclaim."""
 
 from __future__ import annotations
 
 from aisched.api.common import CapacityType
-from aisched.controller.serving.queue_share import replicas_held
+from aisched.controller.serving.queue_share import ReplicaOwner, replicas_held
 from aisched.kube.serving_builders import ServingPod
-from aisched.policy.scheduler import HeldGpus
+from aisched.policy.scheduler import HeldGpus, HeldReplica
+
+Q = ReplicaOwner("q", priority=3)
 
 
-def replica(name: str, node: str | None, gpus: int = 2, phase: str = "Running") -> ServingPod:
-    return ServingPod("ns", name, "chat", "h", CapacityType.ON_DEMAND, node, node, phase, True, False, gpus)
+def replica(name: str, node: str | None, gpus: int = 2, phase: str = "Running", bound: bool = True) -> ServingPod:
+    return ServingPod(
+        "ns", name, "chat", "h", CapacityType.ON_DEMAND, node, node if bound else None, phase, True, False, gpus
+    )
 
 
 def test_the_cycle_charges_what_live_replicas_hold_bound_or_pinned() -> None:
-    pods = [("q", replica("a", "n1")), ("q", replica("b", None)), ("q", replica("c", "n1", phase="Failed"))]
-    assert replicas_held(pods, {}) == [HeldGpus("q", 2000, None)]
+    pods = [(Q, replica("a", "n1")), (Q, replica("b", None)), (Q, replica("c", "n1", phase="Failed"))]
+    assert replicas_held(pods, {}) == [HeldGpus("q", 2000, None, HeldReplica("ns/chat", "a", "n1", 2, 3))]
+    pinned = [(Q, replica("d", "n1", bound=False))]  # charged, but not bound: not the cycle's to reclaim
+    assert replicas_held(pinned, {}) == [HeldGpus("q", 2000, None)]
+
+
+def test_replicas_reclaimed_already_or_going_are_charged_and_not_offered_again() -> None:
+    going = ServingPod("ns", "b", "chat", "h", CapacityType.ON_DEMAND, "n1", "n1", "Running", True, True, 2)
+    owner = ReplicaOwner("q", 3, frozenset({"a"}))
+    assert replicas_held([(owner, replica("a", "n1")), (owner, going)], {}) == [HeldGpus("q", 4000, None)]
 
 
 def test_parts_of_gpus_are_charged_in_gpu_equivalents_per_queue_and_type() -> None:
@@ -23,7 +36,13 @@ def test_parts_of_gpus_are_charged_in_gpu_equivalents_per_queue_and_type() -> No
             "ns", name, "chat", "h", CapacityType.ON_DEMAND, "n1", "n1", "Running", True, False, 0, gpu_milli=milli
         )
 
-    pods = [("q", shared("a", 300)), ("q", shared("b", 300)), ("q", shared("c", 300)), ("r", shared("d", 1))]
-    pods.append(("q", replica("whole", "n1", gpus=1)))
-    held = sorted(replicas_held(pods, {}), key=lambda h: h.queue)
-    assert held == [HeldGpus("q", 1900, None), HeldGpus("r", 1, None)]  # what they hold, to the thousandth
+    r = ReplicaOwner("r")
+    pods = [(Q, shared("a", 300)), (Q, shared("b", 300)), (Q, shared("c", 300)), (r, shared("d", 1))]
+    pods.append((Q, replica("whole", "n1", gpus=1)))
+    held = sorted(replicas_held(pods, {}), key=lambda h: (h.queue, h.replica is not None))
+    assert [(h.queue, h.milli, h.replica is not None) for h in held] == [
+        ("q", 900, False),
+        ("q", 1000, True),
+        ("r", 1, False),
+    ]  # what they hold, to the thousandth
+    assert sum(h.milli for h in held if h.queue == "q") == 1900

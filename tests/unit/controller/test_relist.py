@@ -116,6 +116,7 @@ def lists(
 
     kube.answer("list_nodes", serve(nodes)).answer("list_pods", serve(pods)).answer("list_custom_metadata", custom)
     kube.answer("list_cluster_objects", cluster_objects)
+    kube.answer("list_resource_claims", serve([]))  # what DRA claims hold: tests/unit/kube/test_claim_records.py
 
 
 async def marked(controller: TrainingJobController | InferenceServiceController) -> set[Any]:

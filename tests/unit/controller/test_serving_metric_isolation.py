@@ -132,3 +132,17 @@ async def test_a_query_that_cannot_be_confined_is_refused_with_its_own_reason(
     assert len(condition["message"]) <= 512
     assert ("post_event", "MetricQueryRefused") in kube.calls
     assert prometheus[1].queries == []  # never sent
+
+
+async def test_a_query_too_costly_as_a_whole_is_refused_on_the_service(
+    controller: InferenceServiceController, kube: KubeDouble, prometheus: tuple[PrometheusSource, TwoTenants]
+) -> None:
+    # Each subquery alone is within bounds; nested, 3600 x 3600 evaluations of a series per value.
+    attack = 'max_over_time(max_over_time(count_values("v", timestamp(vector(1)))[1h:1s])[1h:1s])'
+    async with running(controller):
+        controller.service_seen(promql_service("costly", "team-a", attack))
+        await asyncio.sleep(0.5)
+    condition = next(c for c in kube.statuses["costly"]["conditions"] if c["type"] == "ScalingActive")
+    assert (condition["status"], condition["reason"]) == ("False", "MetricQueryRefused")
+    assert "nested ones multiplied; this one, 3600 x 3600 = 12960000" in condition["message"]
+    assert prometheus[1].queries == []  # never sent

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from aisched.api.sharing import GpuShare
 from aisched.controller.in_flight import placement_fits
-from aisched.controller.mig import MigPartitions, waiting_instances
+from aisched.controller.mig import MigPartitions
 from aisched.controller.sharing_report import shared_gpu_usage
 from aisched.kube.claims import SHARE_ANNOTATION, PodShare, with_share_claim
 from aisched.metrics import SharedGpuUsage
 from aisched.policy.placement import GangRequest, Placement, hold, place_gang
 from aisched.policy.shared_room import ShareShape
 from aisched.policy.sharing.mig_configs import CONFIG_LABEL, STATE_LABEL
+from aisched.policy.sharing.mig_demand import waiting_instances
 from tests.unit.controller.test_mig import _inventory as _mig_inventory
 from tests.unit.controller.test_mig import _node as _mig_node
 from tests.unit.controller.test_mig import _pod as _mig_pod

@@ -11,6 +11,7 @@ from aisched.controller.sharing import GpuShares, ShareDoesNotFitError
 from aisched.kube.claims import CLAIM_NAME, SHARE_ANNOTATION
 from aisched.kube.inventory import Inventory
 from aisched.settings import Settings
+from tests.unit.kube.claim_objects import share_claim_of
 
 OWNER = {"apiVersion": "aisched.io/v1alpha1", "kind": "TrainingJob", "name": "j", "uid": "u"}
 OURS = {"aisched.io/kind": "TrainingJob", "aisched.io/job-name": "j"}
@@ -41,7 +42,12 @@ def _pod(name: str, node: str, gpus: int = 0) -> dict[str, Any]:
 def _shares(*pods: dict[str, Any]) -> GpuShares:
     inventory = Inventory(Settings())
     inventory.replace_nodes([_node("n1"), _node("n2", gpus=1, memory=20_000)])
-    for pod in pods:
+    for made in pods:
+        pod = made
+        if SHARE_ANNOTATION in made["metadata"].get("annotations", {}):
+            # Held as the cluster shows it: the claim allocated by kube-scheduler (the annotation is a hint).
+            pod, claim = share_claim_of(made)
+            inventory.upsert_claim(claim)
         inventory.upsert_pod(pod)
     return GpuShares(inventory)
 

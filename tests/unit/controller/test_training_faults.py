@@ -83,7 +83,7 @@ async def test_a_hung_carbon_source_costs_each_fetch_one_answer_wait_and_jobs_st
         await asyncio.sleep(2)
     assert max(took) <= 2.0 + 0.01, took  # one answer wait at most, however many jobs ask
     assert sum(took) <= 2 * 2.0 + 0.01, took  # one per fetch: two fetches before the circuit opened
-    assert source.fetcher.circuit.is_open
+    assert source.fetcher.circuit(settings.carbon.region).is_open
     assert hung.asked == 2
     # Without a forecast deferrable jobs are not held back: they wait for GPUs (there are none) as any job.
     assert {obj["status"]["phase"] for obj in controller.jobs.values()} == {TrainingJobPhase.QUEUED}

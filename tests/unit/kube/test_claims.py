@@ -22,6 +22,7 @@ from aisched.kube.inventory import Inventory
 from aisched.kube.records import read_pod
 from aisched.policy.sharing.charge import share_milli
 from aisched.settings import Settings
+from tests.unit.kube.claim_objects import share_claim_of
 from tests.unit.kube.test_inventory import node, pod
 
 OURS = {"aisched.io/kind": "InferenceService", "aisched.io/job-name": "svc"}
@@ -38,13 +39,20 @@ def _shared(name: str, device: str, milli: int, *, labels: dict[str, str] | None
     return with_share_claim(obj, name, PodShare(device, milli, 10_000))
 
 
+def _held(inventory: Inventory, obj: dict[str, Any]) -> None:
+    """OBJ's claim and OBJ as the cluster shows them once kube-scheduler allocated the claim."""
+    shared, claim = share_claim_of(obj)
+    inventory.upsert_claim(claim)
+    inventory.upsert_pod(shared)
+
+
 def test_pods_sharing_one_gpu_use_one_gpu_of_the_node_and_the_last_to_go_frees_it() -> None:
     inventory = Inventory(Settings())
     inventory.replace_nodes([node("n1")])
     inventory.upsert_pod(pod("whole", "n1", 2))
     for name in ("a", "b", "c"):
-        inventory.upsert_pod(_shared(name, "gpu-5", 300))
-    inventory.upsert_pod(_shared("d", "gpu-6", 100))
+        _held(inventory, _shared(name, "gpu-5", 300))
+    _held(inventory, _shared("d", "gpu-6", 100))
     assert inventory.used_gpus("n1") == 4
     assert inventory.snapshot().free_gpus("n1") == 4
     inventory.delete_pod("ns", "a")
@@ -56,7 +64,10 @@ def test_pods_sharing_one_gpu_use_one_gpu_of_the_node_and_the_last_to_go_frees_i
 
 
 def test_every_gpu_a_pod_can_get_is_counted_in_gpu_equivalents() -> None:
-    shared = read_pod(_shared("a", "gpu-0", 250), "nvidia.com/gpu")
+    inventory = Inventory(Settings())
+    inventory.replace_nodes([node("n1")])
+    _held(inventory, _shared("a", "gpu-0", 250))
+    shared = inventory.pods["ns", "a"]
     assert (shared.gpus, shared.share, shared.gpu_milli) == (0, PodShare("gpu-0", 250, 10_000), 250)
     mig = read_pod(with_mig_slice(_bare("m", 0), "3g.40gb"), "nvidia.com/gpu")
     assert mig.gpu_milli == 429  # 3 of 7 compute slices
@@ -65,13 +76,19 @@ def test_every_gpu_a_pod_can_get_is_counted_in_gpu_equivalents() -> None:
     assert read_pod(odd_mig, "nvidia.com/gpu").gpu_milli == 2000  # no known shape: whole GPUs
     theirs = _bare("t", 1)
     theirs["spec"]["resourceClaims"] = [{"name": CLAIM_NAME, "resourceClaimName": "x"}, {"name": "y"}]
-    assert read_pod(theirs, "nvidia.com/gpu").gpu_milli == 3000  # a claim of anyone else: a whole GPU each
+    # Claims named count for what they are allocated (tests/unit/kube/test_claim_records.py): none here.
+    assert read_pod(theirs, "nvidia.com/gpu").gpu_milli == 1000
+    assert read_pod(theirs, "nvidia.com/gpu").claim_names == ("x",)
 
 
 def test_a_share_annotation_counts_only_on_our_pods() -> None:
-    lookalike = read_pod(_shared("t", "gpu-0", 250, labels={}), "nvidia.com/gpu")
-    # Not ours: the annotation means nothing, and the operator's claim name is one more claim.
-    assert lookalike.share is None and lookalike.gpu_milli == 1000
+    inventory = Inventory(Settings())
+    inventory.replace_nodes([node("n1")])
+    _held(inventory, _shared("t", "gpu-0", 250, labels={}))
+    lookalike = inventory.pods["ns", "t"]
+    # Not ours: the annotation means nothing; its claim, anyone's, holds what it is allocated: a GPU in use.
+    assert lookalike.share is None and lookalike.share_hint is None
+    assert lookalike.gpu_milli == 250 and inventory.used_gpus("n1") == 1
 
 
 @given(st.one_of(st.text(max_size=30), st.integers(), st.none()))

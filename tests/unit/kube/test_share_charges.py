@@ -12,11 +12,14 @@ from aisched.api.common import CapacityType
 from aisched.api.sharing import ALL_MIG_PROFILES, GpuShare
 from aisched.api.training_job import TrainingJob
 from aisched.kube.claims import PodShare, share_memory_mib, with_mig_slice, with_share_claim
+from aisched.kube.inventory import Inventory
 from aisched.kube.records import read_pod
 from aisched.policy.scheduler import JobRequest
 from aisched.policy.sharing.charge import share_milli
+from aisched.settings import Settings
 from tests.builders import a_training_job
-from tests.unit.kube.test_inventory import pod
+from tests.unit.kube.claim_objects import share_claim_of
+from tests.unit.kube.test_inventory import node, pod
 
 OURS = {"aisched.io/kind": "TrainingJob", "aisched.io/job-name": "job"}
 GPU_MEMORY = st.integers(1_000, 200_000)
@@ -53,7 +56,14 @@ def test_a_fraction_held_through_its_dra_claim(compute: int | None, memory: int 
     gpu_share = GpuShare.model_validate(share)
     milli = share_milli(gpu_share, gpu_memory)
     given_share = PodShare("gpu-0", milli, share_memory_mib(gpu_share, milli, gpu_memory))
-    assert charged == _held(with_share_claim(pod("w", "n1", 0, labels=OURS), "w", given_share))
+    # What it holds once kube-scheduler allocated its claim (the inventory reads the claim, not the annotation).
+    shared, claim = share_claim_of(with_share_claim(pod("w", "n1", 0, labels=OURS), "w", given_share))
+    shared["spec"]["initContainers"] = []
+    inventory = Inventory(Settings())
+    inventory.replace_nodes([node("n1")])
+    inventory.upsert_claim(claim)
+    held = inventory.upsert_pod(shared)
+    assert held is not None and charged == held.gpu_milli
 
 
 def test_a_memory_share_on_gpus_of_unknown_memory_is_charged_whole_never_less() -> None:

@@ -5,13 +5,22 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+from datetime import timedelta
 
 import promql_parser as pp
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aisched.policy.promql_scope import QueryRefusedError, TenantScope, quote, scope_query
+from aisched.policy.promql_scope import (
+    MAX_EVALUATIONS,
+    MAX_RANGE_READ,
+    VALUE_LABELLING,
+    QueryRefusedError,
+    TenantScope,
+    quote,
+    scope_query,
+)
 
 SCOPE = TenantScope("team-a")
 
@@ -102,7 +111,7 @@ def expressions(depth: int = 3) -> st.SearchStrategy[str]:
             st.sampled_from(["max_over_time", "avg_over_time"]),
             inner,
             durations,
-            st.sampled_from(["", "1m", "1ms"]),
+            st.sampled_from(["", "1m", "1ms", "1s", "10s"]),
             modifiers,
         ),
         st.builds(
@@ -175,6 +184,9 @@ CONFINED = [
     "sum by (namespace) (secret)",
     r'up{job="\"} or secret{namespace=\"team-b\""}',
     "vector(1)",
+    # Within the cost bounds: nested subqueries whose evaluations multiply to little, a value count at the top.
+    'max_over_time(max_over_time(secret{namespace="team-b"}[10m:10s])[10m:10s])',
+    'count(count_values("v", secret{namespace="team-b"}))',
 ]
 
 
@@ -218,7 +230,31 @@ REFUSED = [
     ("max_over_time(rate(up[1h] offset -20h)[4h:])", "this one, 1d1h"),
     ("max_over_time(rate(up[1h])[4h:] offset 20h)", "this one, 1d1h"),
     ("up @ 1609746000", "@ a fixed time is not allowed"),
-    ("max_over_time(up[1d:1ms])", "at most 11000 steps"),
+    ("max_over_time(up[1d:1ms])", "at most 11000 times, nested ones multiplied; this one, 86400000"),
+    ("max_over_time(up[4h:1s])", "this one, 14400"),
+    # Each subquery alone is allowed; nested, their steps multiply.
+    ("max_over_time(max_over_time(up[1h:1s])[1h:1s])", "this one, 3600 x 3600 = 12960000"),
+    ("max_over_time(max_over_time(max_over_time(up[1m:1s])[1m:1s])[1m:1s])", "60 x 60 x 60 = 216000"),
+    ("max_over_time((max_over_time(up[1h:1s]) + 1)[1h:1s])", "3600 x 3600"),
+    ("max_over_time(max_over_time(up[10m:10s])[10m:10s])", None),  # 60 + 60 x 60 evaluations
+    # Side by side, each allowed alone: their evaluations add up.
+    (" + ".join(["max_over_time(up[1h:1s])"] * 3), None),
+    (" + ".join(["max_over_time(up[1h:1s])"] * 4), "at most 11000 times in all, nested ones multiplied"),
+    (" + ".join(["max_over_time(rate(up[5m])[12h:])"] * 3), "may read 1w of samples per series in all"),
+    ("max_over_time(rate(up[5m])[1h:1s])", "may read 1w of samples per series"),
+    ("max_over_time(rate(up[5m])[12h:])", None),  # 720 five-minute windows: two and a half days
+    # Sample values made labels: a new series at every step of every subquery around it.
+    ('max_over_time(count(count_values("v", timestamp(vector(1))))[1h:1s])', "count_values() inside a subquery"),
+    (  # the attack as it was sent: refused twice over, its steps' product first
+        'max_over_time(max_over_time(count_values("v", timestamp(vector(1)))[1h:1s])[1h:1s])',
+        "3600 x 3600 = 12960000",
+    ),
+    (
+        'max_over_time(max_over_time(count_values("v", timestamp(vector(1)))[10m:10s])[10m:10s])',
+        "count_values() inside a subquery",
+    ),
+    ('count(count_values("v", up))', None),  # one evaluation: no more series than it was given
+    ('max_over_time(label_replace(vector(1), "a", "b", "", "")[10m:10s])', None),  # labels from labels
     ("max_over_time(up[1d:])", None),  # 1440 steps of the default minute: allowed
     ("(" * 70 + "up" + ")" * 70, "nests deeper than 64"),
 ]
@@ -236,3 +272,76 @@ def test_what_cannot_be_scoped_is_refused(query: str, why: str | None) -> None:
 def test_a_label_that_is_no_label_name_is_a_configuration_error() -> None:
     with pytest.raises(ValueError, match="not a label name"):
         scope_query("up", TenantScope("team-a", 'namespace="x'))
+
+
+# -- cost of the whole expression ------------------------------------------------------------
+
+
+def children(node: pp.Expr) -> list[pp.Expr]:
+    if isinstance(node, pp.Call):
+        return list(node.args)
+    if isinstance(node, pp.AggregateExpr):
+        return [node.expr] + ([node.param] if node.param is not None else [])
+    if isinstance(node, pp.BinaryExpr):
+        return [node.lhs, node.rhs]
+    if isinstance(node, pp.ParenExpr | pp.UnaryExpr | pp.SubqueryExpr):
+        return [node.expr]
+    return []
+
+
+def cost(node: pp.Expr, evaluations: int = 1) -> tuple[int, float, bool]:
+    """(evaluations of subqueries' expressions in all, seconds of samples the ranges read in all, count_values
+    under a subquery), counted here again from the tree Prometheus would evaluate."""
+    if isinstance(node, pp.MatrixSelector):
+        return 0, node.range.total_seconds() * evaluations, False
+    spent = 0
+    if isinstance(node, pp.SubqueryExpr):
+        assert node.range is not None, "the scoping refuses a subquery without a range"
+        step = node.step or timedelta(minutes=1)
+        evaluations *= max(1, -(-node.range // step))
+        spent = evaluations
+    value_labels = isinstance(node, pp.AggregateExpr) and str(node.op) in VALUE_LABELLING and evaluations > 1
+    read = 0.0
+    for child in children(node):
+        child_spent, child_read, child_labels = cost(child, evaluations)
+        spent, read, value_labels = spent + child_spent, read + child_read, value_labels or child_labels
+    return spent, read, value_labels
+
+
+@settings(max_examples=400, deadline=None)
+@given(expressions())
+def test_what_is_sent_costs_at_most_the_bounds_as_a_whole(query: str) -> None:
+    try:
+        scoped = scope_query(query, SCOPE)
+    except QueryRefusedError:
+        return
+    evaluations, read, value_labels = cost(pp.parse(scoped))
+    assert evaluations <= MAX_EVALUATIONS
+    assert read <= MAX_RANGE_READ.total_seconds()
+    assert not value_labels
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 400), st.sampled_from([1, 10, 60])), min_size=1, max_size=4),
+    st.booleans(),
+)
+def test_nested_subqueries_are_refused_by_their_evaluations_multiplied_through_the_nesting(
+    windows: list[tuple[int, int]], value_labels: bool
+) -> None:
+    query = 'count_values("v", timestamp(vector(1)))' if value_labels else "up"
+    for steps, step_seconds in windows:
+        query = f"max_over_time(({query})[{steps * step_seconds}s:{step_seconds}s])"
+    # The outermost is evaluated its steps' times, the next that times its own, and so on in.
+    total, product = 0, 1
+    for steps, _ in reversed(windows):
+        product *= steps
+        total += product
+    if total > MAX_EVALUATIONS:
+        with pytest.raises(QueryRefusedError, match="nested ones multiplied"):
+            scope_query(query, SCOPE)
+    elif value_labels:
+        with pytest.raises(QueryRefusedError, match="count_values"):
+            scope_query(query, SCOPE)
+    else:
+        assert_confined(scope_query(query, SCOPE))

@@ -20,6 +20,7 @@ from aisched.policy.circuit import Breaker
 from aisched.policy.promql_scope import TenantScope, check_scoped
 from aisched.sources.prometheus import (
     MAX_ANSWER_BYTES,
+    PER_TENANT_IN_FLIGHT,
     MetricQueryRefusedError,
     PrometheusError,
     PrometheusSource,
@@ -130,31 +131,62 @@ async def test_one_tenants_failures_open_only_its_own_circuit() -> None:
     assert prometheus.circuit("team-b").open_for == timedelta(minutes=2)
 
 
-@pytest.mark.asyncio
-async def test_one_tenant_holds_at_most_a_few_queries_in_flight() -> None:
-    release = asyncio.Event()
+def counting_source(release: asyncio.Event, most: dict[str, int]) -> PrometheusSource:
+    """Team-b's queries hang until RELEASE; MOST records the most of each namespace's asked at once."""
+    asking: dict[str, int] = {}
 
     async def slow(request: httpx.Request) -> httpx.Response:
-        if 'namespace="team-b"' in query_of(request):
-            await release.wait()
-        return httpx.Response(200, json=ONE)
+        tenant = "team-b" if 'namespace="team-b"' in query_of(request) else "team-a"
+        asking[tenant] = asking.get(tenant, 0) + 1
+        most[tenant] = max(most.get(tenant, 0), asking[tenant])
+        try:
+            if tenant == "team-b":
+                await release.wait()
+            return httpx.Response(200, json=ONE)
+        finally:
+            asking[tenant] -= 1
 
     client = httpx.AsyncClient(transport=httpx.MockTransport(slow))
-    prometheus = PrometheusSource(
+    return PrometheusSource(
         "http://prometheus", client=client, retry=Retry(retries=0, clock=lambda: NOW, sleep=no_sleep)
     )
-    hanging = [asyncio.create_task(prometheus.service_metric(promql("sum(x)"), "team-b", [])) for _ in range(6)]
-    await asyncio.sleep(0)
-    for _ in range(3):
-        await asyncio.sleep(0)
-    refused = [task for task in hanging if task.done()]
-    assert len(refused) == 2
-    for task in refused:
-        with pytest.raises(PrometheusUnavailableError, match="still running"):
-            task.result()
+
+
+@pytest.mark.asyncio
+@pytest.mark.looptime
+async def test_a_tenants_queries_over_its_cap_wait_their_turn() -> None:
+    release, most = asyncio.Event(), dict[str, int]()
+    prometheus = counting_source(release, most)
+    hanging = [
+        asyncio.create_task(prometheus.service_metric(promql("sum(x)"), "team-b", []))
+        for _ in range(PER_TENANT_IN_FLIGHT + 2)
+    ]
+    await asyncio.sleep(1)
+    assert prometheus.in_flight("team-b") == PER_TENANT_IN_FLIGHT
+    # Another namespace is asked at once, past team-b's waiting queries.
     assert await prometheus.service_metric(promql("sum(x)"), "team-a", []) is not None
     release.set()
-    await asyncio.gather(*(task for task in hanging if task not in refused))
+    samples = await asyncio.gather(*hanging)
+    assert all(sample is not None for sample in samples)  # each took its turn
+    assert most == {"team-b": PER_TENANT_IN_FLIGHT, "team-a": 1}
+    assert not prometheus._turns  # nothing kept for namespaces with nothing in flight
+
+
+@pytest.mark.asyncio
+@pytest.mark.looptime
+async def test_a_query_still_waiting_for_its_turn_is_not_sent_and_opens_no_circuit() -> None:
+    release, most = asyncio.Event(), dict[str, int]()
+    prometheus = counting_source(release, most)
+    asked = 2 * PER_TENANT_IN_FLIGHT
+    hanging = [asyncio.create_task(prometheus.service_metric(promql("sum(x)"), "team-b", [])) for _ in range(asked)]
+    done = await asyncio.gather(*hanging, return_exceptions=True)
+    skipped = [e for e in done if isinstance(e, PrometheusUnavailableError) and "not sent this turn" in str(e)]
+    timed_out = [e for e in done if isinstance(e, PrometheusUnavailableError) and "did not answer" in str(e)]
+    assert (len(skipped), len(timed_out)) == (PER_TENANT_IN_FLIGHT, PER_TENANT_IN_FLIGHT)
+    assert most == {"team-b": PER_TENANT_IN_FLIGHT}
+    # Those that were asked and hung count; those never sent do not.
+    assert prometheus.circuit("team-b").failures == PER_TENANT_IN_FLIGHT
+    assert not prometheus.circuit("team-a").failures
 
 
 class Endless(httpx.AsyncByteStream):

@@ -25,6 +25,7 @@ that runs before the watch catches up neither creates nor retires a replica twic
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
@@ -43,7 +44,7 @@ from aisched.controller.serving.autoscaling import MetricReading, ServiceAutosca
 from aisched.controller.serving.copies import is_older, scaled, written
 from aisched.controller.serving.front import ServiceFront
 from aisched.controller.serving.placement import ReplicaPlacement, replica_promise
-from aisched.controller.serving.queue_share import replicas_held
+from aisched.controller.serving.queue_share import ReplicaOwner, replicas_held
 from aisched.controller.serving.replica_pods import PodKey, ReplicaPods, ServiceKey
 from aisched.controller.serving.status_writer import ServiceStatusWriter
 from aisched.controller.serving.templates import ServiceTemplates
@@ -155,6 +156,8 @@ class InferenceServiceController:
         self.tenancy.forget(key)
         self.placement.waiting_for_capacity.discard(key)
         self.placement.asks.withdraw(key)
+        self.placement.asks.take_reclaimed(key)  # its pods go with it; a namesake made later keeps its own
+        self.placement.reclaimed_by.pop(key, None)
         self.placement.quota_said.pop(key, None)
         self.placement.refused.pop(key, None)
         if self.placement.shares is not None:
@@ -268,6 +271,7 @@ class InferenceServiceController:
         )
         if refused is not None:
             self.placement.asks.withdraw(key)
+            await self.placement.retire_reclaimed(obj, key)  # what its queue borrowed goes back all the same
             await self._refused(obj, service, refused, now)
             return
         exposed = await self.front.ensure(key, service)
@@ -352,14 +356,22 @@ class InferenceServiceController:
 
     def gpus_held(self) -> list[HeldGpus]:
         """What each service's replicas hold, by its queue, and what the cycle granted them that has no pod
-        yet: the scheduling cycle charges it."""
+        yet: the scheduling cycle charges it, and may reclaim a replica for a lending queue."""
         pods = (
-            (service.spec.queue, pod)
+            (
+                ReplicaOwner(service.spec.queue, service.spec.priority, self.placement.asks.reclaiming(key)),
+                self._as_held(pod),
+            )
             for key, obj in self.services.items()
             if (service := _parse(obj)) is not None
             for pod in self.replicas.of(key)
         )
         return [*replicas_held(pods, self.inventory.nodes), *self.placement.asks.held(self.inventory.nodes)]
+
+    def _as_held(self, pod: ServingPod) -> ServingPod:
+        """POD charged what the inventory says it holds: a share as its claim is allocated, not as annotated."""
+        record = self.inventory.pods.get((pod.namespace, pod.name))
+        return pod if record is None else dataclasses.replace(pod, gpu_milli=record.gpu_milli)
 
     def _replica_confirmed(self, key: PodKey) -> None:
         """The watch shows a replica we made (the inventory counts it now) or its end: its promise goes."""

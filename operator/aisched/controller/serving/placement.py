@@ -76,6 +76,8 @@ class ReplicaPlacement:
     service owns them, and a long-lived one scaling up and down would otherwise keep one per replica ever made."""
     quota_said: dict[ServiceKey, str] = field(default_factory=dict)
     """What the service's events last said of its queue's quota holding back new replicas."""
+    reclaimed_by: dict[ServiceKey, str] = field(default_factory=dict)
+    """Why the service has fewer replicas than it wants, while it has: a lending queue reclaimed some."""
 
     def claim_departed(self, pod: ServingPod) -> None:
         """POD of a service with gpuShare is gone: its claim template (named after it, `kube/claims.py`) goes."""
@@ -127,6 +129,7 @@ class ReplicaPlacement:
         decides them with the gangs, and started at the pass after its answer. SNAPSHOT gives the
         cluster as of now, promises of decisions under way included."""
         key = (service.metadata["namespace"], service.metadata["name"])
+        await self.retire_reclaimed(obj, key)
         pods = [p for p in self.replicas.of(key) if p.serving_candidate]
         current_hash = self.templates.current_hash(service)
         current = [_replica(p) for p in pods if p.template_hash == current_hash]
@@ -153,13 +156,38 @@ class ReplicaPlacement:
                 obj, "Normal", "ReplicasRetired", f"retired {', '.join((*plan.retire, *step.retire_old))}"
             )
         plan = _carried(plan, wanted, starts, answer)
+        if plan.unplaced and key in self.reclaimed_by:
+            plan = replace(plan, reason=PlanReason.RECLAIMED, message=f"{self.reclaimed_by[key]}; {plan.message}")
+        else:
+            self.reclaimed_by.pop(key, None)  # back to what it wants: what was reclaimed is history
         if plan.unplaced:
             self.waiting_for_capacity.add(key)
         else:
             self.waiting_for_capacity.discard(key)
         if self.shares is not None:  # for the stranded-GPU measure, and a MIG repartition
-            self.shares.note_waiting_replicas(key, service.spec.gpu_share, plan.unplaced, service.spec.gpu_type)
+            self.shares.note_waiting_replicas(
+                key, service.spec.gpu_share, plan.unplaced, service.spec.gpu_type, service.spec.queue
+            )
         return plan
+
+    async def retire_reclaimed(self, obj: dict[str, Any], key: ServiceKey) -> None:
+        """The replicas the cycle reclaimed for a lending queue go, by the same path as any retired replica;
+        the status and an event say why, naming the lending queue and nothing else of another tenant's."""
+        reclaim = self.asks.take_reclaimed(key)
+        if reclaim is None:
+            return
+        by_name = {p.name: p for p in self.replicas.of(key) if p.serving_candidate}
+        going = [by_name[name] for name in reclaim.pods if name in by_name]
+        try:
+            await self.delete(going)
+        except BaseException:
+            self.asks.reclaim({key: reclaim})  # the next pass tries again
+            raise
+        if going:
+            self.reclaimed_by[key] = reclaim.message
+            self.kube.post_event(
+                obj, "Normal", "ReplicasReclaimed", f"{reclaim.message}: retired {', '.join(p.name for p in going)}"
+            )
 
     def _tell_quota(self, obj: dict[str, Any], key: ServiceKey, answer: ServingPlan | None) -> None:
         """Say once, in an event, that the queue's quota holds back new replicas (and again when that changes)."""
@@ -253,12 +281,16 @@ class ReplicaPlacement:
                 self.kube.post_event(obj, "Warning", "ShareDoesNotFit", str(full))
                 self.waiting_for_capacity.add(key)
                 waiting = self.shares.replicas_waiting.get(key, (None, 0, None))[1] + len(starts)
-                self.shares.note_waiting_replicas(key, service.spec.gpu_share, waiting, service.spec.gpu_type)
+                self.shares.note_waiting_replicas(
+                    key, service.spec.gpu_share, waiting, service.spec.gpu_type, service.spec.queue
+                )
                 return []
             claimed = await asyncio.gather(*(self.kube.create(claim) for claim in claims), return_exceptions=True)
             failed = [outcome for outcome in claimed if isinstance(outcome, BaseException)]
             if failed:
                 self.shares.forget(pods)
+                if self._claims_refused(obj, key, failed):
+                    return []
                 if not any(namespace_closing(error) for error in failed):
                     raise failed[0]
                 self.closing.closed(key[0])  # the service goes with its namespace
@@ -287,6 +319,17 @@ class ReplicaPlacement:
                 self.kube.post_event(obj, "Warning", FAILED_CREATE, f"a replica was refused: {refusal}")
             self.refused[key] = refusal
         return made
+
+    def _claims_refused(self, obj: dict[str, Any], key: tuple[str, str], failed: list[BaseException]) -> bool:
+        """The API server refused a replica's claim template for good (a template someone else made first
+        under its name, say): the service is told once, and no replica is made."""
+        refusal = next((r for error in failed if (r := refused_create(error)) is not None), None)
+        if refusal is None:
+            return False
+        if self.refused.get(key) != refusal:
+            self.kube.post_event(obj, "Warning", FAILED_CREATE, f"a replica was refused: {refusal}")
+        self.refused[key] = refusal
+        return True
 
     async def delete(self, pods: Sequence[ServingPod]) -> None:
         await all_done(*(self.kube.delete_pod(p.namespace, p.name) for p in pods))

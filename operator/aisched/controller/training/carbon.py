@@ -37,8 +37,9 @@ from aisched.policy.carbon import (
     work_in_chunk,
     work_left,
 )
-from aisched.policy.job_messages import deferred_message
+from aisched.policy.job_messages import carbon_forecast_missing_message, deferred_message
 from aisched.policy.job_status import (
+    carbon_forecast_noted,
     deferral_write_due,
     deferred,
     pausing_at_chunk_end,
@@ -100,7 +101,16 @@ class CarbonDeferral:
         work = work_left(timedelta(seconds=spec.expected_duration_seconds or 0), status.chunk_work_done_seconds)
         if work is None:
             return False
-        plan = await self._carbon_plan(job, now, work, paused=paused)
+        plan, missing = await self._carbon_plan(job, now, work, paused=paused)
+        noted = carbon_forecast_noted(job, missing, now)
+        if noted is not None:
+            # Said on this job alone, and first: the cycle that admits it writes from the status it read.
+            # It sits this one cycle out for it, and enters the next with the condition in its status.
+            if missing is not None:
+                self.kube.post_event(obj, "Warning", "CarbonForecastUnavailable", missing)
+            self.guard.write_in_cycle(writes, obj, job, noted, now)
+            wake_at(self.queue, job, now, now)
+            return True
         if not plan.is_deferred(now):
             self._start_chunk(obj, job, plan, now, writes, first=not paused)
             return False
@@ -147,11 +157,12 @@ class CarbonDeferral:
 
     async def _carbon_plan(
         self, job: TrainingJob, now: datetime, work: timedelta, *, running: bool = False, paused: bool = False
-    ) -> CarbonPlan:
-        """Plan the work left against the current forecast (none when the source fails: start in time)."""
+    ) -> tuple[CarbonPlan, str | None]:
+        """Plan the work left against the current forecast (none when the source fails: start in time),
+        and why the job's zone has no forecast, if it has none."""
         spec = job.spec
         region = spec.carbon.region or self.settings.carbon.region
-        forecast = None
+        forecast, missing = None, None
         if self.carbon is not None:
             horizon = timedelta(seconds=self.settings.carbon.forecast_horizon_seconds)
             try:
@@ -159,6 +170,7 @@ class CarbonDeferral:
             except CarbonSourceError as error:
                 log.warning("no carbon forecast for %s: %s; deferrable jobs start in time", region, error)
                 self.metrics.carbon.record_carbon_source_error(CARBON_SOURCE_NAMES[self.settings.carbon.provider])
+                missing = carbon_forecast_missing_message(region, str(error))
         created = job.metadata.get("creationTimestamp")
         deferrable = DeferrableJob(
             work,
@@ -180,7 +192,7 @@ class CarbonDeferral:
             min_saving_fraction=self.settings.carbon.min_saving_fraction,
             forecast_error=self.settings.carbon.forecast_error,
         )
-        return plan_start(forecast, now, deferrable, options)
+        return plan_start(forecast, now, deferrable, options), missing
 
     async def end_chunks(self, now: datetime) -> None:
         """Running gangs whose carbon chunk is over: re-plan, then carry on or pause for the next chunk."""
@@ -207,7 +219,7 @@ class CarbonDeferral:
             restore=timedelta(seconds=self.settings.restart_overhead_seconds),
         )
         work = work_left(timedelta(seconds=job.spec.expected_duration_seconds or 0), done)
-        plan = await self._carbon_plan(job, now, work, running=True) if work is not None else None
+        plan = (await self._carbon_plan(job, now, work, running=True))[0] if work is not None else None
         decision = at_chunk_end(plan, now)
         if plan is None or not decision.pause:
             await self._set_chunk_end(obj, job, decision.until)

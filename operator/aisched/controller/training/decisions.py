@@ -107,7 +107,7 @@ class CycleDecisions:
                 decision = CapacityDecision(CapacityChoice.SPOT, "SpotAvailable", "spot capacity made by the cycle")
             if decision is not None and decision.pinned_on_demand and not was_pinned(job):
                 self.metrics.interruptions.record_on_demand_fallback()
-            message = admitted_message(admission.placement, admission.preempting)
+            message = admitted_message(admission.placement, admission.preempting, admission.key)
             launch = functools.partial(
                 self.launch,
                 obj,

@@ -4,7 +4,7 @@ Watch handlers (handlers.py) only record what they see (the store) and mark jobs
 The loop takes the dirty jobs from its work queue (marks, wake-ups asked for, the periodic
 resync), reconciles each (`reconcile.py`), then runs the cluster-wide stages in the order
 `reconcile_once` lists them: the scheduling cycle, emissions, chunk ends, the release of
-workers whose job is gone, and the gauges.
+workers whose job is gone, the deletion of those the garbage collector left, and the gauges.
 
 Each part owns its state and is handed the others it needs when it is built (`__init__`
 below): none reaches into the controller, and each can be built and tested alone.
@@ -33,6 +33,7 @@ from aisched.controller.training.releases import WorkerReleases
 from aisched.controller.training.reporting import Reporting
 from aisched.controller.training.scheduling import SchedulingCycle
 from aisched.controller.training.store import JobKey, JobStore, utc_now
+from aisched.controller.training.stray_workers import StrayWorkers
 from aisched.controller.training.writer import CONCURRENT_RECONCILES, StatusWriter
 from aisched.controller.workqueue import WorkQueue
 from aisched.kube import labels
@@ -96,6 +97,8 @@ class TrainingJobController:
         self.writer = StatusWriter(kube, self.store)
         self.guard = StageGuard(self.store, self.writer, kube, self.queue, self.metrics)
         self.releases = WorkerReleases(self.store, inventory, kube, self.queue)
+        self.strays = StrayWorkers(self.store, inventory, kube)
+        """Pods named as a job's workers and not labelled so, and pods of gone jobs: deleted."""
         self.reconciler = JobReconciler(
             settings=settings,
             store=self.store,
@@ -106,6 +109,7 @@ class TrainingJobController:
             metrics=self.metrics,
             shares=self.shares,
             releases=self.releases,
+            strays=self.strays,
             clock=now,
         )
         self.deferral = CarbonDeferral(
@@ -202,6 +206,7 @@ class TrainingJobController:
         self.store.forget(key)
         self.tenancy.forget(key)
         self.releases.workers_unowned(self.inventory.pods_of_job(namespace, name))
+        self.strays.job_gone(namespace, name)
         self.decisions.forget(key)
         self.metrics.workload.forget_job(namespace, name)
         self.queue.forget(key)  # no wake-up or retry for a job that is gone
@@ -209,7 +214,9 @@ class TrainingJobController:
         self.queue.wake()  # its GPUs are free for whoever waits
 
     def workers_unowned(self, pods: Iterable[PodRecord]) -> None:
+        pods = list(pods)
         self.releases.workers_unowned(pods)
+        self.strays.unowned(pods)
 
     def queue_seen(self, obj: dict[str, Any]) -> None:
         self.store.queues[obj["metadata"]["name"]] = obj
@@ -217,6 +224,7 @@ class TrainingJobController:
 
     def queue_gone(self, name: str) -> None:
         self.store.queues.pop(name, None)
+        self.metrics.workload.forget_queue(name)
 
     def queues_relisted(self, listed: Iterable[dict[str, Any]]) -> None:
         """Queues as a list read them: each one newer than ours (or new to us) is taken, as a watch
@@ -229,6 +237,8 @@ class TrainingJobController:
                 self.queue_seen(obj)
 
     def pod_changed(self, record: PodRecord | None) -> None:
+        if (stray_of := self.strays.pod_seen(record)) is not None:
+            self.mark(stray_of)  # one of its workers lost its labels: its reconcile deletes it
         if record is not None and record.job_key and record.labels.get(labels.JOB_KIND) == "TrainingJob":
             self.mark(record.job_key)
         else:
@@ -280,6 +290,7 @@ class TrainingJobController:
             ("estimating emissions", lambda: self.deferral.account_emissions(self.clock())),
             ("ending carbon chunks", lambda: self.deferral.end_chunks(self.clock())),
             ("releasing workers of deleted jobs", self.releases.release_unowned),
+            ("deleting pods of deleted jobs", lambda: self.strays.delete_orphans(self.clock())),
             ("reporting", lambda: self.reporting.report_if_due(settled=not self._marked_during_cycle)),
         )
         for name, stage in stages:

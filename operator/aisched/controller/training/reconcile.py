@@ -20,6 +20,7 @@ from aisched.controller.concurrency import all_done
 from aisched.controller.sharing import GpuShares, ShareDoesNotFitError
 from aisched.controller.training.releases import WorkerReleases
 from aisched.controller.training.store import PLURAL, JobKey, JobStore, parse_job
+from aisched.controller.training.stray_workers import StrayWorkers
 from aisched.controller.training.writer import StatusWriter
 from aisched.controller.workqueue import RefusedError, WorkQueue
 from aisched.kube import labels
@@ -58,6 +59,7 @@ class JobReconciler:
     metrics: Metrics
     shares: GpuShares
     releases: WorkerReleases
+    strays: StrayWorkers
     clock: Callable[[], datetime]
     # Workers of each job whose checkpoint report was rejected and the job told so (a Warning event, once).
     _rejected_reports_told: dict[JobKey, frozenset[str]] = field(default_factory=dict, init=False)
@@ -74,7 +76,10 @@ class JobReconciler:
         now = self.clock()
         status = job.status
         generation = status.gang_generation or 0
-        pods = self.inventory.pods_of_job(*key)
+        # A pod named as one of its workers whose labels were taken off or changed goes first: it is
+        # none of its workers, whatever its labels say (policy/stray_workers.py).
+        strays = await self.strays.sweep(key)
+        pods = [p for p in self.inventory.pods_of_job(*key) if p.name not in strays]
         seats = [WorkerSeat(p.labels.get(labels.GANG_GENERATION), p.labels.get(labels.RANK), p.gpu_node) for p in pods]
         if not placement_vouched_for(status, self.store.placement_made(key), seats):
             ignored = placement_ignored(job, now)

@@ -2,23 +2,52 @@
 
 With ten thousand jobs, most wait or run unchanged from one cycle to the next. A job's request is
 made again only when its object, the capacity chosen for it or the nodes it must keep off changed,
-or, for a running gang, the nodes as placement sees them (`Inventory.node_generation`).
+or, for a running gang, the nodes as placement sees them (`Inventory.node_generation`) or what its
+pods hold. A running gang is charged what it was admitted with, never less than its pods hold, and
+never what its spec says now (`policy.scheduler.jobs.running_charge`): its pods do not follow the spec.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from aisched.api import CapacityType, TrainingJob
+from aisched.kube.records import PodRecord
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.placement import Placement
 from aisched.policy.scheduler import JobRequest
+from aisched.policy.scheduler.jobs import NOTHING_HELD, HeldByPods, running_charge
 from aisched.policy.shared_room import SharePart
 from aisched.policy.topology import Topology
 
 JobKey = tuple[str, str]
 _NO_NODES = -1  # a waiting job's request reads no node
+
+
+@dataclass(frozen=True, slots=True)
+class GangHolds:
+    """What a running gang's pods hold, as the cycle reads them off the inventory."""
+
+    parts: tuple[SharePart, ...] = ()
+    """A fraction's part of a GPU each rank holds (`SharePart`, by rank)."""
+    held: HeldByPods = NOTHING_HELD
+    """The most one of its live pods holds."""
+
+    @classmethod
+    def of(cls, parts: tuple[SharePart, ...], pods: Iterable[PodRecord]) -> GangHolds:
+        """PARTS as `JobStore.parts_held` reads them, and the most one of PODS (the job's) holds while it lives
+        (bound or pinned, not finished; terminating included: its GPUs are not free before it is gone)."""
+        live = [pod for pod in pods if pod.holds_gpus]
+        held = HeldByPods(
+            whole_gpus=max((pod.gpus + pod.claims for pod in live), default=0),
+            milli=max((pod.gpu_milli for pod in live), default=0),
+        )
+        return cls(parts, held)
+
+
+_NO_PODS = GangHolds()  # a waiting job's request reads no pod
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +58,8 @@ class _Made:
     excluded: frozenset[str]
     node_generation: int
     request: JobRequest
+    holds: GangHolds
+    """A running gang's: what its pods held when it was made."""
 
 
 class RequestBook:
@@ -83,7 +114,7 @@ class RequestBook:
                 topology=topology,
                 gpu_memory_mib=gpu_memory_mib,
             )
-            made = _Made(obj, capacity_types, excluded, _NO_NODES, request)
+            made = _Made(obj, capacity_types, excluded, _NO_NODES, request, _NO_PODS)
         assert made is not None
         self._now[key] = made
         return made.request
@@ -98,25 +129,30 @@ class RequestBook:
         node_generation: int,
         excluded: frozenset[str],
         gpu_memory_mib: int = 0,
-        parts: tuple[SharePart, ...] = (),
+        holds: GangHolds = _NO_PODS,
     ) -> JobRequest:
-        """The request of a gang placed on its status placement's nodes, as the snapshot sees them;
-        PARTS: a fraction's part of a GPU each rank holds (`SharePart`, by rank)."""
+        """The request of a gang placed on its status placement's nodes, as the snapshot sees them, and
+        HOLDS, what its pods hold.
+
+        It is charged what it was admitted with and never less than its pods hold (`running_charge`):
+        not what its spec says now, which its pods, made at admission, do not follow."""
+        parts, held = holds.parts, holds.held
         made = self._last.get(key)
         if (
             made is None
             or not _still(made, obj, None, excluded, node_generation)
             or _memory_changed(made, gpu_memory_mib)
-            or (made.request.placement is not None and made.request.placement.parts != parts)
+            or made.holds != holds
         ):
             assert job.status.placement is not None
+            charge = running_charge(job, held, gpu_memory_mib)
             placement = self._placement(
-                tuple(job.status.placement.nodes), job.spec.gpus_per_replica, snapshot, node_generation
+                tuple(job.status.placement.nodes), charge.gpus_per_replica, snapshot, node_generation
             )
-            share = job.spec.gpu_share
-            if parts or (share is not None and share.mig_profile is not None):
+            share = charge.share
+            if share is not None and (parts or share.mig_profile is not None):
                 # What stopping or shrinking it frees is its parts of GPUs or its MIG instances.
-                placement = replace(placement, parts=parts, mig_profile=share.mig_profile if share else None)
+                placement = replace(placement, parts=parts, mig_profile=share.mig_profile)
             types = (placement.capacity_type,) if placement.capacity_type else (CapacityType.ON_DEMAND,)
             request = JobRequest.from_training_job(
                 job,
@@ -125,8 +161,9 @@ class RequestBook:
                 excluded_nodes=excluded,
                 topology=snapshot.topology,
                 gpu_memory_mib=gpu_memory_mib,
+                held=held,
             )
-            made = _Made(obj, None, excluded, node_generation, request)
+            made = _Made(obj, None, excluded, node_generation, request, holds)
         assert made is not None
         self._now[key] = made
         return made.request

@@ -22,7 +22,6 @@ from pydantic import ValidationError
 
 from aisched.api import CapacityType, Queue, TrainingJob, TrainingJobPhase
 from aisched.controller.concurrency import at_most
-from aisched.controller.mig import waiting_instances
 from aisched.controller.provisioning import NodeProvisioner
 from aisched.controller.replica_asks import ReplicaAsks
 from aisched.controller.sharing import GpuShares
@@ -32,7 +31,7 @@ from aisched.controller.training.carbon import CarbonDeferral
 from aisched.controller.training.decisions import CycleDecisions, CycleJobs
 from aisched.controller.training.isolation import CycleWrites, QueueRefusalError, StageGuard
 from aisched.controller.training.reporting import Reporting
-from aisched.controller.training.requests import RequestBook
+from aisched.controller.training.requests import GangHolds, RequestBook
 from aisched.controller.training.store import JobKey, JobStore, job_key, wake_at
 from aisched.controller.training.writer import CONCURRENT_RECONCILES
 from aisched.controller.workqueue import WorkQueue
@@ -44,7 +43,6 @@ from aisched.policy.culprits import culprits
 from aisched.policy.decision import Decision, decide
 from aisched.policy.level_refusals import level_refusal
 from aisched.policy.lifecycle import HOLDS_GPUS
-from aisched.policy.placement import INSUFFICIENT_GPUS
 from aisched.policy.provisioning import ProvisioningPlan
 from aisched.policy.queueing import QueueQuota, with_locked_default
 from aisched.policy.refusals import refusal_retry_at
@@ -125,10 +123,13 @@ class SchedulingCycle:
         started = time.perf_counter()
         decision = await self._decide(snapshot, requests, parsed, now)
         self.asks.answer(decision.replicas)  # promised at once: the GPUs granted are no one else's
+        self.asks.reclaim(decision.reclaimed)  # replicas a lending queue takes back: their services retire them
         result = decision.jobs
-        # MIG gangs left waiting for instances: an idle node may be repartitioned for them (controller/mig.py).
-        short = (parsed[w.key][1].spec for w in result.waiting if w.key in parsed and w.reason == INSUFFICIENT_GPUS)
-        self.shares.mig.asked(waiting_instances(short))
+        # MIG gangs left waiting for instances: an idle node may be repartitioned for them, within their queue's
+        # bound; whole-GPU gangs left waiting: free sliced nodes go back to whole GPUs (controller/mig.py).
+        self.shares.mig.cycle_asked(
+            ((parsed[w.key][1].spec, w.reason) for w in result.waiting if w.key in parsed), self._queue_quotas()
+        )
         elapsed = time.perf_counter() - started
         self.metrics.process.record_scheduling_cycle(
             time.perf_counter() - cycle_started, time.thread_time() - cpu_started
@@ -280,7 +281,7 @@ class SchedulingCycle:
                 node_generation=generation,
                 excluded=doomed,
                 gpu_memory_mib=memory,
-                parts=self.store.parts_held(job),
+                holds=GangHolds.of(self.store.parts_held(job), self.inventory.pods_of_job(*key)),
             )
             return request, None
         return None

@@ -32,6 +32,7 @@ from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.lifecycle import FINISHED, HOLDS_GPUS
 from aisched.policy.placement_record import PlacementMade
 from aisched.policy.queueing import stored_queue
+from aisched.policy.scheduler.jobs import admitted_shape
 from aisched.policy.shared_room import SharePart
 
 log = logging.getLogger(__name__)
@@ -254,7 +255,7 @@ class JobStore:
         """A fraction's gang: the part of a GPU each rank's pod holds, by rank; a rank whose pod is not
         made yet holds the whole GPU `cluster_snapshot` keeps for it (`SharePart` with no device).
         Other gangs: none."""
-        share, placement = job.spec.gpu_share, job.status.placement
+        share, placement = admitted_shape(job)[1], job.status.placement  # what its pods were made with
         if share is None or share.mig_profile is not None or placement is None:
             return ()
         by_rank = self._current_gang(job_key(job), job)
@@ -282,14 +283,15 @@ class JobStore:
             # while gated); ranks whose pods are not created yet hold them through the placement:
             # a whole GPU each (a fraction's GPU is chosen as its pod is made), or a MIG instance.
             created = self._current_gang(key, job)
-            profile = job.spec.gpu_share.mig_profile if job.spec.gpu_share is not None else None
+            gpus, share = admitted_shape(job)  # what the gang was admitted with, whatever its spec says now
+            profile = share.mig_profile if share is not None else None
             for rank, node in enumerate(job.status.placement.nodes):
                 if str(rank) in created:
                     continue
                 if profile is not None:
                     migs.append((node, profile))
                 else:
-                    reserved[node] = reserved.get(node, 0) + job.spec.gpus_per_replica
+                    reserved[node] = reserved.get(node, 0) + gpus
         snapshot = self.inventory.snapshot(reserved)
         self.in_flight.hold_shared(snapshot.shared)
         for node, profile in migs:

@@ -12,11 +12,12 @@ from aisched.policy.scheduler.results import (
     Admission,
     Preemption,
     QueueUsage,
+    ReclaimedReplica,
     Resize,
     ScheduleResult,
     Waiting,
 )
-from aisched.policy.scheduler.state import ADMISSIONS_PER_CYCLE, HeldGpus
+from aisched.policy.scheduler.state import ADMISSIONS_PER_CYCLE, HeldGpus, HeldReplica
 
 __all__ = [
     "ADMISSIONS_PER_CYCLE",
@@ -29,9 +30,11 @@ __all__ = [
     "Admission",
     "Applied",
     "HeldGpus",
+    "HeldReplica",
     "JobRequest",
     "Preemption",
     "QueueUsage",
+    "ReclaimedReplica",
     "Resize",
     "ScheduleResult",
     "Waiting",

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from aisched.policy.cluster import DomainId
+from aisched.policy.job_messages import JobRef, other_job
 from aisched.policy.placement import GangRequest, Placement, place_gang, release_all
 from aisched.policy.scheduler.attempt import Attempt
 from aisched.policy.scheduler.jobs import JobRequest
@@ -103,10 +104,8 @@ def _reservation_words(reservation: Reservation) -> str:
 
 
 def _backfill_refusal(reservation: Reservation, job: JobRequest) -> str:
-    head = (
-        f"the free GPUs that fit it are held for {reservation.key} (priority {reservation.priority}) "
-        f"in {_domain_words(reservation.domain)}"
-    )
+    held_for = other_job(JobRef(reservation.key, reservation.priority), seen_from=job)
+    head = f"the free GPUs that fit it are held for {held_for} in {_domain_words(reservation.domain)}"
     if reservation.start is None:
         return f"{head} until it starts"
     if job.expected_duration is None:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Final
 
 from aisched.api.common import CapacityType
+from aisched.api.sharing import GpuShare
 from aisched.api.training_job import TrainingJob, TrainingJobPhase
 from aisched.policy.cluster import Toleration
 from aisched.policy.lifecycle import INTERRUPTED
@@ -17,6 +19,54 @@ from aisched.policy.sharing.charge import replica_milli
 from aisched.policy.topology import LOCAL_TOPOLOGY, Level, Topology
 
 _LONG_AGO = datetime.min.replace(tzinfo=UTC)  # a job with no creation time yet queues first among equals
+
+
+@dataclass(frozen=True, slots=True)
+class HeldByPods:
+    """The most one live pod of a gang holds, as the API server says it holds it (`kube.records`)."""
+
+    whole_gpus: int = 0
+    """Whole GPUs: its containers' and its other claims'."""
+    milli: int = 0
+    """Every GPU it holds, in GPU-equivalents (thousandths): whole, a part of one, MIG instances."""
+
+
+NOTHING_HELD: Final = HeldByPods()
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerCharge:
+    """What each worker of a gang holds and is charged to its queue."""
+
+    gpus_per_replica: int
+    share: GpuShare | None
+    """The part of one GPU each worker holds (None: whole GPUs)."""
+    milli_per_replica: int | None
+    """Its charge in GPU-equivalents (thousandths) when that is not `gpus_per_replica` whole GPUs."""
+
+
+def admitted_shape(job: TrainingJob) -> tuple[int, GpuShare | None]:
+    """GPUs per worker and the part of a GPU each holds, as the running gang of JOB was admitted with them.
+
+    Its pods were made from them, and a later spec does not reach its pods: an edit of the spec under a
+    live gang (which the CRD's rules refuse, `aisched.api.running_shape`) must not change its charge. The
+    cycle records them in the status placement, which only the operator writes; a placement recorded
+    before it did so: the spec, never fewer GPUs per worker than the status says the gang holds."""
+    placement, status = job.status.placement, job.status
+    if placement is not None and placement.gpus_per_replica is not None:
+        return placement.gpus_per_replica, placement.gpu_share
+    per_worker = -(-(status.gpus or 0) // status.replicas) if status.replicas else 0
+    return max(job.spec.gpus_per_replica, per_worker), job.spec.gpu_share
+
+
+def running_charge(job: TrainingJob, held: HeldByPods = NOTHING_HELD, gpu_memory_mib: int = 0) -> WorkerCharge:
+    """What each worker of JOB's running gang is charged: what it was admitted with (`admitted_shape`), and
+    never less than the most any of its pods HELD holds. While the pods live, the charge never shrinks."""
+    gpus, share = admitted_shape(job)
+    if share is None:
+        gpus = max(gpus, held.whole_gpus)
+    milli = max(replica_milli(share, gpus, gpu_memory_mib), held.milli)
+    return WorkerCharge(gpus, share, milli if share is not None or milli != gpus * MILLI else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,21 +146,29 @@ class JobRequest:
         excluded_nodes: frozenset[str] = frozenset(),
         topology: Topology = LOCAL_TOPOLOGY,
         gpu_memory_mib: int = 0,
+        held: HeldByPods = NOTHING_HELD,
     ) -> JobRequest:
         """What a TrainingJob asks for. `placement` (for a running gang) comes from its status and the snapshot:
-        `Placement.of_nodes(status.placement.nodes, spec.gpus_per_replica, snapshot)`. Its levels are read in
-        TOPOLOGY (the snapshot's); one it does not have is no constraint here: a waiting job that names one is
-        refused before it gets here (`aisched.policy.levels.level_refusal`). A `gpuShare` worker is charged what it
-        holds (`aisched.policy.sharing.charge`), a memory share by GPUs of GPU_MEMORY_MIB (0: unknown, whole)."""
+        `Placement.of_nodes(status.placement.nodes, running_charge(job, held).gpus_per_replica, snapshot)`. Its
+        levels are read in TOPOLOGY (the snapshot's); one it does not have is no constraint here: a waiting job
+        that names one is refused before it gets here (`aisched.policy.levels.level_refusal`). A `gpuShare`
+        worker is charged what it holds (`aisched.policy.sharing.charge`), a memory share by GPUs of
+        GPU_MEMORY_MIB (0: unknown, whole). A running gang is charged what it was admitted with and what
+        its pods HELD hold (`running_charge`), whatever its spec says now; a waiting job, its spec."""
         spec, meta = job.spec, job.metadata
         template_spec = spec.template.get("spec") or {}
         created = meta.get("creationTimestamp")
+        if placement is not None:
+            charge = running_charge(job, held, gpu_memory_mib)
+        else:
+            milli = replica_milli(spec.gpu_share, spec.gpus_per_replica, gpu_memory_mib) if spec.gpu_share else None
+            charge = WorkerCharge(spec.gpus_per_replica, spec.gpu_share, milli)
         return cls(
             key=f"{meta.get('namespace', '')}/{meta.get('name', '')}",
             queue=spec.queue,
             priority=spec.priority,
             created=datetime.fromisoformat(created) if isinstance(created, str) else created or _LONG_AGO,
-            gpus_per_replica=spec.gpus_per_replica,
+            gpus_per_replica=charge.gpus_per_replica,
             replicas=spec.replicas,
             min_replicas=spec.min_replicas,
             max_replicas=spec.max_replicas,
@@ -127,11 +185,9 @@ class JobRequest:
             started=(job.status.run_start_time or job.status.start_time) if placement is not None else None,
             attained_gpu_seconds=job.status.attained_gpu_seconds or 0.0,
             set_back=job.status.phase == TrainingJobPhase.QUEUED and job.status.reason == INTERRUPTED,
-            milli_per_replica=(
-                replica_milli(spec.gpu_share, spec.gpus_per_replica, gpu_memory_mib) if spec.gpu_share else None
-            ),
+            milli_per_replica=charge.milli_per_replica,
             gpu_memory_mib=gpu_memory_mib,
-            share=ShareShape.of(spec.gpu_share),
+            share=ShareShape.of(charge.share),
         )
 
     def gang(self, replicas: int, gpu_types: frozenset[str] | None, excluded: frozenset[str]) -> GangRequest:

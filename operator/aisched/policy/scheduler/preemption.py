@@ -8,20 +8,30 @@ allows it (`CycleState.sliceable_for`: a higher band of attained service, its mi
 or to reclaim: a job whose queue stays within its nominal quota takes back what other queues of
 its cohort borrowed (Kueue's reclaimWithinCohort), whatever their priority up to its own, since
 a quota lent is a quota its owner may have back.
+
+What is borrowed through InferenceService replicas is reclaimed the same way, in the same plan:
+the replicas of a borrowing queue (`CycleState.service_replicas`, one-replica gangs here) are
+candidates only for a reclaiming job, lowest priority first, then newest, and a plan takes no
+more of a queue's replicas than it borrows (the last one taken may straddle its nominal quota,
+as a gang's does), so a service keeps what it holds within its queue's nominal quota. They go by
+the serving controller's retirement (`ScheduleResult.reclaimed`), not as a preempted gang.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from aisched.policy.cluster import ClusterSnapshot
+from aisched.policy.job_messages import preempted_message, shrunk_message
 from aisched.policy.placement import GangRequest, Placement, gang_fits, place_gang, release, search_levels
 from aisched.policy.queueing import MILLI
 from aisched.policy.scheduler.attempt import Attempt
 from aisched.policy.scheduler.jobs import JobRequest
-from aisched.policy.scheduler.results import SHRUNK, Preemption, Resize
-from aisched.policy.scheduler.state import CycleState, RunningGang
+from aisched.policy.scheduler.reclaim import may_take_back, reclaimable_replicas, replicas_rank, victim_order
+from aisched.policy.scheduler.results import SHRUNK, Preemption, ReclaimedReplica, Resize
+from aisched.policy.scheduler.state import REPLICA_KEY_MARK, CycleState, RunningGang
 from aisched.policy.topology import DomainId, Level, level_rank
 
 # Time-slicing preempts at most this many gangs in one cycle. Thousands of jobs with less service
@@ -111,14 +121,18 @@ def _eligible(
         ):
             preemptible.append(running)
     shrinkable.sort(key=lambda r: (r.job.priority, -r.job.created.timestamp(), r.job.key))
-    preemptible.sort(key=lambda r: (r.job.priority, -(r.job.started or r.job.created).timestamp(), r.job.key))
+    preemptible.sort(key=victim_order)
+    if reclaiming is not None:
+        replicas = reclaimable_replicas(cycle, job, reclaiming)
+        preemptible = list(heapq.merge(preemptible, replicas, key=lambda r: victim_order(r)[:2]))
     cycle.displaceable[key] = shrinkable, preemptible
     return shrinkable, preemptible
 
 
 def _still_displaceable(cycle: CycleState, running: RunningGang, job: JobRequest) -> bool:
     other = running.job
-    if cycle.running.get(other.key) is not running or other.key == job.key:
+    ours = cycle.service_replicas if other.replica_set else cycle.running
+    if ours.get(other.key) is not running or other.key == job.key:
         return False
     # Another team's guaranteed quota is never taken; what it borrows beyond it may be.
     return other.queue == job.queue or cycle.ledger.borrowed(other.queue) > 0
@@ -141,6 +155,8 @@ def make_room(cycle: CycleState, attempt: Attempt) -> bool:
     candidates = _displaceable(cycle, job, job.charge(request.replicas))
     if not candidates:
         return False
+    # Among plans alike, the one taking the replicas first in victim order (the newest) goes.
+    replicas_order = {c.running.job.key: i for i, c in enumerate(candidates) if c.running.job.replica_set}
     for level in _levels_to_search(cycle, request):
         # Domains in the order of their cheapest candidate (the list is cheapest first), so the
         # plans compared are the likeliest cheapest; ties go to the first domain by path.
@@ -153,10 +169,18 @@ def make_room(cycle: CycleState, attempt: Attempt) -> bool:
                 if len(plans) == MAX_PLANS_COMPARED:
                     break
         if plans:
-            best = min(plans, key=lambda plan: (plan.cost, tuple((p is None, p or "") for p in plan.domain.path)))
+            best = min(plans, key=lambda plan: (plan.cost, _replicas_rank(plan, replicas_order), _path_rank(plan)))
             _carry_out(cycle, job, replace(request, within=best.domain), best)
             return True
     return False
+
+
+def _replicas_rank(plan: _RoomPlan, order: dict[str, int]) -> tuple[int, ...]:
+    return replicas_rank((a.running.job.key for a in plan.actions), order)
+
+
+def _path_rank(plan: _RoomPlan) -> tuple[tuple[bool, str], ...]:
+    return tuple((p is None, p or "") for p in plan.domain.path)
 
 
 def _levels_to_search(cycle: CycleState, request: GangRequest) -> list[Level | None]:
@@ -220,9 +244,13 @@ def _plan_within(
     assert within is not None
     actions: list[_Displacement] = []
     seen: set[str] = set()
+    taken_back: dict[str, int] = {}
+    """What the plan takes of each borrowing queue's replicas: never more than the queue borrows."""
     for candidate in candidates:
         action = _restricted(cycle, candidate, job, within)
         if action is None:
+            continue
+        if candidate.running.job.replica_set and not may_take_back(cycle, candidate.running.job, taken_back):
             continue
         key = candidate.running.job.key
         if action.dropped is None and key in seen:
@@ -296,11 +324,15 @@ def _carry_out(cycle: CycleState, job: JobRequest, request: GangRequest, plan: _
         other = running.job
         action.release(cycle.snapshot)
         cycle.ledger.refund(other.queue, action.milli(), running.placement.gpu_type)
-        if action.dropped is None:
+        if other.replica_set:
+            del cycle.service_replicas[other.key]
+            service, _, pod = other.key.partition(REPLICA_KEY_MARK)
+            cycle.reclaimed.append(ReclaimedReplica(service, pod, job.queue, job.key))
+        elif action.dropped is None:
             cycle.slices += other.priority == job.priority
             del cycle.running[other.key]
             cycle.resized.pop(other.key, None)
-            cycle.preempted.append(Preemption(other.key, job.key, _victim_words(job, request)))
+            cycle.preempted.append(Preemption(other.key, job.key, _victim_words(other, job, request)))
         else:
             kept = [rank for rank in range(running.placement.replicas) if rank not in action.dropped]
             running.placement = running.placement.keeping(kept, cycle.snapshot)
@@ -308,8 +340,7 @@ def _carry_out(cycle: CycleState, job: JobRequest, request: GangRequest, plan: _
                 other.key,
                 running.placement,
                 SHRUNK,
-                f"shrunk from {len(kept) + len(action.dropped)} to {len(kept)} replicas to make room for "
-                f"{job.key} (priority {job.priority})",
+                shrunk_message(other, job, before=len(kept) + len(action.dropped), after=len(kept)),
             )
     cycle.failures.clear()  # GPUs were released: earlier failures may fit now
     cycle.blocked.clear()
@@ -377,10 +408,7 @@ def _admitted_after(cycle: CycleState, job: JobRequest, replicas: int, chosen: l
     return True
 
 
-def _victim_words(job: JobRequest, request: GangRequest) -> str:
+def _victim_words(victim: JobRequest, job: JobRequest, request: GangRequest) -> str:
     within = request.within
     where = f" in one {within.level}" if within is not None and within.level is not None else ""
-    return (
-        f"preempted by {job.key} (priority {job.priority}), which needs "
-        f"{request.total_gpus} GPUs{where}; it will be queued again"
-    )
+    return preempted_message(victim, job, f"{request.total_gpus} GPUs{where}")

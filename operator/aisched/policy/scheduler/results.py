@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from aisched.policy.placement import Placement
+from aisched.policy.queueing import QueueQuota
 
 RESERVED_FOR_HIGHER_PRIORITY = "ReservedForHigherPriority"
 PREEMPTED = "Preempted"
@@ -44,6 +45,19 @@ class Preemption:
 
 
 @dataclass(frozen=True, slots=True)
+class ReclaimedReplica:
+    """An InferenceService replica a lending queue takes back: its service's queue borrowed the GPUs."""
+
+    service: str
+    """namespace/name of the InferenceService."""
+    pod: str
+    lender: str
+    """The queue that reclaims: its job, within its nominal quota, takes the GPUs."""
+    by: str
+    """The job that takes them."""
+
+
+@dataclass(frozen=True, slots=True)
 class Resize:
     """An elastic job's new gang: ranks that stay keep their nodes."""
 
@@ -70,6 +84,9 @@ class QueueUsage:
     """GPU-equivalents in use, in thousandths (a 30% share is 300)."""
     room_milli: int | None = None
     """`room_gpus` in thousandths: what replicas holding parts of GPUs may still take."""
+    quota: QueueQuota | None = None
+    """The queue's quota the cycle charged against: with its cohort's, what more the queues may admit together
+    (`policy.provisioning`); each queue's `room_gpus` alone counts its cohort's idle GPUs for every member."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,3 +102,5 @@ class ScheduleResult:
     """Where the first job that could not start holds GPUs (`backfill`): later jobs keep off them."""
     reserved_priority: int | None = None
     """That job's priority (None: no reservation)."""
+    reclaimed: tuple[ReclaimedReplica, ...] = ()
+    """Services' replicas that go to give a lending queue back its quota (`preemption`)."""

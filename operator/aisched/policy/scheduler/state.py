@@ -21,6 +21,7 @@ from aisched.policy.scheduler.results import (
     Admission,
     Preemption,
     QueueUsage,
+    ReclaimedReplica,
     Resize,
     ScheduleResult,
     Waiting,
@@ -45,13 +46,30 @@ class RunningGang:
 
 
 @dataclass(frozen=True, slots=True)
+class HeldReplica:
+    """One running InferenceService replica holding whole GPUs on one node: what a lending queue may
+    take back when its service's queue borrows (`preemption`)."""
+
+    service: str
+    """namespace/name of the InferenceService."""
+    pod: str
+    node: str
+    gpus: int
+    priority: int
+    created: datetime | None = None
+    """When its pod was made; None: not known (newest, ties to the later name)."""
+
+
+@dataclass(frozen=True, slots=True)
 class HeldGpus:
     """GPU-equivalents (thousandths) a queue's pods hold that are no gang of this cycle's (an
-    InferenceService's replicas): charged to the queue, never preempted by the cycle."""
+    InferenceService's replicas): charged to the queue, and never preempted by the cycle but for a
+    REPLICA the lending queue reclaims while the queue borrows."""
 
     queue: str
     milli: int
     gpu_type: str | None = None
+    replica: HeldReplica | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +117,9 @@ class CycleState:
                 self.ledger.charge(job.queue, job.held_milli, job.placement.gpu_type)
         for held in held_elsewhere:  # what the queue's other kinds of work hold: its quota is one
             self.ledger.charge(held.queue, held.milli, held.gpu_type)
+        self.service_replicas = _service_replicas(held_elsewhere, snapshot, now)
+        """Running replicas a lending queue may reclaim (`preemption`), as one-replica gangs, by key."""
+        self.reclaimed: list[ReclaimedReplica] = []
         self.admitted: list[Admission] = []
         self.waiting: list[Waiting] = []
         self.preempted: list[Preemption] = []
@@ -239,6 +260,7 @@ class CycleState:
             deferred=self.deferred,
             reserved_nodes=self.reservation.nodes if self.reservation is not None else frozenset(),
             reserved_priority=self.reservation.priority if self.reservation is not None else None,
+            reclaimed=tuple(self.reclaimed),
         )
 
     def _usage(self) -> dict[str, QueueUsage]:
@@ -260,6 +282,37 @@ class CycleState:
                 pending_jobs=pending[name],
                 room_gpus=None if (room := self.ledger.room(name)) is None else room // MILLI,
                 room_milli=room,
+                quota=self.quotas[name],
             )
             for name in sorted(self.quotas)
         }
+
+
+def _service_replicas(held: Sequence[HeldGpus], snapshot: ClusterSnapshot, now: datetime) -> dict[str, RunningGang]:
+    """The replicas in HELD as running one-replica gangs of their queue, for making room to weigh beside
+    gangs (charged through HELD already, so never charged again)."""
+    found: dict[str, RunningGang] = {}
+    for entry in held:
+        replica = entry.replica
+        if replica is None or replica.node not in snapshot or replica.gpus <= 0:
+            continue
+        created = replica.created or now
+        placement = Placement.of_nodes((replica.node,), replica.gpus, snapshot)
+        job = JobRequest(
+            key=f"{replica.service}{REPLICA_KEY_MARK}{replica.pod}",
+            queue=entry.queue,
+            priority=replica.priority,
+            created=created,
+            gpus_per_replica=replica.gpus,
+            replicas=1,
+            placement=placement,
+            started=created,
+            milli_per_replica=entry.milli,
+            replica_set=True,
+        )
+        found[job.key] = RunningGang(job, placement, None)
+    return found
+
+
+REPLICA_KEY_MARK = "@replicas/"
+"""Between a service's namespace/name and its pod's name in a replica's key: no TrainingJob key has '@'."""

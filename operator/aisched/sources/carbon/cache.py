@@ -2,15 +2,17 @@
 
 Callers (the scheduling loop) get an answer from memory at once: fresh for `ttl`, then stale
 for up to `max_stale` while a fresh one is fetched in the background (`BackgroundFetcher`:
-one fetch per region at a time, bounded as a whole by `deadline`, behind a circuit that stops
-asking a failing source for a while). Only when memory has nothing usable does a caller wait,
-and then at most `answer_wait`, for the fetch it started (callers that find one under way
-do not wait); past that it gets a CarbonSourceError, as from a source that is down, and the
-loop goes on without carbon.
+one fetch per region at a time, bounded as a whole by `deadline`, behind a circuit per region
+that stops asking a failing source about that region for a while: a job naming a region the
+source does not know opens that region's circuit, never another's). Only when memory has
+nothing usable does a caller wait, and then at most `answer_wait`, for the fetch it started
+(callers that find one under way do not wait); past that it gets a CarbonSourceError, as from
+a source that is down, and the loop goes on without carbon.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,7 +41,8 @@ class CachedCarbonSource:
 
     A forecast is fetched for a little longer than asked (one TTL) so that the next
     calls, made a little later for a window a little later, are answered from it.
-    `last_error` keeps the failure of the latest fetch (None once one succeeds).
+    `last_error` keeps the failure of the latest fetch of any region (None once one succeeds);
+    what a caller is told about its region is that region's own.
     """
 
     def __init__(
@@ -84,13 +87,14 @@ class CachedCarbonSource:
                 self._forecasts[region] = _Entry(now, start, asked_end, value)
 
             key = ("forecast", region)
-            started = self.fetcher.start(key, lambda: self._inner.forecast(region, start, asked_end), keep)
+            fetch = functools.partial(self._inner.forecast, region, start, asked_end)
+            started = self.fetcher.start(key, fetch, keep, subject=region)
             if started and not self._usable_forecast(entry, now, start):
                 await self.fetcher.wait(key, self._answer_wait)
                 entry = self._forecasts.get(region)
         if entry is None or not self._usable_forecast(entry, now, start):
-            raise self._no_answer(f"forecast for {region}")
-        self._note_if_stale(entry, now)
+            raise self._no_answer(f"forecast for {region}", region)
+        self._note_if_stale(entry, now, region)
         return self._clip(entry.value, start, end)
 
     async def current(self, region: str) -> IntensityPoint:
@@ -103,13 +107,13 @@ class CachedCarbonSource:
                 self._currents[region] = _Entry(now, now, now, value)
 
             key = ("current", region)
-            started = self.fetcher.start(key, lambda: self._inner.current(region), keep)
+            started = self.fetcher.start(key, functools.partial(self._inner.current, region), keep, subject=region)
             if started and (entry is None or now - entry.fetched_at > self._max_stale):
                 await self.fetcher.wait(key, self._answer_wait)
                 entry = self._currents.get(region)
         if entry is None or now - entry.fetched_at > self._max_stale:
-            raise self._no_answer(f"intensity of {region}")
-        self._note_if_stale(entry, now)
+            raise self._no_answer(f"intensity of {region}", region)
+        self._note_if_stale(entry, now, region)
         return entry.value
 
     async def aclose(self) -> None:
@@ -118,20 +122,23 @@ class CachedCarbonSource:
     def _usable_forecast(self, entry: _Entry[Forecast] | None, now: datetime, start: datetime) -> bool:
         return entry is not None and now - entry.fetched_at <= self._max_stale and entry.value.end > start
 
-    def _note_if_stale(self, entry: _Entry[T], now: datetime) -> None:
-        if now - entry.fetched_at >= self._ttl and self.fetcher.last_error is not None:
-            log.warning("%s; using the answer fetched at %s", self.last_error, entry.fetched_at.isoformat())
+    def _note_if_stale(self, entry: _Entry[T], now: datetime, region: str) -> None:
+        error = self.fetcher.error(region)
+        if now - entry.fetched_at >= self._ttl and error is not None:
+            log.warning(
+                "%s; using the answer fetched at %s", self._as_source_error(error, region), entry.fetched_at.isoformat()
+            )
 
-    def _no_answer(self, what: str) -> CarbonSourceError:
-        circuit = self.fetcher.circuit
+    def _no_answer(self, what: str, region: str) -> CarbonSourceError:
+        circuit = self.fetcher.circuit(region)
         if circuit.is_open:
             return CarbonSourceError(
                 self.name,
                 what,
-                f"not asked until {circuit.reopens_at()} after {circuit.failures} failures in a row; "
-                f"last: {self.fetcher.last_error}",
+                f"not asked about {region} until {circuit.reopens_at()} after {circuit.failures} failures in a row; "
+                f"last: {self.fetcher.error(region)}",
             )
-        error = self._as_source_error(self.fetcher.last_error, what)
+        error = self._as_source_error(self.fetcher.error(region), what)
         if error is not None:
             return error
         return CarbonSourceTimeoutError(

@@ -120,11 +120,11 @@ async def test_a_hanging_or_dripping_source_costs_the_caller_its_answer_wait_onl
             assert isinstance(cached.last_error, CarbonSourceTimeoutError)
             await answered(cached.forecast("GB", T0, T0 + timedelta(hours=2)))
             await cached.fetcher.settle()
-            assert cached.fetcher.circuit.is_open
+            assert cached.fetcher.circuit("GB").is_open
             asked = len(server.requests)
             answer = await answered(cached.forecast("GB", T0, T0 + timedelta(hours=2)))
             # An open circuit answers without asking the source, so without waiting on it.
-            assert isinstance(answer, CarbonSourceError) and "not asked until" in str(answer)
+            assert isinstance(answer, CarbonSourceError) and "not asked about GB until" in str(answer)
             assert len(server.requests) == asked and not cached.fetcher.fetching(("forecast", "GB"))
 
     await scenario()
@@ -176,3 +176,41 @@ def test_power_per_gpu_falls_back_to_the_default() -> None:
     assert settings.power_per_gpu("NVIDIA-H100-80GB-HBM3") == 700.0
     assert settings.power_per_gpu("Mystery-GPU") == 123.0
     assert settings.power_per_gpu(None) == 123.0
+
+
+@pytest.mark.asyncio
+async def test_zones_the_source_does_not_know_open_their_own_circuits_only(server: ScriptedServer) -> None:
+    # Four tenants' jobs name zones the source does not know, each asked until its circuit opens.
+    server.reply("/intensity/2024-05-21T10:00Z/2024-05-21T12:05Z", Reply(payloads.gb_national(ROWS)))
+    clock = [T0]
+    async with httpx.AsyncClient(trust_env=False) as client:
+        cached = bounded(server, clock)(client)
+        for _ in range(3):
+            for zone in ("atlantis", "lemuria", "mu", "hy-brasil"):
+                answer = await answered(cached.forecast(zone, T0, T0 + timedelta(hours=2)))
+                assert isinstance(answer, CarbonSourceError) and zone in str(answer)
+                await cached.fetcher.settle()
+        assert all(cached.fetcher.circuit(zone).is_open for zone in ("atlantis", "lemuria", "mu", "hy-brasil"))
+        # Another tenant's job in a zone the source knows is still planned on its forecast.
+        forecast = await cached.forecast("GB", T0, T0 + timedelta(hours=2))
+        assert forecast.values[:3] == (200.0, 180.0, 150.0)
+        assert not cached.fetcher.circuit("GB").is_open
+        assert len(server.requests) == 1
+
+
+@pytest.mark.asyncio
+async def test_a_tenant_inventing_zones_grows_the_circuits_kept_no_further_than_their_bound(
+    server: ScriptedServer,
+) -> None:
+    clock = [T0]
+    async with httpx.AsyncClient(trust_env=False) as client:
+        cached = bounded(server, clock)(client)
+        cached.fetcher.max_circuits = 16
+        for index in range(200):
+            await answered(cached.forecast(f"zone-{index}", T0, T0 + timedelta(hours=2)))
+            await cached.fetcher.settle()
+        assert cached.fetcher.failing_subjects() == 16
+        assert cached.fetcher.error("zone-199") is not None  # the latest are kept, the oldest forgotten
+        assert cached.fetcher.error("zone-0") is None
+        assert not cached.fetcher.fetching(("forecast", "zone-199"))
+        assert not cached.fetcher._tasks  # a fetch that ended leaves nothing behind
