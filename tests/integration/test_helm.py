@@ -27,11 +27,13 @@ pytestmark = pytest.mark.integration
 RELEASE = "aisched"
 HELM_TIMEOUT = 300
 CLUSTER_SCOPED_RESOURCES = {"nodes", "customresourcedefinitions", "queues", "queues/status", "namespaces"}
-# What every authenticated user may do (system:basic-user, system:discovery): not the chart's doing.
+# What every authenticated user may do (system:basic-user, system:discovery, and since Kubernetes 1.37
+# reading ClusterTrustBundles, which are public by design): not the chart's doing.
 EVERYONE = {
     "selfsubjectaccessreviews.authorization.k8s.io",
     "selfsubjectrulesreviews.authorization.k8s.io",
     "selfsubjectreviews.authentication.k8s.io",
+    "clustertrustbundles.certificates.k8s.io",
 }
 
 

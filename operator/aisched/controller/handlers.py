@@ -6,6 +6,7 @@ plain functions in worker threads, where they would race the loops over the cach
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, cast
 
 import kopf
@@ -22,7 +23,10 @@ def register(
     inventory: Inventory,
     jobs: TrainingJobController,
     serving: InferenceServiceController,
+    pods_watched: asyncio.Event | None = None,
 ) -> None:
+    """PODS_WATCHED: set at the pod watch's first event (see `main._relist_once_watching`)."""
+
     @kopf.on.event("", "v1", "nodes", registry=registry)
     async def node_event(event: kopf.RawEvent, name: str, **_: Any) -> None:
         if event["type"] == "DELETED":
@@ -35,6 +39,8 @@ def register(
 
     @kopf.on.event("", "v1", "pods", registry=registry)
     async def pod_event(event: kopf.RawEvent, name: str, namespace: str | None, **_: Any) -> None:
+        if pods_watched is not None:
+            pods_watched.set()
         if event["type"] == "DELETED":
             record = inventory.delete_pod(namespace or "", name, _resource_version(event))
         else:

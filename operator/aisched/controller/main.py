@@ -41,6 +41,8 @@ HEARTBEAT_STALE_SECONDS = 60.0
 # 8 of the largest TrainingJobs the CRD admits are 160 MiB parsed (16 were 320 MiB, a third of the
 # chart's limit); 100,000 pods are 12,500 pages, served from the API server's cache.
 WATCH_PAGE = 8
+# How long the relist after start-up waits for the pod watch's first event, in a cluster with no pod to send one.
+WATCH_SETTLE_SECONDS = 30
 # How long kopf's worker for one object waits for its next event before it ends (kopf's default:
 # 5 s). Waiting, it still holds the last event's body: a restart's first list of TrainingJobs
 # (a few pages a second, up to 20 MiB each parsed) was held whole, 848 MiB for 48 of them; ended
@@ -270,7 +272,8 @@ def _kopf_registry(
 ) -> kopf.OperatorRegistry:
     """Our handlers, and the hooks that fill the caches and run the controllers once kopf starts."""
     registry = kopf.OperatorRegistry()
-    register(registry, inventory, jobs, serving)
+    pods_watched = asyncio.Event()
+    register(registry, inventory, jobs, serving, pods_watched)
     background: list[asyncio.Task[None]] = []
 
     @kopf.on.login(registry=registry)
@@ -289,6 +292,7 @@ def _kopf_registry(
         heartbeat.pass_completed()
         background.append(asyncio.create_task(jobs.run(on_pass=heartbeat.pass_completed), name="trainingjobs"))
         background.append(asyncio.create_task(serving.run(), name="inferenceservices"))
+        background.append(asyncio.create_task(_relist_once_watching(), name="relist-once-watching"))
         background.append(asyncio.create_task(_relist_forever(), name="relist"))
         background.append(asyncio.create_task(kube.send_events(), name="events"))
         background.append(asyncio.create_task(jobs.shares.mig.run(kube), name="mig-repartitions"))
@@ -303,6 +307,18 @@ def _kopf_registry(
             task.cancel()
         if serving.prometheus is not None:
             await serving.prometheus.aclose()
+
+    async def _relist_once_watching() -> None:
+        # The loops start on the start-up lists, before kopf's pod watch has listed: a pod that goes
+        # between the two (a worker whose finalizer the first reconcile let go) is in neither the
+        # watch's list nor a DELETED event, and would be held until the next relist, a period away.
+        # One relist once the watch streams (or a settle time, with no pod to tell) closes the gap.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(pods_watched.wait(), timeout=WATCH_SETTLE_SECONDS)
+        try:
+            await relist(kube, inventory, jobs, serving, page_size=operator_settings.list_page_size)
+        except Exception:
+            log.exception("relisting nodes and pods after the watches started failed; the periodic relist repairs it")
 
     async def _relist_forever() -> None:
         while True:
