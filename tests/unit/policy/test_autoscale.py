@@ -364,6 +364,22 @@ def test_stabilisation_windows_are_honoured(
     2,
     [(1, 0.0)],
 )
+# Found by Hypothesis: a wake from zero goes straight to minReplicas (2), past a 1-pod-a-minute rise.
+@example(
+    behavior(
+        min_replicas=2,
+        max_replicas=2,
+        target_per_replica=1.0,
+        tolerance=0.0,
+        scale_to_zero=True,
+        scale_up_window_seconds=0,
+        scale_down_window_seconds=0,
+        scale_up_policies=(RatePolicy(PolicyKind.PODS, 1, 60),),
+        scale_down_policies=(RatePolicy(PolicyKind.PODS, 1, 60),),
+    ),
+    1,
+    [(1, 0.0), (60, 1.0)],
+)
 def test_rate_limits_are_honoured(law: ScalingBehavior, start: int, trace: list[tuple[int, float | None]]) -> None:
     start = min(max(start, law.min_replicas), law.max_replicas)
     steps = run(law, start, trace)
@@ -373,8 +389,8 @@ def test_rate_limits_are_honoured(law: ScalingBehavior, start: int, trace: list[
         period_start = step.at - timedelta(seconds=60)
         earlier = [s.after for s in steps if s.at <= period_start]
         count_then = earlier[-1] if earlier else start
-        if step.after > step.before:
-            assert step.after - count_then <= up.value
+        if step.after > step.before:  # only a wake from zero, to the floor, may be larger
+            assert step.after - count_then <= up.value or (step.before == 0 and step.after <= law.floor)
         if step.after < step.before:  # only the last step to zero, from the floor, may be larger
             assert count_then - step.after <= down.value or (step.after == 0 and step.before <= law.floor)
 
