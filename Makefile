@@ -10,6 +10,8 @@ PRESET ?= small
 REAL_NODES ?= 0
 # Karpenter's KWOK provider beside it, growing the fleet from zero: make cluster-up PRESET=empty KARPENTER=1
 KARPENTER ?= 0
+# The job frameworks' controllers (training-operator, KubeRay) beside it: make cluster-up JOB_FRAMEWORKS=1
+JOB_FRAMEWORKS ?= 0
 # Seconds one test of each tier may take before it fails (pytest-timeout), so a hang names its
 # test instead of eating CI's time; generous, since a loaded machine is slow, not stuck.
 # Unit: a hang-catcher, not a speed check. No unit test waits on a clock; the slowest took 27 s on a
@@ -66,12 +68,17 @@ k8s-binaries: ## build (or reuse from ~/.cache/aisched) etcd, kube-*, kubelet, k
 karpenter: ## build (or reuse) Karpenter's KWOK provider; waits for a build already under way
 	hack/build-k8s-binaries.sh karpenter
 
-# Karpenter's build and CoreDNS's (minutes of Go on a cold cache) overlap the tiers that need no
-# cluster, which run on one core; `karpenter` waits for the first before the integration tier.
+.PHONY: framework-controllers
+framework-controllers: ## build (or reuse) training-operator and KubeRay's operator; waits for a build already under way
+	hack/build-k8s-binaries.sh frameworks
+
+# Karpenter's, CoreDNS's and the framework controllers' builds (minutes of Go on a cold cache)
+# overlap the tiers that need no cluster, which run on one core; `karpenter` and
+# `framework-controllers` wait for theirs before the integration tier.
 .PHONY: karpenter-background
 karpenter-background:
 	@mkdir -p $(KARPENTER_LOG_DIR)
-	@nohup hack/build-k8s-binaries.sh karpenter coredns >$(KARPENTER_LOG_DIR)/karpenter-build.log 2>&1 &
+	@nohup hack/build-k8s-binaries.sh karpenter coredns frameworks >$(KARPENTER_LOG_DIR)/karpenter-build.log 2>&1 &
 
 .PHONY: node-packages
 node-packages: ## install containerd, runc, CNI plugins, buildah, mmdebstrap, umoci, skopeo from Debian if missing
@@ -86,8 +93,8 @@ release: node-packages k8s-binaries ## dist/: the chart package and the operator
 	hack/release.sh
 
 .PHONY: cluster-up
-cluster-up: k8s-binaries $(if $(filter 1,$(KARPENTER)),karpenter) ## start the local GPU cluster (PRESET=small|large|empty, REAL_NODES=N real kubelets, KARPENTER=1)
-	AISCHED_REAL_NODES=$(REAL_NODES) AISCHED_KARPENTER=$(KARPENTER) hack/cluster.sh up $(PRESET)
+cluster-up: k8s-binaries $(if $(filter 1,$(KARPENTER)),karpenter) $(if $(filter 1,$(JOB_FRAMEWORKS)),framework-controllers) ## start the local GPU cluster (PRESET=small|large|empty, REAL_NODES=N real kubelets, KARPENTER=1, JOB_FRAMEWORKS=1)
+	AISCHED_REAL_NODES=$(REAL_NODES) AISCHED_KARPENTER=$(KARPENTER) AISCHED_FRAMEWORKS=$(JOB_FRAMEWORKS) hack/cluster.sh up $(PRESET)
 
 .PHONY: cluster-down
 cluster-down: ## stop the demo operator and the local GPU cluster, and remove its state
@@ -139,7 +146,7 @@ test-tools: venv frameworks tools k8s-binaries ## tests that drive real helm and
 	$(BIN)/pytest tests/tools -q --timeout=$(TOOLS_TEST_TIMEOUT) --durations=5; rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 .PHONY: test-integration
-test-integration: venv tools k8s-binaries karpenter ## integration tests against the local GPU cluster (small preset)
+test-integration: venv tools k8s-binaries karpenter framework-controllers ## integration tests against the local GPU cluster (small preset)
 	$(BIN)/pytest tests/integration -q -n $(INTEGRATION_WORKERS) --dist loadfile --no-loadscope-reorder \
 		--timeout=$(INTEGRATION_TEST_TIMEOUT) --durations=15; rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 

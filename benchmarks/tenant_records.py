@@ -53,7 +53,7 @@ from aisched.api.pod_template import (
     MAX_VOLUMES,
 )
 from aisched.controller import templates
-from aisched.controller.in_flight import InFlightPlacements
+from aisched.controller.cluster_state import ClusterState
 from aisched.controller.process_tuning import ALLOCATOR_VARIABLE, trim_heap
 from aisched.controller.training.store import JobStore
 from aisched.kube.inventory import Inventory
@@ -165,7 +165,7 @@ def child(shape: str, jobs: int, whole: bool) -> dict[str, Any]:
     if whole:
         templates.KEPT_TEMPLATE_BYTES = sys.maxsize  # type: ignore[misc]  # the baseline: nothing elided
     texts = [json.dumps(BUILDERS[shape](f"job-{i}"), separators=(",", ":")) for i in range(2)]
-    store = JobStore(Inventory(Settings()), InFlightPlacements())
+    store = JobStore(ClusterState(Inventory(Settings())))
     idle = settled_mib()
     for i in range(jobs):
         # The watch's parse of the object: two texts that differ by name, so no parse is shared.

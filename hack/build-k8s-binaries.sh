@@ -4,7 +4,8 @@
 # kubectl (k8s.io/kubernetes), Karpenter's KWOK provider (karpenter-kwok, with
 # its CRDs beside it in karpenter-crds/), the node components kubelet and kube-proxy
 # (hack/real-nodes.sh runs them, with the fake GPU device plugin and pause of
-# hack/node-tools), etcd, kwok and helm, at the versions pinned in
+# hack/node-tools), the job frameworks' controllers training-operator and kuberay-operator
+# (their CRDs beside them in NAME-crds/), etcd, kwok and helm, at the versions pinned in
 # hack/versions.env. Idempotent: a binary whose --version already matches is
 # kept. Prints the cache's bin directory on stdout when done.
 set -euo pipefail
@@ -159,7 +160,8 @@ build_framework() {
 }
 
 # Kubeflow's training-operator (PyTorchJob and its siblings) and KubeRay's operator (RayJob,
-# RayCluster): the real controllers of the kinds teams already run, for the workloads tests.
+# RayCluster): the real controllers of the kinds teams already run, which the integration
+# tier's cluster runs (AISCHED_FRAMEWORKS=1 hack/cluster.sh up).
 build_frameworks() {
   build_framework training-operator "${TRAINING_OPERATOR_VERSION}" \
     github.com/kubeflow/training-operator/cmd/training-operator.v1 \
@@ -167,6 +169,33 @@ build_frameworks() {
   build_framework kuberay-operator "${KUBERAY_VERSION}" \
     github.com/ray-project/kuberay/ray-operator \
     github.com/ray-project/kuberay/ray-operator config/crd/bases
+}
+
+# Kueue's controller manager (sigs.k8s.io/kueue), the `workloads` benchmark's peer: `go install`ed
+# from the Go module proxy (no replace directives; its go.mod asks for Go 1.25), its CRDs and
+# webhook configurations and default Configuration copied out of the module cache beside it
+# (kueue-crds/, kueue-webhooks.yaml, kueue-config.yaml) for the benchmark to apply. Not in
+# `all`: only that benchmark runs it.
+build_kueue() {
+  local v="${KUEUE_VERSION}" crds="${AISCHED_BIN_DIR}/kueue-crds" tmp dir
+  if [[ -x "${AISCHED_BIN_DIR}/kueue" && -f "${AISCHED_BIN_DIR}/kueue-config.yaml" &&
+    "$(cat "${crds}/.version" 2>/dev/null)" == "${v}" ]]; then
+    log "kueue ${v}: cached"; return
+  fi
+  log "kueue ${v}: building"
+  tmp="$(mktemp -d)"
+  GOBIN="${tmp}" go install -trimpath \
+    -ldflags "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=${v}" "sigs.k8s.io/kueue/cmd/kueue@${v}"
+  mv "${tmp}/kueue" "${AISCHED_BIN_DIR}/kueue"
+  rmdir "${tmp}"
+  dir="$(go mod download -json "sigs.k8s.io/kueue@${v}" |
+    sed -n 's/^\s*"Dir": "\(.*\)",\?$/\1/p')"
+  [[ -d "${dir}/config/components/crd/bases" ]] || die "no config/components/crd/bases in sigs.k8s.io/kueue@${v} (${dir})"
+  rm -rf "${crds}" && mkdir -p "${crds}"
+  cp "${dir}"/config/components/crd/bases/*.yaml "${crds}/"
+  cp "${dir}/config/components/webhook/manifests.yaml" "${AISCHED_BIN_DIR}/kueue-webhooks.yaml"
+  cp "${dir}/config/components/manager/controller_manager_config.yaml" "${AISCHED_BIN_DIR}/kueue-config.yaml"
+  echo "${v}" >"${crds}/.version"
 }
 
 # Cluster DNS for the real nodes (hack/real-nodes.sh): pods reach each other by the
@@ -208,10 +237,17 @@ build_karpenter_once() {
   exec 9>&-
 }
 
-# hack/build-k8s-binaries.sh [all|base|karpenter|coredns|frameworks]...: base is all but Karpenter's
-# provider and CoreDNS (the real nodes' cluster DNS), which only some tiers need. The job
-# frameworks' controllers (about 7 minutes on 2 cores) are built only when asked for: no tier
-# runs them yet.
+# One build of the frameworks at a time, as for Karpenter: `make test` starts one in the background.
+build_frameworks_once() {
+  exec 9>"${AISCHED_CACHE_DIR}/.frameworks-build.lock"
+  flock 9
+  build_frameworks
+  exec 9>&-
+}
+
+# hack/build-k8s-binaries.sh [all|base|karpenter|coredns|frameworks|kueue]...: base is all but Karpenter's
+# provider, CoreDNS (the real nodes' cluster DNS) and the job frameworks' controllers (about
+# 7 minutes on 2 cores, cold), which only some tiers need.
 main() {
   local start=${SECONDS} what
   log "cache: ${AISCHED_BIN_DIR}"
@@ -223,12 +259,13 @@ main() {
         build_helm
         build_kubernetes
         build_node_tools
-        if [[ "${what}" == all ]]; then build_coredns; build_karpenter_once; fi
+        if [[ "${what}" == all ]]; then build_coredns; build_karpenter_once; build_frameworks_once; fi
         ;;
       karpenter) build_karpenter_once ;;
       coredns) build_coredns ;;
-      frameworks) build_frameworks ;;
-      *) die "usage: $0 [all|base|karpenter|coredns|frameworks]..." ;;
+      frameworks) build_frameworks_once ;;
+      kueue) build_kueue ;;
+      *) die "usage: $0 [all|base|karpenter|coredns|frameworks|kueue]..." ;;
     esac
   done
   log "${*:-all}: ready in $((SECONDS - start))s"

@@ -17,6 +17,11 @@
 # a GPU NodePool per capacity type, GPU instance types with prices), out of cluster: a pod
 # nothing holds, or a NodeClaim, gets new fake GPU nodes (the `empty` preset: from zero).
 # Its metrics and health ports: AISCHED_KARPENTER_METRICS_PORT (8090), AISCHED_KARPENTER_HEALTH_PORT (8091).
+# AISCHED_FRAMEWORKS=1 runs the job frameworks' own controllers beside it, out of cluster, with
+# their CRDs: Kubeflow's training-operator (PyTorchJob) and KubeRay's operator (RayJob, RayCluster).
+# Their ports: AISCHED_TRAINING_OPERATOR_METRICS_PORT (8092), AISCHED_TRAINING_OPERATOR_HEALTH_PORT
+# (8093), AISCHED_TRAINING_OPERATOR_WEBHOOK_PORT (8094), AISCHED_KUBERAY_METRICS_PORT (8095),
+# AISCHED_KUBERAY_HEALTH_PORT (8096).
 # AISCHED_CLUSTER_TIMEOUT (seconds, default 300) bounds each wait of `up`;
 # AISCHED_KWOK_LOG_LEVEL=INFO logs every stage kwok plays (default WARN: at
 # INFO it logs each node's Lease renewal). AISCHED_NODE_LEASE_SECONDS (default
@@ -104,7 +109,7 @@ stop() {
 
 # Clients first, so that nothing logs errors about a vanished API server.
 stop_all() {
-  stop karpenter-kwok kwok kube-scheduler kube-controller-manager
+  stop training-operator kuberay-operator karpenter-kwok kwok kube-scheduler kube-controller-manager
   stop kube-apiserver
   stop etcd
 }
@@ -178,6 +183,14 @@ subjectAltName=DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernete
   client_cert kwok "/O=system:masters/CN=kwok"
   # Karpenter reads and writes nodes, pods, its own kinds and evictions cluster-wide.
   client_cert karpenter "/O=system:masters/CN=karpenter"
+  # The job frameworks' controllers: their own kinds, pods, Services, Jobs, events cluster-wide.
+  client_cert training-operator "/O=system:masters/CN=training-operator"
+  client_cert kuberay-operator "/O=system:masters/CN=kuberay-operator"
+  # training-operator's webhook server will not start without a serving certificate; nothing
+  # calls it (no webhook configuration points at it), so one from the cluster CA does.
+  new_cert training-operator-webhook "/CN=training-operator" "keyUsage=critical,digitalSignature
+extendedKeyUsage=serverAuth
+subjectAltName=DNS:localhost,IP:127.0.0.1"
   # The front proxy: kube-apiserver's identity towards aggregated API servers
   # (metrics adapters), which kube-controller-manager and kube-scheduler also
   # expect to find in kube-system/extension-apiserver-authentication.
@@ -312,6 +325,67 @@ start_karpenter() {
   wait_for "the NodePools to be Ready" karpenter-kwok nodepools_ready
 }
 
+# The job frameworks' controllers (hack/build-k8s-binaries.sh frameworks builds them and copies
+# their CRDs beside them). Only the PyTorchJob CRD of training-operator's six: the one kind aisched
+# schedules, and each of those CRDs costs the API server half a megabyte of schema. Whether their
+# kinds are served is read from discovery, not the CRDs' conditions: a get of these is megabytes.
+framework_kinds_served() {
+  kubectl_admin get --raw /apis/kubeflow.org/v1 | grep -qF '"name":"pytorchjobs"' &&
+    [[ "$(kubectl_admin get --raw /apis/ray.io/v1 | grep -oE '"name":"ray(clusters|jobs|services)"' | wc -l)" -eq 3 ]]
+}
+training_operator_ready() { curl -fsS "http://127.0.0.1:${TRAINING_OPERATOR_HEALTH_PORT}/readyz"; }
+kuberay_ready() { curl -fsS "http://127.0.0.1:${KUBERAY_HEALTH_PORT}/readyz"; }
+
+# training-operator v1.8.1 has no flag to turn its webhook or certificate rotation off. The rotator
+# keeps its certificates in a Secret of the operator's namespace (MY_POD_NAMESPACE, default
+# kubeflow), which must exist, and will not start the controllers until a tls.crt exists in its
+# fixed /tmp/k8s-webhook-server/serving-certs (in a pod, the Secret mounted there); it only checks
+# that the file is there. The webhook server reads its certificate from $TMPDIR/k8s-webhook-server
+# (controller-runtime's default), so with TMPDIR in the state dir each cluster serves its own, and
+# the shared file in /tmp is a placeholder written once, never read, never removed (another
+# cluster's operator may be starting against it).
+training_operator_certificates() {
+  local pki="${CLUSTER_DIR}/pki" dir="${CLUSTER_DIR}/training-operator/tmp/k8s-webhook-server/serving-certs"
+  local shared=/tmp/k8s-webhook-server/serving-certs tmp
+  mkdir -p "${dir}"
+  cp "${pki}/training-operator-webhook.crt" "${dir}/tls.crt"
+  cp "${pki}/training-operator-webhook.key" "${dir}/tls.key"
+  if [[ ! -e "${shared}/tls.crt" ]]; then
+    mkdir -p "${shared}"
+    tmp="$(mktemp "${shared}/.tls.crt.XXXXXX")"
+    cp "${dir}/tls.crt" "${tmp}" && mv -f "${tmp}" "${shared}/tls.crt"
+  fi
+  kubectl_admin -n kube-system create secret generic training-operator-webhook-cert >/dev/null
+}
+
+# The CRDs go in while the nodes come up: the API server takes seconds of CPU (several times
+# that on a busy machine) over their 3.5 MB of schema, time `up` otherwise spends waiting.
+apply_framework_crds() {
+  kubectl_admin apply --server-side -f "${AISCHED_BIN_DIR}/training-operator-crds/kubeflow.org_pytorchjobs.yaml" \
+    -f "${AISCHED_BIN_DIR}/kuberay-operator-crds" >/dev/null
+}
+
+start_frameworks() {
+  wait "${FRAMEWORK_CRDS_PID}" || die "applying the job frameworks' CRDs failed"
+  wait_for "the job frameworks' kinds to be served" kube-apiserver framework_kinds_served
+  training_operator_certificates
+  # Leader election is off by default; the Info level, since the default (development mode) is Debug.
+  TMPDIR="${CLUSTER_DIR}/training-operator/tmp" MY_POD_NAMESPACE=kube-system \
+    start training-operator --kubeconfig "${CLUSTER_DIR}/training-operator.kubeconfig" \
+    --enable-scheme pytorchjob \
+    --metrics-bind-address "127.0.0.1:${TRAINING_OPERATOR_METRICS_PORT}" \
+    --health-probe-bind-address "127.0.0.1:${TRAINING_OPERATOR_HEALTH_PORT}" \
+    --webhook-server-port "${TRAINING_OPERATOR_WEBHOOK_PORT}" --zap-log-level info
+  # Leader election is on by default, in the pod's namespace, which out of cluster it has none of.
+  # No --watch-namespace: all namespaces.
+  start kuberay-operator --kubeconfig "${CLUSTER_DIR}/kuberay-operator.kubeconfig" \
+    --enable-leader-election=false \
+    --metrics-addr "127.0.0.1:${KUBERAY_METRICS_PORT}" \
+    --health-probe-bind-address "127.0.0.1:${KUBERAY_HEALTH_PORT}" --log-stdout-encoder console
+  wait_for "training-operator /readyz" training-operator training_operator_ready
+  wait_for "kuberay-operator /readyz" kuberay-operator kuberay_ready
+}
+
 # create_nodes DESCRIPTION COUNT: one creation takes a round trip of tens of
 # milliseconds, so a thousand nodes go in up to 8 parallel streams.
 create_nodes() {
@@ -347,6 +421,7 @@ ensure_binaries() {
   local c
   local needed=("${COMPONENTS[@]}" kubectl)
   ((KARPENTER == 0)) || needed+=(karpenter-crds/.version)
+  ((FRAMEWORKS == 0)) || needed+=(training-operator-crds/.version kuberay-operator-crds/.version)
   for c in "${needed[@]}"; do
     [[ -e "${AISCHED_BIN_DIR}/${c}" ]] && continue
     log "${c} is not in ${AISCHED_BIN_DIR}: building the binaries"
@@ -361,6 +436,8 @@ check_ports() {
   local var
   local vars=(APISERVER_PORT ETCD_CLIENT_PORT ETCD_PEER_PORT CONTROLLER_MANAGER_PORT SCHEDULER_PORT)
   ((KARPENTER == 0)) || vars+=(KARPENTER_METRICS_PORT KARPENTER_HEALTH_PORT)
+  ((FRAMEWORKS == 0)) || vars+=(TRAINING_OPERATOR_METRICS_PORT TRAINING_OPERATOR_HEALTH_PORT
+    TRAINING_OPERATOR_WEBHOOK_PORT KUBERAY_METRICS_PORT KUBERAY_HEALTH_PORT)
   for var in "${vars[@]}"; do
     port_free "${!var}" || die "port ${!var} is in use (another cluster?); choose another with AISCHED_${var}"
   done
@@ -378,6 +455,12 @@ ports_from_env() {
   KARPENTER="${AISCHED_KARPENTER:-0}"
   KARPENTER_METRICS_PORT="${AISCHED_KARPENTER_METRICS_PORT:-8090}"
   KARPENTER_HEALTH_PORT="${AISCHED_KARPENTER_HEALTH_PORT:-8091}"
+  FRAMEWORKS="${AISCHED_FRAMEWORKS:-0}"
+  TRAINING_OPERATOR_METRICS_PORT="${AISCHED_TRAINING_OPERATOR_METRICS_PORT:-8092}"
+  TRAINING_OPERATOR_HEALTH_PORT="${AISCHED_TRAINING_OPERATOR_HEALTH_PORT:-8093}"
+  TRAINING_OPERATOR_WEBHOOK_PORT="${AISCHED_TRAINING_OPERATOR_WEBHOOK_PORT:-8094}"
+  KUBERAY_METRICS_PORT="${AISCHED_KUBERAY_METRICS_PORT:-8095}"
+  KUBERAY_HEALTH_PORT="${AISCHED_KUBERAY_HEALTH_PORT:-8096}"
 }
 
 load_ports() {
@@ -387,6 +470,7 @@ load_ports() {
     source "${STATE_FILE}"
   fi
   ((KARPENTER == 0)) || COMPONENTS+=(karpenter-kwok)
+  ((FRAMEWORKS == 0)) || COMPONENTS+=(training-operator kuberay-operator)
 }
 
 print_usage_hint() {
@@ -430,16 +514,23 @@ REAL_NODES=${REAL_NODES}
 KARPENTER=${KARPENTER}
 KARPENTER_METRICS_PORT=${KARPENTER_METRICS_PORT}
 KARPENTER_HEALTH_PORT=${KARPENTER_HEALTH_PORT}
+FRAMEWORKS=${FRAMEWORKS}
+TRAINING_OPERATOR_METRICS_PORT=${TRAINING_OPERATOR_METRICS_PORT}
+TRAINING_OPERATOR_HEALTH_PORT=${TRAINING_OPERATOR_HEALTH_PORT}
+TRAINING_OPERATOR_WEBHOOK_PORT=${TRAINING_OPERATOR_WEBHOOK_PORT}
+KUBERAY_METRICS_PORT=${KUBERAY_METRICS_PORT}
+KUBERAY_HEALTH_PORT=${KUBERAY_HEALTH_PORT}
 EOF
   trap up_failed EXIT
   log "cluster state in ${CLUSTER_DIR}; ${nodes} nodes from ${description}"
   make_pki
-  for c in admin kube-controller-manager kube-scheduler kwok karpenter; do kubeconfig "${c}"; done
+  for c in admin kube-controller-manager kube-scheduler kwok karpenter training-operator kuberay-operator; do kubeconfig "${c}"; done
 
   start_etcd
   wait_for "etcd" etcd etcd_healthy
   start_apiserver
   wait_for "kube-apiserver /readyz" kube-apiserver apiserver_ready
+  if ((FRAMEWORKS > 0)); then apply_framework_crds & FRAMEWORK_CRDS_PID=$!; fi
   start_controller_manager
   start_scheduler
   start_kwok
@@ -452,6 +543,7 @@ EOF
   wait_for "the default ServiceAccount" kube-controller-manager default_serviceaccount
   if ((REAL_NODES > 0)); then AISCHED_CLUSTER_DIR="${CLUSTER_DIR}" "${HACK_DIR}/real-nodes.sh" up "${REAL_NODES}"; fi
   if ((KARPENTER > 0)); then start_karpenter; fi
+  if ((FRAMEWORKS > 0)); then start_frameworks; fi
   trap - EXIT
   log "cluster up in $((SECONDS - started))s: ${nodes} GPU nodes, ${REAL_NODES} of them real"
   print_usage_hint

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from aisched.policy.workloads.model import WorkloadKind
+
 VERBS = ("get", "list", "watch", "create", "update", "patch", "delete", "deletecollection")
 LEASE_NAME = "aisched-leader"
 
@@ -71,7 +73,25 @@ PROVISIONING_PERMISSIONS: tuple[Permission, ...] = (
     _p("karpenter.sh", "nodepools", "list", "the pools' GPU limits, which Karpenter does not check for our claims"),
 )
 
+# Granted with workloads.enabled (the default; Kubernetes 1.36+), one per kind of workloads.kinds
+# but plain pods (their gates are lifted by the pods patch above): the kinds teams already run,
+# held suspended by the chart's admission policies until the operator admits them.
+WORKLOAD_PERMISSIONS: tuple[Permission, ...] = tuple(
+    _p(
+        group,
+        resource,
+        "list watch patch",
+        "held workloads: watched; unsuspended when admitted, suspended when preempted; their placement recorded",
+    )
+    for resource, _, group in (kind.value.partition(".") for kind in WorkloadKind if kind is not WorkloadKind.POD_GROUP)
+)
+# What the chart grants with its default values.
+DEFAULT_PERMISSIONS: tuple[Permission, ...] = (*OPERATOR_PERMISSIONS, *WORKLOAD_PERMISSIONS)
+
 Need = tuple[str, str, str]  # group, resource, verb
+_WORKLOAD_NEEDS: dict[str, tuple[Need, ...]] = {
+    verb: tuple((p.group, p.resource, verb) for p in WORKLOAD_PERMISSIONS) for verb in ("list", "patch")
+}
 
 # Every method of the official client the operator calls, and what each needs. A call that is
 # not here fails tests/unit/kube/test_permissions.py, so a new call cannot go in without its grant.
@@ -87,6 +107,7 @@ CLIENT_CALLS: dict[str, tuple[Need, ...]] = {
         ("karpenter.sh", "nodeclaims", "list"),
         ("karpenter.sh", "nodepools", "list"),
         ("resource.k8s.io", "resourceclaims", "list"),  # the relist of what pods hold through DRA
+        *_WORKLOAD_NEEDS["list"],  # other kinds' workloads, listed whole at start-up (kube/workload_api.py)
     ),
     "create_cluster_custom_object": (("karpenter.sh", "nodeclaims", "create"),),
     "delete_cluster_custom_object": (("karpenter.sh", "nodeclaims", "delete"),),
@@ -115,7 +136,8 @@ CLIENT_CALLS: dict[str, tuple[Need, ...]] = {
         ("aisched.io", "trainingjobs", "delete"),
         ("resource.k8s.io", "resourceclaimtemplates", "delete"),
     ),
-    "patch_namespaced_custom_object": (("aisched.io", "inferenceservices", "patch"),),
+    # And other kinds' workloads: admitted (record, unsuspend) or stopped (suspend) in one patch.
+    "patch_namespaced_custom_object": (("aisched.io", "inferenceservices", "patch"), *_WORKLOAD_NEEDS["patch"]),
     "patch_namespaced_custom_object_scale": (("aisched.io", "inferenceservices/scale", "patch"),),
     "read_namespaced_lease": (("coordination.k8s.io", "leases", "get"),),
     "create_namespaced_lease": (("coordination.k8s.io", "leases", "create"),),
@@ -135,6 +157,7 @@ KOPF_NEEDS: tuple[Need, ...] = (
             ("aisched.io", "inferenceservices"),
             ("aisched.io", "queues"),
             ("apiextensions.k8s.io", "customresourcedefinitions"),
+            *((p.group, p.resource) for p in WORKLOAD_PERMISSIONS),
         )
         for verb in ("list", "watch")
     ),
@@ -158,9 +181,8 @@ FORBIDDEN: tuple[tuple[str, str], ...] = (
     ("", "pods/exec"),
     ("", "pods/eviction"),
     ("", "persistentvolumeclaims"),
-    ("apps", "deployments"),
-    ("apps", "statefulsets"),
-    ("batch", "jobs"),
+    ("apps", "replicasets"),
+    ("batch", "cronjobs"),
     ("rbac.authorization.k8s.io", "clusterroles"),
     ("rbac.authorization.k8s.io", "rolebindings"),
     ("admissionregistration.k8s.io", "validatingwebhookconfigurations"),
@@ -169,10 +191,11 @@ FORBIDDEN: tuple[tuple[str, str], ...] = (
 
 
 def allowed_verbs(group: str, resource: str, *, own_namespace: bool, name: str | None = None) -> set[str]:
-    """Verbs the list grants on RESOURCE.GROUP (objects named NAME) in the release namespace or another."""
+    """Verbs the chart's default values grant on RESOURCE.GROUP (objects named NAME) in the release
+    namespace or another."""
     return {
         verb
-        for p in OPERATOR_PERMISSIONS
+        for p in DEFAULT_PERMISSIONS
         if (p.group, p.resource) == (group, resource)
         and (own_namespace or not p.own_namespace_only)
         and (p.resource_name is None or p.resource_name == name)

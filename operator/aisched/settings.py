@@ -385,6 +385,15 @@ class Settings(BaseSettings):
         default_factory=lambda: list(DEFAULT_INTERRUPTION_TAINTS),
         description="Taint keys that announce a node's imminent loss.",
     )
+    workload_pods_ready_seconds: float = Field(
+        default=300.0,
+        gt=0,
+        le=86400,
+        description="How long an admitted workload of another kind (a Job, a PyTorchJob, a RayCluster) may take "
+        "for its controller to make every GPU pod and for them to bind. Past it, the workload is stopped "
+        "(suspended, its record dropped) and queued again after a backoff. A kind whose controller is not "
+        "running, or pods that cannot bind, would otherwise hold their queue's quota for good.",
+    )
     mig_whole_hold_down_seconds: float = Field(
         default=60.0,
         ge=0,

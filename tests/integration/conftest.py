@@ -22,12 +22,15 @@ from aisched.testing.cluster import (
     ClusterError,
     Kubectl,
     LocalCluster,
+    apply,
     open_default_queue,
     start_cluster,
     stop_cluster,
     wait_for,
 )
 from aisched.testing.operator import OperatorProcess
+from tests.builders import a_queue
+from tests.integration.workload_policies import workload_policies
 
 # A test that stops an operator or a replica mid-request leaves that request's TLS connection to
 # the API server out of the client's pool, so closing the client cannot close it: the socket goes
@@ -60,7 +63,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     state_dir = tmp_path_factory.mktemp("cluster")
     try:
-        local = start_cluster(state_dir)
+        local = start_cluster(state_dir, frameworks=True)
     except ClusterError as e:
         pytest.exit(f"the local GPU cluster could not start, so no integration test can run:\n{e}")
     except BaseException:  # Ctrl-C while starting: what did start must stop
@@ -146,3 +149,21 @@ def operator(
         yield process
     finally:
         process.stop()
+
+
+@pytest.fixture
+def held_kinds(cluster: LocalCluster, namespace: str) -> Iterator[None]:
+    """The chart's workload admission policies (held at creation, pods gated, the guard) in NAMESPACE."""
+    with workload_policies(cluster, namespace):
+        yield
+
+
+@pytest.fixture
+def kinds_queue(cluster: LocalCluster, namespace: str) -> Iterator[str]:
+    """A queue of 4 GPUs for the test's namespace alone, for other kinds' workloads (and TrainingJobs)."""
+    name = f"kinds-{namespace}"
+    obj = a_queue(name, nominal_gpus=4).obj()
+    obj["spec"]["namespaces"] = [namespace]
+    apply(cluster, "default", obj)
+    yield name
+    cluster.kubectl("delete", "queue", name, "--wait=false")

@@ -19,7 +19,7 @@ import yaml
 from kubernetes import client
 
 from aisched.testing.cluster import REPO_ROOT, LocalCluster, wait_for
-from tests.operator_permissions import FORBIDDEN, LEASE_NAME, OPERATOR_PERMISSIONS, VERBS, allowed_verbs
+from tests.operator_permissions import DEFAULT_PERMISSIONS, FORBIDDEN, LEASE_NAME, VERBS, allowed_verbs
 from tests.paths import CHART, INSTALL_MANIFEST
 from tests.tools.binaries import kubernetes_version
 
@@ -225,7 +225,7 @@ class Question:
 def matrix(own: str) -> list[Question]:
     """Every verb on every resource the operator uses or must not, here and in another namespace."""
     questions = []
-    for group, resource in sorted({(p.group, p.resource) for p in OPERATOR_PERMISSIONS} | set(FORBIDDEN)):
+    for group, resource in sorted({(p.group, p.resource) for p in DEFAULT_PERMISSIONS} | set(FORBIDDEN)):
         kind, _, subresource = resource.partition("/")
         namespaces: list[str | None] = [None] if resource in CLUSTER_SCOPED_RESOURCES else [own, "default"]
         names: list[str | None] = [None, LEASE_NAME, "someone-elses"] if resource == "leases" else [None]
@@ -275,7 +275,7 @@ def test_can_i_list_shows_nothing_beyond_what_is_needed(
     own, name = operator_account
     account = f"system:serviceaccount:{own}:{name}"
     expected = set()
-    for p in OPERATOR_PERMISSIONS:
+    for p in DEFAULT_PERMISSIONS:
         resource, _, sub = p.resource.partition("/")
         listed = (f"{resource}.{p.group}" if p.group else resource) + (f"/{sub}" if sub else "")
         expected |= {(listed, verb, p.resource_name) for verb in p.verbs}

@@ -127,7 +127,13 @@ def objects_policy() -> dict[str, Any]:
 def test_every_admission_policy_is_bound_and_all_go_with_the_switch() -> None:
     everything = render()
     policies = {p["metadata"]["name"] for p in by_kind(everything, "ValidatingAdmissionPolicy")}
-    assert policies == {"aisched-template-ceiling", "aisched-worker-labels", "aisched-operator-objects"}
+    assert policies == {
+        "aisched-template-ceiling",
+        "aisched-worker-labels",
+        "aisched-operator-objects",
+        "aisched-admission-gate",
+        "aisched-workload-guard",
+    }
     assert {b["spec"]["policyName"] for b in by_kind(everything, "ValidatingAdmissionPolicyBinding")} == policies
     off = render("admissionPolicy.enabled=false")
     assert not by_kind(off, "ValidatingAdmissionPolicy") and not by_kind(off, "ValidatingAdmissionPolicyBinding")

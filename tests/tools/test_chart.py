@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from aisched.api.queue import QueueSpec
 from aisched.settings import Settings
-from tests.operator_permissions import OPERATOR_PERMISSIONS, PROVISIONING_PERMISSIONS
+from tests.operator_permissions import DEFAULT_PERMISSIONS, PROVISIONING_PERMISSIONS
 from tests.paths import CHART, DASHBOARDS, INSTALL_MANIFEST, REPO_ROOT, RULES_FILE
 from tests.tools.binaries import by_kind, helm, kubernetes_version, render, template
 
@@ -29,6 +29,8 @@ CLUSTER_SCOPED = {
     "ClusterRoleBinding",
     "CustomResourceDefinition",
     "Queue",
+    "MutatingAdmissionPolicy",
+    "MutatingAdmissionPolicyBinding",
     "ValidatingAdmissionPolicy",
     "ValidatingAdmissionPolicyBinding",
 }
@@ -295,7 +297,7 @@ def test_rbac_grants_exactly_the_listed_permissions(default_render: list[dict[st
     }
     needed = {
         (p.group, p.resource, verb, p.own_namespace_only, p.resource_name)
-        for p in OPERATOR_PERMISSIONS
+        for p in DEFAULT_PERMISSIONS
         for verb in p.verbs
     }
     assert granted == needed

@@ -14,8 +14,11 @@ import kopf
 from aisched.api import GROUP, VERSION
 from aisched.controller.serving import InferenceServiceController
 from aisched.controller.training import TrainingJobController
+from aisched.controller.workloads.controller import OBJECT_KINDS, WorkloadController
 from aisched.kube.inventory import Inventory
 from aisched.kube.records import release_template, slim_object
+from aisched.kube.workload_api import KIND_APIS
+from aisched.policy.workloads.model import WorkloadKind
 
 
 def register(
@@ -23,7 +26,9 @@ def register(
     inventory: Inventory,
     jobs: TrainingJobController,
     serving: InferenceServiceController,
+    *,
     pods_watched: asyncio.Event | None = None,
+    workloads: WorkloadController | None = None,
 ) -> None:
     """PODS_WATCHED: set at the pod watch's first event (see `main._relist_once_watching`)."""
 
@@ -47,6 +52,8 @@ def register(
             record = inventory.upsert_pod(dict(event["object"]))
         jobs.pod_changed(record)
         serving.pod_changed(dict(event["object"]), deleted=event["type"] == "DELETED")
+        if workloads is not None:
+            workloads.pod_changed(event["object"], deleted=event["type"] == "DELETED")
 
     @kopf.on.event("resource.k8s.io", "v1", "resourceclaims", registry=registry)
     async def claim_event(event: kopf.RawEvent, name: str, namespace: str | None, **_: Any) -> None:
@@ -82,6 +89,22 @@ def register(
             serving.service_gone(namespace or "", name)
         else:
             serving.service_seen(slim_object(dict(event["object"])))
+
+    if workloads is not None:
+        for kind in OBJECT_KINDS:
+            _watch_kind(registry, workloads, kind)
+
+
+def _watch_kind(registry: kopf.OperatorRegistry, workloads: WorkloadController, kind: WorkloadKind) -> None:
+    """Every object of KIND, while the cluster serves it (kopf waits for a CRD that is not installed)."""
+    api = KIND_APIS[kind]
+
+    @kopf.on.event(api.group, api.version, api.plural, registry=registry)
+    async def workload_event(event: kopf.RawEvent, name: str, namespace: str | None, **_: Any) -> None:
+        if event["type"] == "DELETED":
+            workloads.object_gone(kind, namespace or "", name)
+        else:
+            workloads.object_seen(kind, event["object"])
 
 
 def _resource_version(event: kopf.RawEvent) -> str | None:

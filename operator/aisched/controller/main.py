@@ -18,6 +18,7 @@ import kopf
 from kubernetes.client import ApiClient
 from prometheus_client import CollectorRegistry
 
+from aisched.controller.cluster_state import ClusterState
 from aisched.controller.collector_pacing import CollectorPacing
 from aisched.controller.handlers import register
 from aisched.controller.process_tuning import trim_heap_forever, tune_process, use_system_allocator
@@ -25,6 +26,7 @@ from aisched.controller.provisioning import NodeProvisioner
 from aisched.controller.relist import relist, sync_caches
 from aisched.controller.serving import InferenceServiceController
 from aisched.controller.training import TrainingJobController
+from aisched.controller.workloads.controller import WorkloadController
 from aisched.kube.client import KubeClient, load_api_client
 from aisched.kube.inventory import Inventory
 from aisched.kube.leader import KubeLeaseStore, LeaseElector
@@ -200,11 +202,12 @@ def assemble(
     (health and metrics servers, leader election), so that tests can also build it in theirs
     (BUILT: told of the training controller, whose caches a test may wait on)."""
     inventory = Inventory(settings)
+    state = ClusterState(inventory)  # no controller's: each kind's decides from it, and counts its own in it
     carbon_client = httpx.AsyncClient()
     jobs = TrainingJobController(
         settings,
         kube,
-        inventory,
+        state,
         metrics=metrics,
         carbon=build_carbon_source(settings.carbon, carbon_client),
         energy=_gpu_energy(settings),
@@ -216,26 +219,38 @@ def assemble(
         settings,
         kube,
         inventory,
-        cluster_snapshot=jobs.cluster_snapshot,
-        in_flight=jobs.in_flight,
-        shares=jobs.shares,  # one record of the GPU shares handed out, as of the GPUs promised
+        cluster_snapshot=state.snapshot,
+        in_flight=state.in_flight,
+        shares=state.shares,  # one record of the GPU shares handed out, as of the GPUs promised
         prometheus=_prometheus(settings.autoscaler),
         metrics=metrics,
-        queues=jobs.queues,  # one watch of Queues; the tenancy of replicas is read from it too
+        queues=state.queues,  # one watch of Queues; the tenancy of replicas is read from it too
         replica_asks=jobs.replica_asks,  # new replicas are decided in the scheduling cycle, with the gangs
-        closing=jobs.store.closing,  # one record of namespaces being deleted
+        closing=state.closing,  # one record of namespaces being deleted
     )
     # One quota per queue, whatever kind of work holds it: the cycle charges the replicas, and
     # decides new ones with the gangs (`replica_asks`).
     jobs.held_elsewhere = serving.gpus_held
+    # Every other kind (Jobs, PyTorchJobs, RayClusters, model-server Deployments, pod groups) is decided
+    # in the same cycle, charged to the same queues, and its admitted pods hold GPUs in the same snapshot.
+    workloads = WorkloadController(
+        kube,
+        state,
+        queue_object=state.queue_object,
+        queue_known=state.queues.__contains__,
+        wake_cycle=jobs.queue.wake,
+        metrics=metrics.workload,
+        pods_ready_seconds=settings.workload_pods_ready_seconds,
+    )
+    jobs.cycle.workloads = workloads.cycle
     if built is not None:
         built(jobs)
     return _kopf_registry(
         settings,
         kube,
-        inventory,
         jobs=jobs,
         serving=serving,
+        workloads=workloads,
         carbon_client=carbon_client,
         heartbeat=heartbeat,
         login=login,
@@ -262,18 +277,19 @@ def _elector(settings: Settings, api_client: ApiClient) -> LeaseElector:
 def _kopf_registry(
     operator_settings: Settings,
     kube: KubeClient,
-    inventory: Inventory,
     *,
     jobs: TrainingJobController,
     serving: InferenceServiceController,
+    workloads: WorkloadController,
     carbon_client: httpx.AsyncClient,
     heartbeat: Heartbeat,
     login: Callable[..., kopf.ConnectionInfo | None],
 ) -> kopf.OperatorRegistry:
     """Our handlers, and the hooks that fill the caches and run the controllers once kopf starts."""
     registry = kopf.OperatorRegistry()
+    inventory = jobs.inventory
     pods_watched = asyncio.Event()
-    register(registry, inventory, jobs, serving, pods_watched)
+    register(registry, inventory, jobs, serving, pods_watched=pods_watched, workloads=workloads)
     background: list[asyncio.Task[None]] = []
 
     @kopf.on.login(registry=registry)
@@ -287,11 +303,18 @@ def _kopf_registry(
         # No loop starts before every cache it decides from has listed.
         page_size = operator_settings.list_page_size
         await sync_caches(
-            kube, inventory, jobs, serving, page_size=page_size, object_page_size=min(page_size, WATCH_PAGE)
+            kube,
+            inventory,
+            jobs,
+            serving,
+            page_size=page_size,
+            object_page_size=min(page_size, WATCH_PAGE),
+            workloads=workloads,
         )
         heartbeat.pass_completed()
         background.append(asyncio.create_task(jobs.run(on_pass=heartbeat.pass_completed), name="trainingjobs"))
         background.append(asyncio.create_task(serving.run(), name="inferenceservices"))
+        background.append(asyncio.create_task(workloads.run(), name="workload-pods"))
         background.append(asyncio.create_task(_relist_once_watching(), name="relist-once-watching"))
         background.append(asyncio.create_task(_relist_forever(), name="relist"))
         background.append(asyncio.create_task(kube.send_events(), name="events"))
@@ -316,7 +339,9 @@ def _kopf_registry(
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(pods_watched.wait(), timeout=WATCH_SETTLE_SECONDS)
         try:
-            await relist(kube, inventory, jobs, serving, page_size=operator_settings.list_page_size)
+            await relist(
+                kube, inventory, jobs, serving, page_size=operator_settings.list_page_size, workloads=workloads
+            )
         except Exception:
             log.exception("relisting nodes and pods after the watches started failed; the periodic relist repairs it")
 
@@ -324,7 +349,9 @@ def _kopf_registry(
         while True:
             await asyncio.sleep(operator_settings.relist_seconds)
             try:
-                await relist(kube, inventory, jobs, serving, page_size=operator_settings.list_page_size)
+                await relist(
+                    kube, inventory, jobs, serving, page_size=operator_settings.list_page_size, workloads=workloads
+                )
             except Exception:
                 log.exception("relisting nodes and pods failed; the watches keep going")
 

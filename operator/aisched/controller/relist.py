@@ -19,6 +19,7 @@ is read, so a cluster of a hundred thousand pods is never held as JSON at once.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from aisched.controller.serving import InferenceServiceController
 from aisched.controller.serving.autoscaling import PLURAL as SERVICES
 from aisched.controller.training import TrainingJobController
 from aisched.controller.training.store import PLURAL as TRAINING_JOBS
+from aisched.controller.workloads.controller import OBJECT_KINDS, WorkloadController
 from aisched.kube.client import KubeClient
 from aisched.kube.inventory import Inventory, PodRecord
 from aisched.kube.records import release_template, slim_object
@@ -85,6 +87,7 @@ async def sync_caches(
     *,
     page_size: int,
     object_page_size: int,
+    workloads: WorkloadController | None = None,
 ) -> None:
     """Fill every cache a cycle reads before the first cycle: Queues, nodes, pods, and each
     TrainingJob and InferenceService whole, as their watch events would.
@@ -93,7 +96,7 @@ async def sync_caches(
     template); here OBJECT_PAGE_SIZE of them at a time are parsed, handed over and their templates
     let go before the next page.
     """
-    await relist(kube, inventory, jobs, serving, page_size=page_size)
+    await relist(kube, inventory, jobs, serving, page_size=page_size, workloads=workloads)
 
     def job_listed(obj: dict[str, Any]) -> None:
         jobs.job_seen(slim_object(obj))
@@ -105,6 +108,11 @@ async def sync_caches(
     # Nothing else runs yet: a handler called while a list pages is as good as after it.
     await kube.list_custom(TRAINING_JOBS, job_listed, page_size=object_page_size)
     await kube.list_custom(SERVICES, service_listed, page_size=object_page_size)
+    if workloads is not None:  # every other kind the cluster serves: a kind it does not lists as nothing
+        for kind in OBJECT_KINDS:
+            await workloads.api.list_kind(
+                kind, functools.partial(workloads.object_seen, kind), page_size=object_page_size
+            )
 
 
 async def relist(
@@ -114,12 +122,15 @@ async def relist(
     serving: InferenceServiceController,
     *,
     page_size: int,
+    workloads: WorkloadController | None = None,
 ) -> None:
     """List Queues, nodes, ResourceClaims, pods, TrainingJobs and InferenceServices; apply each list, and tell
     the controllers."""
     gpu_resource = inventory.settings.gpu_resource
 
     def listed_pod(obj: dict[str, Any]) -> ListedPod:
+        if workloads is not None:  # the pods of other kinds' workloads, as their watch events would
+            workloads.pod_changed(obj, deleted=False)
         return ListedPod(inventory.pod_from_object(obj), serving_pod_from_object(obj, gpu_resource))
 
     # Queues first: the first scheduling cycle after a start must not run on jobs whose queue's quota

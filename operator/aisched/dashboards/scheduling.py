@@ -179,6 +179,27 @@ def queues() -> Dashboard:
                 ),
             ),
             Panel(
+                "Other kinds' workloads by kind",
+                "Jobs, PyTorchJobs, RayJobs, RayClusters, Deployments, StatefulSets and pod groups in the "
+                "cycle, waiting or running (docs/workloads.md).",
+                (Query('sum by (kind, state) (aisched_workloads{state=~"Waiting|Running"})', "{{kind}} {{state}}"),),
+                stacked=True,
+            ),
+            Panel(
+                "Admissions and preemptions per hour by kind",
+                "Other kinds' workloads admitted, and stopped as a whole, over the selected queues.",
+                (
+                    Query(
+                        f"sum by (kind) (rate(aisched_workload_admissions_total{selector}[{RATE}])) {PER_HOUR}",
+                        "{{kind}} admitted",
+                    ),
+                    Query(
+                        f"sum by (kind) (rate(aisched_workload_preemptions_total{selector}[{RATE}])) {PER_HOUR}",
+                        "{{kind}} stopped",
+                    ),
+                ),
+            ),
+            Panel(
                 "Pending jobs, longest waiting first",
                 "`kubectl describe trainingjobs.aisched.io` says what each waits for.",
                 (Query(f"sort_desc(topk(20, time() - {pending}))"),),

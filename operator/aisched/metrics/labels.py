@@ -12,10 +12,14 @@ from aisched.api.common import CapacityType
 from aisched.api.training_job import TrainingJobPhase
 from aisched.policy.autoscale import ReasonCode
 from aisched.policy.topology import LOCAL_TOPOLOGY
+from aisched.policy.workloads.model import WorkloadKind
 
 PREFIX = "aisched"
 
 KINDS = ("TrainingJob", "InferenceService")
+# The other kinds' workloads aisched schedules, by `<plural>.<group>` (`policy.workloads.model.WorkloadKind`).
+WORKLOAD_KINDS = tuple(kind.value for kind in WorkloadKind)
+WORKLOAD_STATES = ("Waiting", "Running")
 RECONCILED_KINDS = (*KINDS, "Queue", "Node", "Pod")
 PHASES = tuple(phase.value for phase in TrainingJobPhase)
 FINISHED_PHASES = (TrainingJobPhase.SUCCEEDED.value, TrainingJobPhase.FAILED.value)

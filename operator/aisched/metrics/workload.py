@@ -15,6 +15,8 @@ from aisched.metrics.labels import (
     PLACEMENT_RESULTS,
     PREFIX,
     QUEUE_WAIT_BUCKETS,
+    WORKLOAD_KINDS,
+    WORKLOAD_STATES,
     check,
     one_of,
 )
@@ -52,6 +54,26 @@ class WorkloadMetrics:
             "Unix time a pending TrainingJob was queued, by namespace, job_name and queue; "
             "one series per job while it is Queued.",
             ["namespace", "job_name", "queue"],
+            registry=r,
+        )
+        self.kind_workloads = Gauge(
+            f"{PREFIX}_workloads",
+            f"Workloads of the other kinds (Jobs, PyTorchJobs, RayClusters...) in the cycle, by kind "
+            f"({one_of(WORKLOAD_KINDS)}) and state ({one_of(WORKLOAD_STATES)}).",
+            ["kind", "state"],
+            registry=r,
+        )
+        self.kind_admissions = Counter(
+            f"{PREFIX}_workload_admissions",
+            f"Workloads of the other kinds admitted, by kind ({one_of(WORKLOAD_KINDS)}) and queue.",
+            ["kind", "queue"],
+            registry=r,
+        )
+        self.kind_preemptions = Counter(
+            f"{PREFIX}_workload_preemptions",
+            f"Workloads of the other kinds stopped as a whole (preempted, or stopped as their queue no "
+            f"longer takes them), by kind ({one_of(WORKLOAD_KINDS)}) and queue.",
+            ["kind", "queue"],
             registry=r,
         )
         self.preemptions = Counter(
@@ -158,6 +180,18 @@ class WorkloadMetrics:
     def record_job_finished(self, queue: str, phase: str) -> None:
         self._labelled_queues.add(queue)
         self.jobs_completed.labels(queue, check("phase", phase, FINISHED_PHASES)).inc()
+
+    def record_kind_workloads(self, counts: Mapping[tuple[str, str], int]) -> None:
+        """COUNTS by (kind, state): every pair is set, so a kind with none reads 0, not a stale count."""
+        for kind in WORKLOAD_KINDS:
+            for state in WORKLOAD_STATES:
+                self.kind_workloads.labels(kind, state).set(counts.get((kind, state), 0))
+
+    def record_kind_admission(self, kind: str, queue: str) -> None:
+        self.kind_admissions.labels(check("kind", kind, WORKLOAD_KINDS), queue).inc()
+
+    def record_kind_preemption(self, kind: str, queue: str) -> None:
+        self.kind_preemptions.labels(check("kind", kind, WORKLOAD_KINDS), queue).inc()
 
     def record_preemption(self, queue: str) -> None:
         self._labelled_queues.add(queue)

@@ -37,6 +37,20 @@ CLUSTER_BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-s
 # Karpenter's KWOK provider and the CRDs the build copies beside it (start_cluster(karpenter=True)).
 KARPENTER_BINARIES = ("karpenter-kwok", "karpenter-crds/.version")
 KARPENTER_PORT_VARIABLES = ("AISCHED_KARPENTER_METRICS_PORT", "AISCHED_KARPENTER_HEALTH_PORT")
+# The job frameworks' controllers and their CRDs (start_cluster(frameworks=True)).
+FRAMEWORK_BINARIES = (
+    "training-operator",
+    "kuberay-operator",
+    "training-operator-crds/.version",
+    "kuberay-operator-crds/.version",
+)
+FRAMEWORK_PORT_VARIABLES = (
+    "AISCHED_TRAINING_OPERATOR_METRICS_PORT",
+    "AISCHED_TRAINING_OPERATOR_HEALTH_PORT",
+    "AISCHED_TRAINING_OPERATOR_WEBHOOK_PORT",
+    "AISCHED_KUBERAY_METRICS_PORT",
+    "AISCHED_KUBERAY_HEALTH_PORT",
+)
 
 # Annotations read by the pod stages in hack/kwok/stages.yaml.
 FAKE_EXIT = "aisched.io/fake-exit"
@@ -82,10 +96,10 @@ def bin_dir() -> Path:
     return Path(out.stdout.strip())
 
 
-def ensure_binaries(karpenter: bool = False) -> Path:
+def ensure_binaries(karpenter: bool = False, frameworks: bool = False) -> Path:
     """The binary directory, building what is missing (a cold build takes several minutes)."""
     binaries = bin_dir()
-    wanted = CLUSTER_BINARIES + (KARPENTER_BINARIES if karpenter else ())
+    wanted = CLUSTER_BINARIES + (KARPENTER_BINARIES if karpenter else ()) + (FRAMEWORK_BINARIES if frameworks else ())
     if all((binaries / name).exists() for name in wanted):
         return binaries
     if shutil.which("go") is None:
@@ -149,20 +163,23 @@ class LocalCluster:
 
 
 def start_cluster(
-    state_dir: Path, preset: str = "small", real_nodes: int = 0, *, karpenter: bool = False
+    state_dir: Path, preset: str = "small", real_nodes: int = 0, *, karpenter: bool = False, frameworks: bool = False
 ) -> LocalCluster:
     """`hack/cluster.sh up PRESET` on free ports in STATE_DIR; returns once the cluster is ready.
 
     REAL_NODES adds that many real nodes (kubelet and containerd, hack/real-nodes.sh; root only);
-    KARPENTER runs Karpenter's KWOK provider beside it (built first if it is not in the cache).
+    KARPENTER runs Karpenter's KWOK provider beside it (built first if it is not in the cache);
+    FRAMEWORKS the real training-operator and KubeRay operator, with their CRDs (likewise).
     """
-    binaries = ensure_binaries(karpenter)
+    binaries = ensure_binaries(karpenter, frameworks)
     output = ""
     variables = PORT_VARIABLES + (KARPENTER_PORT_VARIABLES if karpenter else ())
+    variables += FRAMEWORK_PORT_VARIABLES if frameworks else ()
     for _ in range(2):  # a port may be taken between choosing and binding it
         ports = dict(zip(variables, map(str, free_ports(len(variables))), strict=True))
         env = {**os.environ, **ports, "AISCHED_CLUSTER_DIR": str(state_dir), "AISCHED_REAL_NODES": str(real_nodes)}
         env["AISCHED_KARPENTER"] = "1" if karpenter else "0"
+        env["AISCHED_FRAMEWORKS"] = "1" if frameworks else "0"
         result = subprocess.run(
             [str(CLUSTER_SCRIPT), "up", preset], capture_output=True, text=True, env=env, check=False
         )

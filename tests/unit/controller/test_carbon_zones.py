@@ -14,6 +14,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from aisched.api import TrainingJobPhase
+from aisched.controller.cluster_state import ClusterState
 from aisched.controller.training import TrainingJobController
 from aisched.kube.inventory import Inventory
 from aisched.metrics import Metrics
@@ -77,7 +78,7 @@ async def test_unknown_zones_are_a_condition_on_their_jobs_and_another_tenants_j
     controller = TrainingJobController(
         settings,
         kube.client,
-        Inventory(settings),
+        ClusterState(Inventory(settings)),
         metrics=Metrics(CollectorRegistry(), process_metrics=False),
         carbon=source,
         clock=lambda: T0,

@@ -15,6 +15,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from aisched.api.common import CapacityType
+from aisched.controller.cluster_state import ClusterState
 from aisched.controller.provisioning import FOR_LABEL, NodeProvisioner
 from aisched.controller.training import TrainingJobController
 from aisched.kube.inventory import Inventory
@@ -58,7 +59,7 @@ def a_controller(kube: KubeDouble, quota: int = 1_000_000, *, carbon: bool = Fal
     controller = TrainingJobController(
         settings,
         kube.client,
-        inventory,
+        ClusterState(inventory),
         metrics=Metrics(CollectorRegistry(), process_metrics=False),
         provisioner=NodeProvisioner.from_settings(settings, kube.client, inventory),
         carbon=source,

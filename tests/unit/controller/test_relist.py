@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
+from aisched.controller.cluster_state import ClusterState
 from aisched.controller.relist import relist, sync_caches
 from aisched.controller.serving import InferenceServiceController
 from aisched.controller.training import TrainingJobController
@@ -32,7 +33,7 @@ def controllers(kube: KubeDouble) -> tuple[TrainingJobController, InferenceServi
     settings = Settings()
     inventory = Inventory(settings)
     jobs = TrainingJobController(
-        settings, kube.client, inventory, metrics=Metrics(CollectorRegistry(), process_metrics=False)
+        settings, kube.client, ClusterState(inventory), metrics=Metrics(CollectorRegistry(), process_metrics=False)
     )
     serving = InferenceServiceController(settings, kube.client, inventory, cluster_snapshot=jobs.cluster_snapshot)
     return jobs, serving

@@ -17,6 +17,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry
 
+from aisched.controller.cluster_state import ClusterState
 from aisched.controller.training import TrainingJobController
 from aisched.controller.training.stray_workers import STRAY_WORKER_DELETED
 from aisched.kube import labels
@@ -48,7 +49,7 @@ def a_controller(kube: KubeDouble, clock: Clock) -> TrainingJobController:
     controller = TrainingJobController(
         settings,
         kube.client,
-        Inventory(settings),
+        ClusterState(Inventory(settings)),
         metrics=Metrics(CollectorRegistry(), process_metrics=False),
         clock=clock,
     )

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from kubernetes.client.exceptions import ApiException
 
+from aisched.controller.cluster_state import ClusterState
 from aisched.controller.training import TrainingJobController
 from aisched.kube import labels
 from aisched.kube.inventory import Inventory
@@ -62,7 +63,7 @@ def a_checkpointing_job() -> dict[str, Any]:
 def a_controller(kube: KubeDouble, job: dict[str, Any], pods: list[dict[str, Any]]) -> TrainingJobController:
     """A controller (just started, as after a restart) that has seen JOB and PODS."""
     settings = Settings()
-    controller = TrainingJobController(settings, kube.client, Inventory(settings), clock=lambda: T0)
+    controller = TrainingJobController(settings, kube.client, ClusterState(Inventory(settings)), clock=lambda: T0)
     controller.inventory.upsert_node(
         {"metadata": {"name": "n1"}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
     )

@@ -14,6 +14,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from aisched.api import TrainingJobPhase
+from aisched.controller.cluster_state import ClusterState
 from aisched.controller.training import TrainingJobController
 from aisched.kube.inventory import Inventory
 from aisched.metrics import Metrics
@@ -65,7 +66,7 @@ async def test_a_hung_carbon_source_costs_each_fetch_one_answer_wait_and_jobs_st
     controller = TrainingJobController(
         settings,
         kube.client,
-        Inventory(settings),
+        ClusterState(Inventory(settings)),
         metrics=Metrics(CollectorRegistry(), process_metrics=False),
         carbon=source,
         clock=lambda: T0,

@@ -16,6 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry
 
 from aisched.api import TrainingJobPhase
+from aisched.controller.cluster_state import ClusterState
 from aisched.controller.training import TrainingJobController
 from aisched.kube.inventory import Inventory
 from aisched.metrics import Metrics
@@ -55,7 +56,7 @@ def a_controller(kube: KubeDouble, *, carbon: bool = False, resync_seconds: floa
     controller = TrainingJobController(
         settings,
         kube.client,
-        Inventory(settings),
+        ClusterState(Inventory(settings)),
         metrics=Metrics(CollectorRegistry(), process_metrics=False),
         carbon=source,
         clock=lambda: T0,

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 from aisched.api import SpotPolicy
 from aisched.api.training_job import TrainingJobStatus
 from aisched.controller.closing_namespaces import CLOSING_NAMESPACE_SECONDS
-from aisched.controller.in_flight import InFlightPlacements
+from aisched.controller.cluster_state import ClusterState
 from aisched.controller.sharing import GpuShares
 from aisched.controller.training import TrainingJobController, capacity
 from aisched.controller.training.capacity import CapacityChooser
@@ -70,7 +70,7 @@ def a_store(*nodes: dict[str, Any], monotonic: list[float] | None = None) -> Job
     for node in nodes:
         inventory.upsert_node(node)
     clock = monotonic if monotonic is not None else [0.0]
-    return JobStore(inventory, InFlightPlacements(), monotonic=lambda: clock[0])
+    return JobStore(ClusterState(inventory, monotonic=lambda: clock[0]))
 
 
 def metrics() -> Metrics:
@@ -345,7 +345,7 @@ async def test_a_waiting_job_whose_gang_is_still_stopping_is_not_asked_about_its
         DirtyNowCleanInAnHour(), ttl=timedelta(minutes=5), max_stale=timedelta(hours=1), clock=lambda: T0
     )
     controller = TrainingJobController(
-        SETTINGS, kube.client, Inventory(SETTINGS), carbon=dirty_for_an_hour, clock=lambda: T0
+        SETTINGS, kube.client, ClusterState(Inventory(SETTINGS)), carbon=dirty_for_an_hour, clock=lambda: T0
     )
     controller.queue_seen(a_queue("default", nominal_gpus=1_000).obj())
     controller.inventory.upsert_node(a_node("n1", 8))

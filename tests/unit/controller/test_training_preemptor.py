@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from aisched.controller.cluster_state import ClusterState
 from aisched.controller.training import TrainingJobController
 from aisched.kube import labels
 from aisched.kube.inventory import Inventory
@@ -52,7 +53,7 @@ def a_pod(name: str, job: str, *, deleted: bool = False, unschedulable: bool = F
 
 def a_controller(kube: KubeDouble, now: list[datetime], *, victim_leaving: bool) -> TrainingJobController:
     settings = Settings()
-    controller = TrainingJobController(settings, kube.client, Inventory(settings), clock=lambda: now[0])
+    controller = TrainingJobController(settings, kube.client, ClusterState(Inventory(settings)), clock=lambda: now[0])
     node = {
         "metadata": {"name": "n1"},
         "status": {"allocatable": {"nvidia.com/gpu": "8"}, "conditions": [{"type": "Ready", "status": "True"}]},
@@ -85,7 +86,7 @@ async def test_a_preempted_job_is_placed_again_only_once_its_last_gang_has_stopp
     kube.allow("patch_status", "post_event", "create", "release_report_finalizer")
     now = [T0]
     settings = Settings()
-    controller = TrainingJobController(settings, kube.client, Inventory(settings), clock=lambda: now[0])
+    controller = TrainingJobController(settings, kube.client, ClusterState(Inventory(settings)), clock=lambda: now[0])
     controller.queue_seen(an_open_default_queue())
     for name in ("n1", "n2"):
         controller.inventory.upsert_node(

@@ -15,12 +15,14 @@ from tests.operator_permissions import (
     OPERATOR_PERMISSIONS,
     OWNER_NEEDS,
     PROVISIONING_PERMISSIONS,
+    WORKLOAD_PERMISSIONS,
 )
 from tests.paths import REPO_ROOT
 
 PACKAGE = REPO_ROOT / "operator" / "aisched"
-# The client's API objects as the operator names them: KubeClient's core and custom, the Lease store's _api.
-CALL = re.compile(r"self\.(?:core|custom|_api)\.([a-z_]+)\b")
+# The client's API objects as the operator names them: KubeClient's core and custom (also as the
+# workload API reaches them, `self.kube.custom`), the Lease store's _api.
+CALL = re.compile(r"self\.(?:kube\.)?(?:core|custom|_api)\.([a-z_]+)\b")
 # Code that talks to the cluster but is not the operator: test and benchmark drivers.
 NOT_THE_OPERATOR = ("testing",)
 
@@ -43,7 +45,7 @@ def test_every_client_call_of_the_operator_is_accounted_for() -> None:
 
 def test_the_grants_are_exactly_what_the_calls_kopf_and_owner_references_need() -> None:
     needed = {need for needs in CLIENT_CALLS.values() for need in needs} | set(KOPF_NEEDS) | set(OWNER_NEEDS)
-    every = (*OPERATOR_PERMISSIONS, *PROVISIONING_PERMISSIONS)
+    every = (*OPERATOR_PERMISSIONS, *PROVISIONING_PERMISSIONS, *WORKLOAD_PERMISSIONS)
     granted = {(p.group, p.resource, verb) for p in every for verb in p.verbs}
     assert granted - needed == set(), "granted but used by nothing"
     assert needed - granted == set(), "used but not granted"

@@ -19,11 +19,9 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from aisched.controller.in_flight import InFlightPlacements
+from aisched.controller.cluster_state import ClusterState
 from aisched.controller.provisioning import NodeProvisioner
 from aisched.controller.replica_asks import ReplicaAsks
-from aisched.controller.sharing import GpuShares
-from aisched.controller.tenancy import TenancyBook
 from aisched.controller.training.capacity import CapacityChooser
 from aisched.controller.training.carbon import CarbonDeferral
 from aisched.controller.training.decisions import CycleDecisions
@@ -38,7 +36,7 @@ from aisched.controller.training.writer import CONCURRENT_RECONCILES, StatusWrit
 from aisched.controller.workqueue import WorkQueue
 from aisched.kube import labels
 from aisched.kube.client import KubeClient
-from aisched.kube.inventory import Inventory, PodRecord
+from aisched.kube.inventory import PodRecord
 from aisched.kube.pools import PoolTracker
 from aisched.kube.versions import is_newer
 from aisched.metrics import Metrics
@@ -57,7 +55,7 @@ class TrainingJobController:
         self,
         settings: Settings,
         kube: KubeClient,
-        inventory: Inventory,
+        state: ClusterState,
         *,
         metrics: Metrics | None = None,
         carbon: CachedCarbonSource | None = None,
@@ -67,18 +65,18 @@ class TrainingJobController:
     ) -> None:
         self.settings = settings
         self.kube = kube
-        self.inventory = inventory
+        self.state = state
+        """The cluster as every controller decides from it (nodes, what pods hold, promises, queues' verdicts)."""
+        inventory = self.inventory = state.inventory
         self.metrics = metrics or Metrics(CollectorRegistry(), process_metrics=False)
         self.carbon = carbon
         self.provisioner = provisioner
         self.clock = clock
         """What every part reads the time from; replaceable (a test skews it) once the parts are built."""
-        self.in_flight = InFlightPlacements()
-        """GPUs this controller and the InferenceService controller promised and have not yet written down."""
-        self.shares = GpuShares(inventory)
+        self.in_flight = self.state.in_flight
+        self.shares = state.shares
         """Which GPU each worker of a job with gpuShare gets, and its claim."""
-        self.tenancy = TenancyBook()
-        """What each queue refuses of each job, until either object changes."""
+        self.tenancy = self.state.tenancy
         self.pools = PoolTracker(
             InterruptionPrior.per_hour(settings.spot_prior_interruptions_per_hour, settings.spot_prior_weight_hours)
         )
@@ -93,7 +91,7 @@ class TrainingJobController:
         """InferenceServices' new replicas, asked of this controller's scheduling cycle."""
 
         now = self._now
-        self.store = JobStore(inventory, self.in_flight)
+        self.store = JobStore(self.state)
         self.writer = StatusWriter(kube, self.store)
         self.guard = StageGuard(self.store, self.writer, kube, self.queue, self.metrics)
         self.releases = WorkerReleases(self.store, inventory, kube, self.queue)

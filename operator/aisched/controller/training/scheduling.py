@@ -34,6 +34,7 @@ from aisched.controller.training.reporting import Reporting
 from aisched.controller.training.requests import GangHolds, RequestBook
 from aisched.controller.training.store import JobKey, JobStore, job_key, wake_at
 from aisched.controller.training.writer import CONCURRENT_RECONCILES
+from aisched.controller.workloads.cycle import WorkloadCycle
 from aisched.controller.workqueue import WorkQueue
 from aisched.kube.inventory import Inventory
 from aisched.kube.pools import PoolTracker
@@ -96,6 +97,8 @@ class SchedulingCycle:
     """InferenceServices' new replicas, decided in this cycle with the gangs."""
     held_elsewhere: Callable[[], Sequence[HeldGpus]] = lambda: ()
     """GPUs the queues' other work holds (InferenceService replicas), charged to their queues each cycle."""
+    workloads: WorkloadCycle | None = None
+    """The other kinds' workloads (Jobs, PyTorchJobs, model-server Deployments...), decided in this cycle too."""
     # Each job's request to the scheduler, made again only when what it is made of changed.
     _requests_made: RequestBook = field(default_factory=RequestBook, init=False)
     # Queue objects the model refuses, each version logged once.
@@ -120,11 +123,14 @@ class SchedulingCycle:
         cycle_started, cpu_started = time.perf_counter(), time.thread_time()
         snapshot = self.store.cluster_snapshot()
         parsed, requests, capacity_of, writes = await self._requests(snapshot, now)
+        others = self.workloads.ask(snapshot, now) if self.workloads is not None else None
+        if others is not None:
+            requests.extend(others.requests)
         started = time.perf_counter()
-        decision = await self._decide(snapshot, requests, parsed, now)
+        decision = await self._decide(snapshot, requests, parsed, now, others.held if others is not None else ())
         self.asks.answer(decision.replicas)  # promised at once: the GPUs granted are no one else's
         self.asks.reclaim(decision.reclaimed)  # replicas a lending queue takes back: their services retire them
-        result = decision.jobs
+        result, theirs = decision.jobs.split({r.key for r in others.requests} if others is not None else set())
         # MIG gangs left waiting for instances: an idle node may be repartitioned for them, within their queue's
         # bound; whole-GPU gangs left waiting: free sliced nodes go back to whole GPUs (controller/mig.py).
         self.shares.mig.cycle_asked(
@@ -139,10 +145,17 @@ class SchedulingCycle:
         # They wait on the API server, not on the decision, so they are not part of its time.
         await at_most(CONCURRENT_RECONCILES, writes)
         await self.decisions.carry_out(result, parsed, capacity_of, now=now, elapsed=elapsed)
-        plan = await self._provision(result, requests, now)
-        self._record_demand(snapshot, result, requests, plan)
-        await self.reporting.report_queues(result)
-        if result.deferred or decision.replicas_deferred:
+        if self.workloads is not None and others is not None:
+            try:
+                await self.workloads.carry_out(others, theirs, now)
+            except Exception:
+                log.exception(
+                    "carrying out the cycle's decisions for other kinds' workloads failed; the next cycle tries again"
+                )
+        plan = await self._provision(decision.jobs, requests, now)
+        self._record_demand(snapshot, decision.jobs, requests, plan)
+        await self.reporting.report_queues(decision.jobs)
+        if decision.jobs.deferred or decision.replicas_deferred:
             self.queue.wake()  # the jobs this cycle did not reach have the next one, at once
 
     def _record_demand(
@@ -310,6 +323,7 @@ class SchedulingCycle:
         requests: list[JobRequest],
         parsed: CycleJobs,
         now: datetime,
+        held_by_others: Sequence[HeldGpus] = (),
     ) -> Decision:
         """The decision for the gangs and the services' new replicas. Should it raise, it is made again
         without the replicas (they wait a cycle); should it still raise, the jobs it raises on are found
@@ -322,7 +336,7 @@ class SchedulingCycle:
             queues=self._queue_quotas(),
             now=now,
             first_band_gpu_seconds=self.settings.first_service_band_gpu_seconds,
-            held_elsewhere=self.held_elsewhere(),
+            held_elsewhere=[*self.held_elsewhere(), *held_by_others],
         )
         try:
             return decide_for(requests, asks, admissions_per_cycle=most)
@@ -345,11 +359,16 @@ class SchedulingCycle:
         placed_gangs = [r for r in requests if r.placement is not None]
         waiting = [r for r in requests if r.placement is None]
         found = culprits([], placed_gangs, fails) if fails(placed_gangs) else culprits(placed_gangs, waiting, fails)
+        blamed = set()
         for request, raised in found:
+            blamed.add(request.key)
+            if request.key not in parsed:  # another kind's workload: it sits this cycle out
+                log.error("the scheduler raised on %s: %s; it waits for the next cycle", request.key, raised)
+                continue
             obj, job = parsed.pop(request.key)
             await self.guard.set_aside(obj, job, raised, now)
         # With no job to blame this raises, and the stage fails as a whole, to be tried next pass.
-        return decide_for([r for r in requests if r.key in parsed], [], admissions_per_cycle=most)
+        return decide_for([r for r in requests if r.key not in blamed], [], admissions_per_cycle=most)
 
     def _queue_quotas(self) -> list[QueueQuota]:
         """The quotas of the Queues this operator can read; the jobs of one it cannot wait, as for a missing

@@ -11,8 +11,7 @@ not created yet.
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -20,18 +19,15 @@ from pydantic import ValidationError
 
 from aisched.api import TrainingJob, TrainingJobPhase
 from aisched.api.training_job import TrainingJobStatus
-from aisched.controller.closing_namespaces import ClosingNamespaces
-from aisched.controller.in_flight import InFlightPlacements
+from aisched.controller.cluster_state import ClusterState, UncreatedHolds
 from aisched.controller.templates import elided
 from aisched.controller.workqueue import WorkQueue
 from aisched.kube import labels
-from aisched.kube.inventory import Inventory
 from aisched.kube.records import PodRecord
 from aisched.kube.versions import is_newer
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.lifecycle import FINISHED, HOLDS_GPUS
 from aisched.policy.placement_record import PlacementMade
-from aisched.policy.queueing import stored_queue
 from aisched.policy.scheduler.jobs import admitted_shape
 from aisched.policy.shared_room import SharePart
 
@@ -50,17 +46,15 @@ class JobStore:
 
     def __init__(
         self,
-        inventory: Inventory,
-        in_flight: InFlightPlacements,
-        *,
-        monotonic: Callable[[], float] = time.monotonic,
+        state: ClusterState,
     ) -> None:
-        self.inventory = inventory
-        self.in_flight = in_flight
-        """GPUs promised by this controller and the InferenceService controller, not yet written down."""
-        self._monotonic = monotonic
+        self.state = state
+        self.inventory = state.inventory
+        self.in_flight = state.in_flight
+        """GPUs promised by any controller, not yet written down."""
+        state.holds_from(self.uncreated_holds)
         self.jobs: dict[JobKey, dict[str, Any]] = {}
-        self.queues: dict[str, dict[str, Any]] = {}
+        self.queues = state.queues
         # Each cycle reads every job several times; an object is parsed once, until the next watch event
         # replaces it. An object the model refuses is kept with what the model said, for the condition
         # that tells its user.
@@ -72,7 +66,7 @@ class JobStore:
         self._placements_made: dict[JobKey, PlacementMade] = {}
         # Jobs by the nodes of their status placement: a node's event marks those jobs, not every job.
         self._placed_on: dict[str, set[JobKey]] = {}
-        self.closing = ClosingNamespaces(monotonic)
+        self.closing = state.closing
         """Namespaces the API server said are being deleted (the serving controller's record too)."""
         # Views by the phase each stored object says (insertion-ordered, as `jobs`): a cycle reads the
         # unfinished jobs and a snapshot the placed ones, never the backlog of finished ones.
@@ -221,7 +215,7 @@ class JobStore:
     def queue_object(self, name: str) -> dict[str, Any] | None:
         """Queue NAME as stored; the default queue, where nobody wrote one, as the locked one the
         operator creates (it grants nothing), never an open one."""
-        return stored_queue(self.queues, name)
+        return self.state.queue_object(name)
 
     # -- what follows from the jobs -------------------------------------------------------
 
@@ -271,17 +265,21 @@ class JobStore:
         return tuple(parts)
 
     def cluster_snapshot(self) -> ClusterSnapshot:
-        """The cluster as placement sees it, shared with the InferenceService controller: every pod's
-        GPUs, the ranks of placed gangs not created yet, and what is promised but not written yet."""
-        reserved: dict[str, int] = self.in_flight.by_node()
+        """The cluster as every controller places into it (`ClusterState.snapshot`)."""
+        return self.state.snapshot()
+
+    def uncreated_holds(self) -> UncreatedHolds:
+        """What placed gangs hold through their status placement: the ranks whose pods are not created yet.
+
+        Pods that exist hold their GPUs in the inventory (pinned by node selector even while gated);
+        ranks whose pods are not created yet hold them through the placement: a whole GPU each (a
+        fraction's GPU is chosen as its pod is made), or a MIG instance."""
+        reserved: dict[str, int] = {}
         migs: list[tuple[str, str]] = []
         for key, obj in self.holding():
             job = self.read(obj)
             if job is None or job.status.phase not in HOLDS_GPUS or job.status.placement is None:
                 continue
-            # Pods that exist hold their GPUs in the inventory (pinned by node selector even
-            # while gated); ranks whose pods are not created yet hold them through the placement:
-            # a whole GPU each (a fraction's GPU is chosen as its pod is made), or a MIG instance.
             created = self._current_gang(key, job)
             gpus, share = admitted_shape(job)  # what the gang was admitted with, whatever its spec says now
             profile = share.mig_profile if share is not None else None
@@ -292,12 +290,7 @@ class JobStore:
                     migs.append((node, profile))
                 else:
                     reserved[node] = reserved.get(node, 0) + gpus
-        snapshot = self.inventory.snapshot(reserved)
-        self.in_flight.hold_shared(snapshot.shared)
-        for node, profile in migs:
-            if node in snapshot.shared.mig_free:
-                snapshot.shared.take_mig(node, profile)
-        return snapshot
+        return UncreatedHolds(reserved, migs)
 
 
 def finished(obj: dict[str, Any]) -> bool:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from aisched.policy.placement import Placement
@@ -104,3 +105,19 @@ class ScheduleResult:
     """That job's priority (None: no reservation)."""
     reclaimed: tuple[ReclaimedReplica, ...] = ()
     """Services' replicas that go to give a lending queue back its quota (`preemption`)."""
+
+    def split(self, keys: AbstractSet[str]) -> tuple[ScheduleResult, ScheduleResult]:
+        """This result for the jobs whose keys are not in KEYS, and for those that are: each kind's
+        controller carries out its own part. The queues' usage and the reservation are the cycle's, in both."""
+
+        def part(mine: bool) -> ScheduleResult:
+            return replace(
+                self,
+                admitted=tuple(a for a in self.admitted if (a.key in keys) == mine),
+                waiting=tuple(w for w in self.waiting if (w.key in keys) == mine),
+                preempted=tuple(p for p in self.preempted if (p.key in keys) == mine),
+                resized=tuple(r for r in self.resized if (r.key in keys) == mine),
+                deferred=tuple(k for k in self.deferred if (k in keys) == mine),
+            )
+
+        return part(False), part(True)

@@ -1,0 +1,111 @@
+"""The controller of other kinds' workloads: the watches into the book, and the pods pass.
+
+It decides nothing itself: each workload is decided in the one scheduling cycle (`cycle.py`), which
+it is woken for. Its own pass places the pods of admitted workloads as their controllers make
+them: every GPU pod of a gang's first run at once, then each replacement as it comes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from aisched.controller.cluster_state import ClusterState
+from aisched.controller.workloads.book import WorkloadBook, WorkloadEntry
+from aisched.controller.workloads.cycle import WorkloadCycle, admission_promise, pod_promise
+from aisched.controller.workloads.pods import WorkloadRef, read_workload_pod
+from aisched.kube.client import KubeClient
+from aisched.kube.workload_api import KIND_APIS, WorkloadApi
+from aisched.metrics.workload import WorkloadMetrics
+from aisched.policy.workloads.model import Workload, WorkloadKind
+
+log = logging.getLogger(__name__)
+# The kinds with an object of their own, each watched when the cluster serves it.
+OBJECT_KINDS = tuple(KIND_APIS)
+
+
+class WorkloadController:
+    def __init__(
+        self,
+        kube: KubeClient,
+        state: ClusterState,
+        *,
+        queue_object: Callable[[str], Mapping[str, Any] | None],
+        queue_known: Callable[[str], bool],
+        wake_cycle: Callable[[], None],
+        metrics: WorkloadMetrics | None = None,
+        pods_ready_seconds: float = 300.0,
+    ) -> None:
+        self.book = WorkloadBook()
+        self.api = WorkloadApi(kube)
+        self.in_flight = state.in_flight
+        self.cycle = WorkloadCycle(
+            book=self.book,
+            api=self.api,
+            kube=kube,
+            in_flight=state.in_flight,
+            tenancy=state.tenancy,
+            queue_object=queue_object,
+            queue_known=queue_known,
+            metrics=metrics,
+            pods_ready_seconds=pods_ready_seconds,
+        )
+        self.wake_cycle = wake_cycle
+        state.holds_from(self.cycle.uncreated_holds)
+        self._to_place: set[WorkloadRef] = set()
+        self._wake = asyncio.Event()
+
+    # -- what the watches show ---------------------------------------------------------------
+
+    def object_seen(self, kind: WorkloadKind, obj: Mapping[str, Any]) -> None:
+        entry = self.book.object_seen(kind, obj)
+        if entry is None:
+            return
+        if isinstance(entry.read, Workload) and entry.read.admitted is not None:
+            self.in_flight.settle(admission_promise(entry.read.key))  # its record holds its GPUs now
+            self._place(entry)
+        self.wake_cycle()
+
+    def object_gone(self, kind: WorkloadKind, namespace: str, name: str) -> None:
+        entry = self.book.object_gone(kind, namespace, name)
+        self.in_flight.settle(admission_promise(f"{namespace}/{name}@{kind.value}"))
+        if entry is not None and self.book.get(entry.ref) is None:
+            self.cycle.forget(entry.ref)
+        self.wake_cycle()
+
+    def pod_changed(self, obj: Mapping[str, Any], *, deleted: bool) -> None:
+        pod = read_workload_pod(obj)
+        if pod is None:
+            return
+        if deleted or pod.bound or not pod.live:
+            self.in_flight.settle(pod_promise(pod.namespace, pod.name))  # the inventory counts it, or it is gone
+        entry = self.book.pod_gone(pod.namespace, pod.name, obj) if deleted else self.book.pod_seen(obj)
+        if entry is None:
+            return
+        if pod.gated:
+            self._place(entry)
+        self.wake_cycle()
+
+    def _place(self, entry: WorkloadEntry) -> None:
+        self._to_place.add(entry.ref)
+        self._wake.set()
+
+    # -- the pods pass -----------------------------------------------------------------------
+
+    async def run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            refs, self._to_place = self._to_place, set()
+            for ref in refs:
+                entry = self.book.get(ref)
+                if entry is None or not isinstance(entry.read, Workload) or entry.read.admitted is None:
+                    continue
+                try:
+                    await self.cycle.place_pods(entry)
+                except Exception:
+                    log.exception(
+                        "placing the pods of %s/%s (%s) failed; its next event tries again", ref[1], ref[2], ref[0]
+                    )

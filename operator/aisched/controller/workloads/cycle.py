@@ -1,0 +1,421 @@
+"""Other kinds' workloads in the scheduling cycle: what each asks of it, and its decisions carried out.
+
+Each cycle reads every workload of the book (`book.py`) into a request to the one scheduler
+(`policy.scheduler`), beside the TrainingJobs and the InferenceServices' replicas: a held (suspended,
+or gated) workload asks to be admitted; an admitted one is charged where its record says its pods
+go; a model server's placed replicas are charged to its queue as held GPUs. The scheduler's answer
+for them is carried out here: an admission is recorded on the object in the same write that lets
+its pods be made (`AdmittedRecord`, unsuspend), a preemption suspends it again (its controller then
+deletes its pods), and a workload left waiting is told why by an event.
+
+What is admitted is promised at once (`in_flight`) until the watch shows the record that holds it,
+so no GPU is handed out twice between the decision and its write. A workload whose queue label
+changed or went while it runs, or that its namespace may no longer use, is stopped: it never runs
+uncharged.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from aisched.controller.cluster_state import UncreatedHolds
+from aisched.controller.in_flight import InFlightPlacements, Promised
+from aisched.controller.tenancy import TenancyBook
+from aisched.controller.workloads.book import WorkloadBook, WorkloadEntry
+from aisched.controller.workloads.pods import WorkloadPod, WorkloadRef
+from aisched.kube.client import KubeClient
+from aisched.kube.workload_api import KIND_APIS, WorkloadApi
+from aisched.metrics.workload import WorkloadMetrics
+from aisched.policy.cluster import ClusterSnapshot
+from aisched.policy.placement import Placement
+from aisched.policy.queueing import MILLI
+from aisched.policy.scheduler import HeldGpus, JobRequest, ScheduleResult
+from aisched.policy.workloads.model import PLACEMENT_ANNOTATION, AdmittedRecord, Refusal, Workload, WorkloadKind
+from aisched.policy.workloads.pod_nodes import PodSlot, assign_nodes
+from aisched.policy.workloads.request import as_request
+
+log = logging.getLogger(__name__)
+# Kinds whose object cannot be suspended: their gated pods are admitted one by one, as they come.
+_REPLICA_KINDS = frozenset({WorkloadKind.DEPLOYMENT, WorkloadKind.STATEFUL_SET})
+
+
+def admission_promise(key: str) -> tuple[str, str]:
+    """The in-flight record's key for a workload's admission, until the watch shows its record."""
+    return ("Workload", key)
+
+
+def pod_promise(namespace: str, name: str) -> tuple[str, str, str]:
+    """The in-flight record's key for a pod the operator placed, until it binds or goes."""
+    return ("WorkloadPod", namespace, name)
+
+
+@dataclass(frozen=True, slots=True)
+class Stop:
+    entry: WorkloadEntry
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class CycleAsk:
+    """What the workloads ask of one cycle."""
+
+    requests: tuple[JobRequest, ...]
+    held: tuple[HeldGpus, ...]
+    stops: tuple[Stop, ...]
+    at_once: tuple[WorkloadEntry, ...]
+    """Held workloads that ask no GPU: nothing to decide, admitted as they come."""
+
+
+@dataclass
+class _Asking:
+    now: datetime
+    requests: list[JobRequest] = field(default_factory=list)
+    held: list[HeldGpus] = field(default_factory=list)
+    stops: list[Stop] = field(default_factory=list)
+    at_once: list[WorkloadEntry] = field(default_factory=list)
+
+    def frozen(self) -> CycleAsk:
+        return CycleAsk(tuple(self.requests), tuple(self.held), tuple(self.stops), tuple(self.at_once))
+
+
+@dataclass(kw_only=True)
+class WorkloadCycle:
+    book: WorkloadBook
+    api: WorkloadApi
+    kube: KubeClient
+    in_flight: InFlightPlacements
+    tenancy: TenancyBook
+    queue_object: Callable[[str], Mapping[str, Any] | None]
+    queue_known: Callable[[str], bool]
+    metrics: WorkloadMetrics | None = None
+    pods_ready_seconds: float = 300.0
+    """How long an admitted workload's pods may take to exist and bind (`settings.workload_pods_ready_seconds`)."""
+    _said: dict[WorkloadRef, tuple[str, str]] = field(default_factory=dict)
+    _retry_at: dict[WorkloadRef, datetime] = field(default_factory=dict)
+    """Workloads stopped because their pods never came up: not asked again before then."""
+    _backoff: dict[WorkloadRef, float] = field(default_factory=dict)
+
+    # -- what the workloads hold before their pods do -------------------------------------------
+
+    def uncreated_holds(self) -> UncreatedHolds:
+        """Whole GPUs, by node, of admitted workloads' pods not bound yet: the record holds them."""
+        reserved: dict[str, int] = {}
+        for entry in self.book:
+            workload = entry.read
+            if not isinstance(workload, Workload) or workload.admitted is None or workload.finished:
+                continue
+            record = workload.admitted
+            bound = Counter(p.node for p in _gpu_pods(entry, workload) if p.bound and p.live)
+            for node, pods in Counter(record.nodes).items():
+                if (left := pods - bound[node]) > 0:
+                    reserved[node] = reserved.get(node, 0) + left * record.gpus_per_pod
+        return UncreatedHolds(reserved)
+
+    # -- asked of the cycle ----------------------------------------------------------------
+
+    def ask(self, snapshot: ClusterSnapshot, now: datetime) -> CycleAsk:
+        """What every workload asks of this cycle, and the stops due before it decides."""
+        asking = _Asking(now)
+        for entry in self.book:
+            workload = entry.read
+            if isinstance(workload, Refusal):
+                self.say(entry, "Warning", workload.reason, workload.message)
+            elif workload is None:
+                if entry.recorded and entry.seen:
+                    message = "its queue label was removed while it ran: stopped"
+                    asking.stops.append(Stop(entry, "QueueLabelRemoved", message))
+            elif not workload.finished and self._may_run(entry, workload, asking):
+                self._ask_one(entry, workload, snapshot, asking)
+        if self.metrics is not None:
+            counts = Counter((r.key.rpartition("@")[2], "Running" if r.running else "Waiting") for r in asking.requests)
+            self.metrics.record_kind_workloads(counts)
+        return asking.frozen()
+
+    def _may_run(self, entry: WorkloadEntry, workload: Workload, asking: _Asking) -> bool:
+        """Its queue takes it (a running one that it no longer does, or whose queue label changed, stops)."""
+        if workload.admitted is not None and workload.admitted.queue != workload.queue:
+            was, now = workload.admitted.queue, workload.queue
+            message = f"its queue label changed from {was} to {now} while it ran: stopped, to wait in {now}"
+            asking.stops.append(Stop(entry, "QueueChanged", message))
+            return False
+        running = workload.admitted is not None or _placed_pods(entry, workload)
+        refused = self.tenancy.refusal(
+            (workload.namespace, workload.key),
+            queue_name=workload.queue,
+            queue=self.queue_object(workload.queue),
+            priority=workload.priority,
+            template={},
+        )
+        if refused is not None:
+            # Not for a queue this process has not read (yet): that is no reason to stop anyone.
+            if running and self.queue_known(workload.queue):
+                asking.stops.append(Stop(entry, refused.reason, f"stopped: {refused.message}"))
+            else:
+                self.say(entry, "Warning", refused.reason, refused.message)
+            return False
+        return True
+
+    def _ask_one(self, entry: WorkloadEntry, workload: Workload, snapshot: ClusterSnapshot, asking: _Asking) -> None:
+        if not workload.gpu_pods:  # asks no GPU: nothing to decide
+            if workload.suspended and workload.admitted is None:
+                asking.at_once.append(entry)
+        elif entry.kind in _REPLICA_KINDS:
+            self._replicas(entry, workload, snapshot, asking.requests, asking.held)
+        elif entry.kind is WorkloadKind.POD_GROUP:
+            self._group(entry, workload, snapshot, asking.requests)
+        elif workload.admitted is not None:
+            if self._pods_overdue(entry, workload, asking):
+                return
+            placement = Placement.of_nodes(workload.admitted.nodes, workload.admitted.gpus_per_pod, snapshot)
+            asking.requests.append(as_request(workload, topology=snapshot.topology, placement=placement))
+        elif workload.suspended:
+            if any(not p.done for p in entry.pods.values()):  # not while its last run's pods still stop
+                return
+            retry_at = self._retry_at.get(entry.ref)
+            if retry_at is not None and retry_at > asking.now:
+                return
+            asking.requests.append(as_request(workload, topology=snapshot.topology, placement=None))
+        else:  # labelled, running, and never admitted: made before the policy was in force, or with it off
+            message = (
+                "it was not suspended when it was made (is the chart's workload-gate admission policy "
+                "installed, Kubernetes 1.36+?): suspended, to wait for admission"
+            )
+            asking.stops.append(Stop(entry, "NotHeld", message))
+
+    def _pods_overdue(self, entry: WorkloadEntry, workload: Workload, asking: _Asking) -> bool:
+        """Its pods have not all come up within the bound since it was admitted: it stops, to be asked
+        again after a backoff that doubles each time (up to an hour), so that GPUs it never uses are
+        not held for good. Once they all bind, the backoff starts over."""
+        record = workload.admitted
+        assert record is not None
+        bound = [p for p in _gpu_pods(entry, workload) if p.live and p.bound]
+        if len(bound) >= len(record.nodes):
+            self._backoff.pop(entry.ref, None)
+            return False
+        waited = (asking.now - record.admitted_at).total_seconds()
+        if waited <= self.pods_ready_seconds:
+            return False
+        backoff = min(self._backoff.get(entry.ref, 30.0) * 2, 3600.0)
+        self._backoff[entry.ref] = backoff
+        self._retry_at[entry.ref] = asking.now + timedelta(seconds=backoff)
+        within = f"{self.pods_ready_seconds:.0f} s of its admission"
+        message = (
+            f"{len(bound)} of its {len(record.nodes)} GPU pods were made and bound within {within} (is its "
+            f"controller installed and running?): stopped, to be admitted again in {backoff:.0f} s"
+        )
+        asking.stops.append(Stop(entry, "PodsNotReady", message))
+        return True
+
+    def _replicas(
+        self,
+        entry: WorkloadEntry,
+        workload: Workload,
+        snapshot: ClusterSnapshot,
+        requests: list[JobRequest],
+        held: list[HeldGpus],
+    ) -> None:
+        """A model server's replicas: those placed are charged to its queue; the gated ones ask, any number."""
+        per_pod = workload.gpu_pod_sets[0].gpus_per_pod
+        for pod in entry.live_pods:
+            if not pod.gated:
+                held.append(HeldGpus(workload.queue, per_pod * MILLI))
+        waiting = [p for p in entry.live_pods if p.gated]
+        if waiting:
+            request = as_request(workload, topology=snapshot.topology, placement=None)
+            requests.append(_as_replicas(request, len(waiting)))
+
+    def _group(
+        self, entry: WorkloadEntry, workload: Workload, snapshot: ClusterSnapshot, requests: list[JobRequest]
+    ) -> None:
+        """A plain pod group: placed once all its pods exist, charged on the nodes its placed pods took."""
+        placed = [p for p in entry.live_pods if not p.gated and p.node is not None]
+        if placed:
+            nodes = tuple(p.node for p in placed if p.node is not None)
+            placement = Placement.of_nodes(nodes, workload.gpu_pod_sets[0].gpus_per_pod, snapshot)
+            requests.append(as_request(workload, topology=snapshot.topology, placement=placement))
+            return
+        if len([p for p in entry.live_pods if p.gated]) >= workload.gpu_pods:
+            requests.append(as_request(workload, topology=snapshot.topology, placement=None))
+
+    # -- the decisions carried out ---------------------------------------------------------
+
+    async def carry_out(self, ask: CycleAsk, result: ScheduleResult, now: datetime) -> None:
+        """The stops asked before the decision, then its preemptions, admissions and waits, each workload's
+        on its own: one whose write fails is logged, and the next cycle finds it as it was."""
+        by_key = self.book.by_key()
+        writes: list[tuple[WorkloadEntry, Callable[[], Awaitable[None]]]] = []
+        for asked in ask.stops:
+            writes.append((asked.entry, functools.partial(self.stop, asked.entry, asked.reason, asked.message)))
+        for entry in ask.at_once:
+            writes.append((entry, functools.partial(self._admit, entry, None, now)))
+        for preemption in result.preempted:
+            if (preempted := by_key.get(preemption.key)) is not None:
+                preempt = functools.partial(self.stop, preempted, preemption.reason, preemption.message)
+                writes.append((preempted, preempt))
+                self._count(preempted, admitted=False)
+        for admission in result.admitted:
+            if (admitted := by_key.get(admission.key)) is not None:
+                writes.append((admitted, functools.partial(self._admit, admitted, admission.placement, now)))
+                self._count(admitted, admitted=True)
+        for waiting in result.waiting:
+            if (left := by_key.get(waiting.key)) is not None:
+                self.say(left, "Normal", waiting.reason, waiting.message)
+        for entry, write in writes:
+            try:
+                await write()
+            except Exception:
+                kind, namespace, name = entry.ref
+                log.exception("carrying out the cycle's decision for %s %s/%s failed", kind.value, namespace, name)
+
+    def _count(self, entry: WorkloadEntry, *, admitted: bool) -> None:
+        if self.metrics is None or not isinstance(entry.read, Workload):
+            return
+        record = self.metrics.record_kind_admission if admitted else self.metrics.record_kind_preemption
+        record(entry.kind.value, entry.read.queue)
+
+    async def _admit(self, entry: WorkloadEntry, placement: Placement | None, now: datetime) -> None:
+        """Record PLACEMENT on its object and let its pods be made, in one write (None: it asks no GPU)."""
+        workload = entry.read
+        if not isinstance(workload, Workload):
+            return
+        kind, namespace, name = entry.ref
+        if kind in _REPLICA_KINDS or kind is WorkloadKind.POD_GROUP:
+            await self.place_pods(entry, placement.nodes if placement is not None else ())
+            return
+        generation = (workload.admitted.generation if workload.admitted is not None else 0) + 1
+        record = AdmittedRecord(
+            nodes=placement.nodes if placement is not None else (),
+            gpus_per_pod=placement.gpus_per_replica if placement is not None else 0,
+            mig_profile=placement.mig_profile if placement is not None else None,
+            queue=workload.queue,
+            admitted_at=now,
+            generation=generation,
+        )
+        promise = admission_promise(workload.key)
+        if placement is not None:  # promised at once: the watch shows the record only later
+            self.in_flight.promise(promise, Promised.of(placement))
+        patch = {
+            "metadata": {"annotations": {PLACEMENT_ANNOTATION: json.dumps(record.to_json(), separators=(",", ":"))}},
+            **KIND_APIS[kind].suspend_patch(False),
+        }
+        try:
+            if not await self.api.patch_object(kind, namespace, name, patch):
+                self.in_flight.settle(promise)
+                return
+        except Exception:
+            self.in_flight.settle(promise)
+            raise
+        nodes = record.nodes
+        self.say(
+            entry,
+            "Normal",
+            "Admitted",
+            f"admitted to queue {workload.queue}: {len(nodes)} GPU pod(s) on {len(set(nodes))} node(s)",
+        )
+
+    async def stop(self, entry: WorkloadEntry, reason: str, message: str) -> None:
+        """Suspend it and drop its record (its controller deletes its pods); a kind with no suspend: its pods go."""
+        kind, namespace, name = entry.ref
+        api = KIND_APIS.get(kind)
+        if api is not None and api.suspend_path is not None:
+            patch = {"metadata": {"annotations": {PLACEMENT_ANNOTATION: None}}, **api.suspend_patch(True)}
+            await self.api.patch_object(kind, namespace, name, patch)
+        else:
+            for pod in entry.live_pods:
+                if not pod.gated:
+                    await self.kube.delete_pod(namespace, pod.name)
+        self.say(entry, "Warning" if reason not in ("Preempted",) else "Normal", reason, message)
+
+    async def place_pods(self, entry: WorkloadEntry, nodes: Sequence[str] | None = None) -> None:
+        """Pin the admitted workload's gated pods to their nodes and lift their gates: once every GPU pod
+        of its first run exists (the gang binds together), then each replacement as it comes. NODES: the
+        nodes the cycle gave a replica kind's or a pod group's gated pods (they have no record)."""
+        workload = entry.read
+        if not isinstance(workload, Workload):
+            return
+        gpu_sets = {s.name.lower() for s in workload.gpu_pod_sets}
+        live = entry.live_pods
+        gpu_pods = [p for p in live if p.pod_set.lower() in gpu_sets or len(workload.pod_sets) == 1]
+        if nodes is None:
+            if workload.admitted is None:
+                return
+            nodes = workload.admitted.nodes
+            first_run = not any(not p.gated for p in gpu_pods)
+            if first_run and len(gpu_pods) < len(nodes):
+                return  # its controller has not made every pod yet: the gang's gates come off together
+            targets = gpu_pods
+        else:
+            targets = [p for p in gpu_pods if p.gated]
+        slots = [PodSlot(p.name, p.node if not p.gated else None, p.index, p.pod_set) for p in targets]
+        order = [s.name for s in workload.pod_sets]
+        assigned = assign_nodes(nodes, slots, order)
+        per_pod = workload.gpu_pod_sets[0].gpus_per_pod if workload.gpu_pod_sets else 0
+        for pod in targets:
+            if pod.gated and (node := assigned.get(pod.name)) is not None:
+                if workload.admitted is None:
+                    self.in_flight.promise(pod_promise(pod.namespace, pod.name), Promised({node: per_pod}))
+                await self.api.place_pod(pod.namespace, pod.name, node, pod.gates, has_selector=pod.has_node_selector)
+        if workload.admitted is not None or entry.kind is WorkloadKind.POD_GROUP:
+            for pod in live:  # the pods of no GPUs (a Ray head, a launcher) start with the gang
+                if pod.gated and pod not in gpu_pods:
+                    await self.api.place_pod(
+                        pod.namespace, pod.name, None, pod.gates, has_selector=pod.has_node_selector
+                    )
+
+    # -- what a workload is told ---------------------------------------------------------------
+
+    def say(self, entry: WorkloadEntry, event_type: str, reason: str, message: str) -> None:
+        """An event on its object (a pod group: on its first pod), once per change of what is said."""
+        if self._said.get(entry.ref) == (reason, message):
+            return
+        self._said[entry.ref] = (reason, message)
+        kind, namespace, name = entry.ref
+        if kind is WorkloadKind.POD_GROUP:
+            if not entry.pods:
+                return
+            target = {"apiVersion": "v1", "kind": "Pod", "metadata": {"namespace": namespace, "name": min(entry.pods)}}
+        else:
+            api = KIND_APIS[kind]
+            target = {
+                "apiVersion": f"{api.group}/{api.version}",
+                "kind": _KIND_NAMES[kind],
+                "metadata": {"namespace": namespace, "name": name, "uid": entry.uid},
+            }
+        self.kube.post_event(target, event_type, reason, message)
+
+    def forget(self, ref: WorkloadRef) -> None:
+        self._said.pop(ref, None)
+        self._retry_at.pop(ref, None)
+        self._backoff.pop(ref, None)
+
+
+_KIND_NAMES = {
+    WorkloadKind.BATCH_JOB: "Job",
+    WorkloadKind.PYTORCH_JOB: "PyTorchJob",
+    WorkloadKind.RAY_JOB: "RayJob",
+    WorkloadKind.RAY_CLUSTER: "RayCluster",
+    WorkloadKind.DEPLOYMENT: "Deployment",
+    WorkloadKind.STATEFUL_SET: "StatefulSet",
+}
+
+
+def _gpu_pods(entry: WorkloadEntry, workload: Workload) -> list[WorkloadPod]:
+    gpu_sets = {s.name.lower() for s in workload.gpu_pod_sets}
+    return [p for p in entry.pods.values() if p.pod_set.lower() in gpu_sets or len(workload.pod_sets) == 1]
+
+
+def _placed_pods(entry: WorkloadEntry, workload: Workload) -> bool:
+    return any(not p.gated and p.node is not None for p in _gpu_pods(entry, workload) if p.live)
+
+
+def _as_replicas(request: JobRequest, waiting: int) -> JobRequest:
+    """REQUEST as a model server's new replicas: any count from one to WAITING, none preempting."""
+    return replace(request, replicas=waiting, min_replicas=1, max_replicas=waiting, replica_set=True)

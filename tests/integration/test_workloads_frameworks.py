@@ -1,0 +1,168 @@
+"""PyTorchJobs and RayClusters scheduled by aisched, with their projects' real controllers running
+(training-operator v1.8.1 and KubeRay v1.5.0, which the test cluster starts: tests/integration/conftest.py),
+the chart's workload admission policies in force, and the operator running.
+
+Each is held at creation (suspended, its pods gated), admitted in the one cycle beside every other
+kind, charged to the same quota, and preempted as a whole by suspending it again: its own controller
+then deletes its pods.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from aisched.policy.workloads.model import PLACEMENT_ANNOTATION, PRIORITY_ANNOTATION, QUEUE_LABEL
+from aisched.testing.cluster import TIMEOUT, LocalCluster, apply, get_object, wait_for
+from aisched.testing.operator import OperatorProcess
+from tests.integration.test_frameworks import RAY_IMAGE, pytorch_simple
+from tests.integration.test_workloads import (
+    events_of,
+    gated,
+    indexed_job,
+    pod_spec,
+    pods_of,
+    running,
+    running_pods,
+)
+
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator", "held_kinds")]
+PYTORCH_PODS = "training.kubeflow.org/job-name"
+RAY_PODS = "ray.io/cluster"
+
+
+def gpu_pytorchjob(name: str, queue: str, gpus: int, *, workers: int = 1, priority: int = 0) -> dict[str, Any]:
+    """training-operator's own example, each replica asking GPUs, labelled for QUEUE."""
+    job = pytorch_simple(name)
+    job["metadata"]["labels"] = {QUEUE_LABEL: queue}
+    job["metadata"]["annotations"] = {PRIORITY_ANNOTATION: str(priority)}
+    for kind, spec in job["spec"]["pytorchReplicaSpecs"].items():
+        spec["template"]["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": str(gpus)}}
+        if kind == "Worker":
+            spec["replicas"] = workers
+    return job
+
+
+def gpu_raycluster(name: str, queue: str, workers: int, gpus: int, priority: int = 0) -> dict[str, Any]:
+    """A RayCluster as KubeRay's samples write one (a head of no GPU, one worker group), labelled for QUEUE."""
+    head = {"name": "ray-head", "image": RAY_IMAGE, "ports": [{"containerPort": 6379, "name": "gcs"}]}
+    worker = {"name": "ray-worker", "image": RAY_IMAGE, "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {"name": name, "labels": {QUEUE_LABEL: queue}, "annotations": {PRIORITY_ANNOTATION: str(priority)}},
+        "spec": {
+            "rayVersion": "2.46.0",
+            "headGroupSpec": {"rayStartParams": {}, "template": {"spec": {"containers": [head]}}},
+            "workerGroupSpecs": [
+                {
+                    "groupName": "gpu",
+                    "replicas": workers,
+                    "minReplicas": workers,
+                    "maxReplicas": workers,
+                    "rayStartParams": {},
+                    "template": {"spec": {"containers": [worker]}},
+                }
+            ],
+        },
+    }
+
+
+def test_a_pytorchjob_is_held_then_admitted_and_runs_where_the_operator_placed_it(
+    cluster: LocalCluster, namespace: str, kinds_queue: str
+) -> None:
+    apply(cluster, namespace, gpu_pytorchjob("mnist", kinds_queue, gpus=1, workers=2))
+    pods = running_pods(cluster, namespace, f"{PYTORCH_PODS}=mnist", 3)
+    job = get_object(cluster, "pytorchjob", "mnist", namespace)
+    assert job["spec"]["runPolicy"]["suspend"] is False
+    assert PLACEMENT_ANNOTATION in job["metadata"]["annotations"]
+    assert all(p["spec"]["nodeSelector"]["kubernetes.io/hostname"] == p["spec"]["nodeName"] for p in pods)
+    assert not any(gated(p) for p in pods)
+
+
+def test_a_higher_priority_pytorchjob_preempts_a_rayclusters_workers_as_a_whole(
+    cluster: LocalCluster, namespace: str, kinds_queue: str
+) -> None:
+    apply(cluster, namespace, gpu_raycluster("ray", kinds_queue, workers=2, gpus=2))
+    running_pods(cluster, namespace, f"{RAY_PODS}=ray", 3)  # the head and both workers
+    apply(cluster, namespace, gpu_pytorchjob("urgent", kinds_queue, gpus=2, workers=1, priority=5))
+    running_pods(cluster, namespace, f"{PYTORCH_PODS}=urgent", 2)
+    ray = get_object(cluster, "raycluster", "ray", namespace)
+    assert ray["spec"]["suspend"] is True
+    wait_for(lambda: not pods_of(cluster, namespace, f"{RAY_PODS}=ray"), TIMEOUT, "every pod of the RayCluster to go")
+
+
+def test_one_queues_quota_holds_across_four_kinds(cluster: LocalCluster, namespace: str, kinds_queue: str) -> None:
+    """A Job, a PyTorchJob's master, a RayCluster's worker and a Deployment's replica, 1 GPU each, fill the
+    4-GPU queue; a fifth GPU of any kind waits."""
+    apply(cluster, namespace, indexed_job("batch", kinds_queue, pods=1, gpus=1))
+    pytorch = gpu_pytorchjob("torch", kinds_queue, gpus=1)
+    del pytorch["spec"]["pytorchReplicaSpecs"]["Worker"]
+    apply(cluster, namespace, pytorch)
+    apply(cluster, namespace, gpu_raycluster("ray", kinds_queue, workers=1, gpus=1))
+    labels = {"app": "server"}
+    server = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "server", "labels": {QUEUE_LABEL: kinds_queue}},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec(1) | {"restartPolicy": "Always"}},
+        },
+    }
+    running_pods(cluster, namespace, "batch.kubernetes.io/job-name=batch", 1)
+    running_pods(cluster, namespace, f"{PYTORCH_PODS}=torch", 1)
+    running_pods(cluster, namespace, f"{RAY_PODS}=ray", 2)
+    apply(cluster, namespace, server)
+
+    def one_replica_runs_one_waits() -> bool:
+        pods = pods_of(cluster, namespace, "app=server")
+        return len(pods) == 2 and sum(running([p]) for p in pods) == 1 and sum(gated(p) for p in pods) == 1
+
+    wait_for(one_replica_runs_one_waits, TIMEOUT, "one replica to run in the last GPU and the other to wait")
+    late = copy.deepcopy(indexed_job("late", kinds_queue, pods=1, gpus=1))
+    apply(cluster, namespace, late)
+    wait_for(
+        lambda: bool(get_object(cluster, "job", "late", namespace)["spec"].get("suspend")),
+        TIMEOUT,
+        "the late Job to stay suspended",
+    )
+    assert not pods_of(cluster, namespace, "batch.kubernetes.io/job-name=late")
+
+
+@contextmanager
+def frozen(cluster: LocalCluster, component: str) -> Iterator[None]:
+    """COMPONENT of the local cluster (hack/cluster.sh's process) paused, as if it were not installed."""
+    pid = int((cluster.state_dir / "pids" / f"{component}.pid").read_text())
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def test_a_pytorchjob_whose_controller_is_not_running_gives_its_gpus_back(
+    cluster: LocalCluster, namespace: str, kinds_queue: str, operator: OperatorProcess
+) -> None:
+    """Admitted, unsuspended, and no controller makes its pods: past the bound it is stopped, and says why."""
+    with operator.restarted_with({"AISCHED_WORKLOAD_PODS_READY_SECONDS": "5"}), frozen(cluster, "training-operator"):
+        apply(cluster, namespace, gpu_pytorchjob("orphaned", kinds_queue, gpus=1))
+
+        def stopped_for_its_pods() -> bool:
+            reasons = [e.split(":", 1)[0] for e in events_of(cluster, namespace, "orphaned")]
+            return "PodsNotReady" in reasons
+
+        wait_for(stopped_for_its_pods, TIMEOUT * 2, "the PyTorchJob to be stopped for pods that never came")
+        job = get_object(cluster, "pytorchjob", "orphaned", namespace)
+        assert job["spec"]["runPolicy"]["suspend"] is True
+        assert PLACEMENT_ANNOTATION not in (job["metadata"].get("annotations") or {})
+        # Its GPUs are free again: a Job of the whole queue runs.
+        apply(cluster, namespace, indexed_job("whole", kinds_queue, pods=2, gpus=2))
+        running_pods(cluster, namespace, "batch.kubernetes.io/job-name=whole", 2)

@@ -1,0 +1,238 @@
+"""The other kinds' workloads in the cycle: asked, admitted in one write, pods placed as a gang, stopped.
+
+The API is a recording stand-in for `kube.workload_api.WorkloadApi` (the integration tier runs the real
+one against a real API server); the book, the cycle and the in-flight record are the real ones.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from aisched.controller.in_flight import InFlightPlacements, Promised
+from aisched.controller.tenancy import TenancyBook
+from aisched.controller.workloads.book import WorkloadBook
+from aisched.controller.workloads.cycle import WorkloadCycle, admission_promise
+from aisched.policy.cluster import ClusterSnapshot, local_node
+from aisched.policy.placement import Placement
+from aisched.policy.scheduler import ScheduleResult
+from aisched.policy.scheduler.results import Admission, Preemption
+from aisched.policy.workloads.model import (
+    ADMISSION_GATE,
+    PLACEMENT_ANNOTATION,
+    QUEUE_LABEL,
+    Workload,
+    WorkloadKind,
+)
+from tests.builders import a_queue
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+JOB = WorkloadKind.BATCH_JOB
+
+
+class RecordingApi:
+    def __init__(self) -> None:
+        self.patches: list[tuple[WorkloadKind, str, str, dict[str, Any]]] = []
+        self.placed: list[tuple[str, str | None]] = []
+
+    async def patch_object(self, kind: WorkloadKind, namespace: str, name: str, patch: dict[str, Any]) -> bool:
+        self.patches.append((kind, namespace, name, patch))
+        return True
+
+    async def place_pod(
+        self, namespace: str, name: str, node: str | None, gates: tuple[str, ...], *, has_selector: bool
+    ) -> None:
+        self.placed.append((name, node))
+
+
+class Events:
+    def __init__(self) -> None:
+        self.said: list[tuple[str, str]] = []
+
+    def post_event(self, obj: dict[str, Any], event_type: str, reason: str, message: str) -> None:
+        self.said.append((reason, message))
+
+    async def delete_pod(self, namespace: str, name: str) -> None:
+        raise AssertionError("a suspendable kind's pods are its controller's to delete")
+
+
+def a_job(name: str = "train", *, pods: int = 2, gpus: int = 2, queue: str = "team", **meta: Any) -> dict[str, Any]:
+    container = {"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "labels": {QUEUE_LABEL: queue}, **meta},
+        "spec": {
+            "parallelism": pods,
+            "completions": pods,
+            "suspend": True,
+            "template": {"spec": {"containers": [container]}},
+        },
+    }
+
+
+def a_pod(name: str, job: str, index: int, *, node: str | None = None, gated: bool = True) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "x"}]}
+    if gated:
+        spec["schedulingGates"] = [{"name": ADMISSION_GATE}]
+    if node is not None:
+        spec["nodeName"] = node
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "labels": {QUEUE_LABEL: "team"},
+            "annotations": {"batch.kubernetes.io/job-completion-index": str(index)},
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job, "controller": True}],
+        },
+        "spec": spec,
+        "status": {"phase": "Running" if node else "Pending"},
+    }
+
+
+@pytest.fixture
+def parts() -> tuple[WorkloadCycle, RecordingApi, Events, InFlightPlacements]:
+    api, events, in_flight = RecordingApi(), Events(), InFlightPlacements()
+    queues = {"team": a_queue("team", nominal_gpus=8).obj()}
+    cycle = WorkloadCycle(
+        book=WorkloadBook(),
+        api=api,  # type: ignore[arg-type]
+        kube=events,  # type: ignore[arg-type]
+        in_flight=in_flight,
+        tenancy=TenancyBook(),
+        queue_object=queues.get,
+        queue_known=lambda name: name in queues,
+    )
+    return cycle, api, events, in_flight
+
+
+def snapshot() -> ClusterSnapshot:
+    return ClusterSnapshot([local_node("n1", 8, rack="r1", zone="z"), local_node("n2", 8, rack="r1", zone="z")])
+
+
+@pytest.mark.asyncio
+async def test_a_held_job_asks_and_is_admitted_in_one_write_that_records_and_unsuspends(parts: Any) -> None:
+    cycle, api, _events, in_flight = parts
+    cycle.book.object_seen(JOB, a_job())
+    asked = cycle.ask(snapshot(), NOW)
+    (request,) = asked.requests
+    assert (request.key, request.replicas, request.gpus_per_replica, request.placement) == (
+        "ns/train@jobs.batch",
+        2,
+        2,
+        None,
+    )
+    placement = Placement.of_nodes(("n1", "n2"), 2, snapshot())
+    await cycle.carry_out(asked, ScheduleResult(admitted=(Admission(request.key, placement),)), NOW)
+    ((kind, _ns, name, patch),) = api.patches
+    assert (kind, name, patch["spec"]) == (JOB, "train", {"suspend": False})
+    record = json.loads(patch["metadata"]["annotations"][PLACEMENT_ANNOTATION])
+    assert (record["nodes"], record["gpusPerPod"], record["queue"]) == (["n1", "n2"], 2, "team")
+    assert in_flight.by_node() == {"n1": 2, "n2": 2}  # promised until the watch shows the record
+
+
+@pytest.mark.asyncio
+async def test_the_recorded_gang_holds_its_nodes_until_its_pods_bind_and_its_gates_come_off_together(
+    parts: Any,
+) -> None:
+    cycle, api, _events, _in_flight = parts
+    record = {"nodes": ["n1", "n2"], "gpusPerPod": 2, "queue": "team", "admittedAt": NOW.isoformat(), "generation": 1}
+    job = a_job(annotations={PLACEMENT_ANNOTATION: json.dumps(record)})
+    job["spec"]["suspend"] = False
+    cycle.book.object_seen(JOB, job)
+    assert cycle.uncreated_holds().whole == {"n1": 2, "n2": 2}
+    (request,) = cycle.ask(snapshot(), NOW).requests
+    assert request.placement is not None and request.placement.nodes == ("n1", "n2")
+    entry = cycle.book.pod_seen(a_pod("train-1", "train", 1))
+    assert entry is not None
+    await cycle.place_pods(entry)
+    assert api.placed == []  # one of two pods: the gang's gates stay on
+    cycle.book.pod_seen(a_pod("train-0", "train", 0))
+    await cycle.place_pods(entry)
+    assert sorted(api.placed) == [("train-0", "n1"), ("train-1", "n2")]
+    cycle.book.pod_seen(a_pod("train-0", "train", 0, node="n1", gated=False))
+    assert cycle.uncreated_holds().whole == {"n2": 2}  # the bound pod holds its GPUs in the inventory now
+
+
+@pytest.mark.asyncio
+async def test_a_running_job_whose_queue_label_changes_is_suspended_and_its_record_dropped(parts: Any) -> None:
+    cycle, api, events, _in_flight = parts
+    record = {"nodes": ["n1"], "gpusPerPod": 2, "queue": "team", "admittedAt": NOW.isoformat(), "generation": 1}
+    job = a_job(pods=1, queue="other", annotations={PLACEMENT_ANNOTATION: json.dumps(record)})
+    job["spec"]["suspend"] = False
+    cycle.book.object_seen(JOB, job)
+    asked = cycle.ask(snapshot(), NOW)
+    assert not asked.requests
+    await cycle.carry_out(asked, ScheduleResult(), NOW)
+    ((_kind, _ns, _name, patch),) = api.patches
+    assert patch == {"metadata": {"annotations": {PLACEMENT_ANNOTATION: None}}, "spec": {"suspend": True}}
+    assert events.said[-1][0] == "QueueChanged"
+
+
+@pytest.mark.asyncio
+async def test_a_job_whose_label_was_removed_while_it_ran_is_stopped(parts: Any) -> None:
+    cycle, api, _events, _in_flight = parts
+    record = {"nodes": ["n1"], "gpusPerPod": 2, "queue": "team", "admittedAt": NOW.isoformat(), "generation": 1}
+    job = a_job(pods=1, annotations={PLACEMENT_ANNOTATION: json.dumps(record)})
+    job["metadata"]["labels"] = {}
+    cycle.book.object_seen(JOB, job)
+    asked = cycle.ask(snapshot(), NOW)
+    await cycle.carry_out(asked, ScheduleResult(), NOW)
+    assert api.patches[0][3]["spec"] == {"suspend": True}
+
+
+@pytest.mark.asyncio
+async def test_a_preempted_job_is_suspended_and_an_unlabelled_one_is_kept_nowhere(parts: Any) -> None:
+    cycle, api, _events, _in_flight = parts
+    plain = a_job("plain")
+    plain["metadata"]["labels"] = {}
+    assert cycle.book.object_seen(JOB, plain) is None
+    record = {"nodes": ["n1"], "gpusPerPod": 2, "queue": "team", "admittedAt": NOW.isoformat(), "generation": 1}
+    job = a_job(pods=1, annotations={PLACEMENT_ANNOTATION: json.dumps(record)})
+    job["spec"]["suspend"] = False
+    cycle.book.object_seen(JOB, job)
+    asked = cycle.ask(snapshot(), NOW)
+    key = "ns/train@jobs.batch"
+    await cycle.carry_out(
+        asked, ScheduleResult(preempted=(Preemption(key, "ns/urgent", "preempted by ns/urgent"),)), NOW
+    )
+    assert api.patches[0][3]["spec"] == {"suspend": True}
+    assert list(cycle.book.entries) == [(JOB, "ns", "train")]
+
+
+def test_the_record_seen_settles_the_admission_promise() -> None:
+    in_flight = InFlightPlacements()
+    placement = Placement.of_nodes(("n1",), 2, snapshot())
+    in_flight.promise(admission_promise("ns/train@jobs.batch"), Promised.of(placement))
+    assert in_flight.by_node() == {"n1": 2}
+    in_flight.settle(admission_promise("ns/train@jobs.batch"))
+    assert in_flight.by_node() == {}
+    assert isinstance(WorkloadBook().object_seen(JOB, a_job()).read, Workload)  # type: ignore[union-attr]
+
+
+@pytest.mark.asyncio
+async def test_an_admitted_job_whose_pods_never_come_is_stopped_and_asked_again_only_after_a_backoff(
+    parts: Any,
+) -> None:
+    """Its controller is not running (or its pods cannot bind): the GPUs it was given are not held for good."""
+    cycle, api, events, _in_flight = parts
+    record = {"nodes": ["n1"], "gpusPerPod": 2, "queue": "team", "admittedAt": NOW.isoformat(), "generation": 1}
+    job = a_job(pods=1, annotations={PLACEMENT_ANNOTATION: json.dumps(record)})
+    job["spec"]["suspend"] = False
+    cycle.book.object_seen(JOB, job)
+    assert cycle.ask(snapshot(), NOW + timedelta(seconds=299)).requests  # still within the bound: charged
+    late = NOW + timedelta(seconds=301)
+    asked = cycle.ask(snapshot(), late)
+    assert not asked.requests and [s.reason for s in asked.stops] == ["PodsNotReady"]
+    await cycle.carry_out(asked, ScheduleResult(), late)
+    assert api.patches[-1][3]["spec"] == {"suspend": True}
+    assert "is its controller installed and running?" in events.said[-1][1]
+    # Suspended again, with no record: it waits out its backoff before it asks again.
+    job["spec"]["suspend"] = True
+    del job["metadata"]["annotations"][PLACEMENT_ANNOTATION]
+    cycle.book.object_seen(JOB, job)
+    assert not cycle.ask(snapshot(), late + timedelta(seconds=59)).requests
+    assert cycle.ask(snapshot(), late + timedelta(seconds=61)).requests
