@@ -117,7 +117,7 @@ def tenant(cluster: LocalCluster, namespace: str) -> Tenant:
 
 
 @pytest.fixture(scope="module")
-def framework_crds(cluster: LocalCluster) -> Iterator[None]:
+def framework_crds(cluster: LocalCluster) -> None:
     """PyTorchJob's, RayCluster's and RayJob's CRDs, established. The test cluster installs them with their
     controllers (hack/cluster.sh, AISCHED_FRAMEWORKS=1); applied again all the same, they are left there:
     the session's other tests run those controllers on them."""
@@ -125,7 +125,6 @@ def framework_crds(cluster: LocalCluster) -> Iterator[None]:
     files = [arg for path in paths for arg in ("-f", path)]
     ok(cluster.kubectl("apply", "--server-side", "--force-conflicts", *files))
     ok(cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s", *files))
-    yield
 
 
 @pytest.mark.usefixtures("held")

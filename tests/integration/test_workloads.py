@@ -209,3 +209,23 @@ def test_a_model_server_deployment_gets_as_many_replicas_as_its_quota_holds(
         return len(pods) == 3 and len(runs) == 2 and sum(gated(p) for p in pods) == 1
 
     wait_for(two_run_one_waits, TIMEOUT, "two replicas to run in the 4-GPU queue and the third to wait")
+
+
+def test_a_statefulset_model_server_gets_each_replica_placed(
+    cluster: LocalCluster, namespace: str, kinds_queue: str
+) -> None:
+    labels = {"app": "tgi"}
+    server = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": "tgi", "labels": {QUEUE_LABEL: kinds_queue}},
+        "spec": {
+            "replicas": 2,
+            "serviceName": "tgi",
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec(2) | {"restartPolicy": "Always"}},
+        },
+    }
+    apply(cluster, namespace, server)
+    pods = running_pods(cluster, namespace, "app=tgi", 2)
+    assert all(p["spec"]["nodeSelector"]["kubernetes.io/hostname"] == p["spec"]["nodeName"] for p in pods)

@@ -21,7 +21,7 @@ import pytest
 from aisched.policy.workloads.model import PLACEMENT_ANNOTATION, PRIORITY_ANNOTATION, QUEUE_LABEL
 from aisched.testing.cluster import TIMEOUT, LocalCluster, apply, get_object, wait_for
 from aisched.testing.operator import OperatorProcess
-from tests.integration.test_frameworks import RAY_IMAGE, pytorch_simple
+from tests.integration.test_frameworks import RAY_IMAGE, pytorch_simple, rayjob_sample
 from tests.integration.test_workloads import (
     events_of,
     gated,
@@ -166,3 +166,21 @@ def test_a_pytorchjob_whose_controller_is_not_running_gives_its_gpus_back(
         # Its GPUs are free again: a Job of the whole queue runs.
         apply(cluster, namespace, indexed_job("whole", kinds_queue, pods=2, gpus=2))
         running_pods(cluster, namespace, "batch.kubernetes.io/job-name=whole", 2)
+
+
+def test_a_rayjob_as_kuberays_sample_writes_it_is_held_then_its_cluster_placed(
+    cluster: LocalCluster, namespace: str, kinds_queue: str
+) -> None:
+    """The sample with its cluster going when it ends (KubeRay suspends only such RayJobs), a GPU on its worker."""
+    job = rayjob_sample("sample", shutdown_after_job_finishes=True)
+    job["metadata"]["labels"] = {QUEUE_LABEL: kinds_queue}
+    worker = job["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
+    worker["resources"]["limits"]["nvidia.com/gpu"] = "1"
+    apply(cluster, namespace, job)
+    # KubeRay names the cluster it makes; its pods carry the RayJob's queue label, copied into its templates.
+    pods = running_pods(cluster, namespace, f"{QUEUE_LABEL}={kinds_queue},ray.io/node-type", 2)
+    held = get_object(cluster, "rayjob", "sample", namespace)
+    assert held["spec"]["suspend"] is False and PLACEMENT_ANNOTATION in held["metadata"]["annotations"]
+    (gpu_pod,) = [p for p in pods if p["metadata"]["labels"]["ray.io/node-type"] == "worker"]
+    assert gpu_pod["spec"]["nodeSelector"]["kubernetes.io/hostname"] == gpu_pod["spec"]["nodeName"]
+    assert not any(gated(p) for p in pods)

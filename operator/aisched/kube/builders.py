@@ -229,7 +229,11 @@ def build_worker_pod(job: TrainingJob, launch: GangLaunch, slot: WorkerSlot) -> 
             "labels": pod_labels,
             # Karpenter never consolidates or drifts a node away under a worker: a gang loses a node
             # only to an interruption, which it checkpoints on. Whatever the template says.
-            "annotations": {**without_reserved(metadata.get("annotations")), DO_NOT_DISRUPT: "true"},
+            "annotations": {
+                **without_reserved(metadata.get("annotations")),
+                DO_NOT_DISRUPT: "true",
+                labels.QUEUE_ANNOTATION: job.spec.queue,
+            },
             "ownerReferences": [owner_reference(job)],
             "finalizers": [labels.REPORT_FINALIZER],
         },

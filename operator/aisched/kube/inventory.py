@@ -374,6 +374,10 @@ class Inventory:
                 del self._sharing[node]
         return sign if (before == 0) != (after <= 0) else 0
 
+    def jobs_with_pods(self) -> list[tuple[str, str]]:
+        """Every (namespace, name) some live record of a worker names as its job."""
+        return [key for key, pods in self._pods_by_job.items() if pods]
+
     def pods_of_job(self, namespace: str, name: str) -> list[PodRecord]:
         return [self.pods[key] for key in sorted(self._pods_by_job.get((namespace, name), ()))]
 

@@ -18,6 +18,10 @@ GANG_GATE: Final = f"{PREFIX}/gang"
 # On every worker pod: the API server keeps a deleted worker until the operator has
 # recorded the checkpoint it reported (policy/report_tracking.py), restarts included.
 REPORT_FINALIZER: Final = f"{PREFIX}/checkpoint-report"
+# On every worker: the queue its job was charged to when the pod was made. Its GPUs stay charged
+# there while the pod lives on after its job was deleted (a long termination grace), so a job
+# deleted and submitted again never holds its queue's quota twice.
+QUEUE_ANNOTATION: Final = f"{PREFIX}/queue"
 # Users annotate a deferred job with this to start it now.
 START_NOW: Final = f"{PREFIX}/start-now"
 

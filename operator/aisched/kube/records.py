@@ -86,6 +86,8 @@ class PodRecord:
     """Ours only: the ResourceClaim made for the operator's share entry, once kube-controller-manager made it."""
     share_hint: PodShare | None = None
     """Ours only: the share the operator wrote on it, which stands for its claim until that is allocated."""
+    queue: str | None = None
+    """Ours only: the queue its job was charged to when it was made (`labels.QUEUE_ANNOTATION`)."""
     resource_version: str = field(default="", compare=False)
 
     @property
@@ -222,6 +224,9 @@ def read_pod(obj: dict[str, Any], gpu_resource: str) -> PodRecord:
         unschedulable_message=_text(scheduled.get("message")) if unschedulable and ours else None,
         tracked=labels.REPORT_FINALIZER in _strings(metadata.get("finalizers")),
         gone_by=_timestamp(metadata.get("deletionTimestamp")),
+        queue=_interned_text(_mapping(metadata.get("annotations")).get(labels.QUEUE_ANNOTATION))
+        if labels.JOB_KIND in ours
+        else None,
         resource_version=_text(metadata.get("resourceVersion")) or "",
     )
 

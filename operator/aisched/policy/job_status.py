@@ -197,9 +197,18 @@ def attained_after_run(status: TrainingJobStatus, now: datetime) -> float | None
     status, survives an operator restart."""
     if status.run_start_time is None or not status.gpus:
         return status.attained_gpu_seconds
-    ran = max(0.0, (now - status.run_start_time).total_seconds())
     held = status.gpu_equivalents if status.gpu_equivalents is not None else status.gpus
-    return (status.attained_gpu_seconds or 0.0) + held * ran
+    return attained_gpu_seconds_after_run(status.attained_gpu_seconds or 0.0, held, status.run_start_time, now)
+
+
+def attained_gpu_seconds_after_run(earlier: float, gpus_held: float, run_start: datetime, now: datetime) -> float:
+    """EARLIER attained GPU-seconds plus the run that ends at NOW: GPUS_HELD for as long as it ran.
+
+    The one rule both the operator's status (`attained_after_run`) and the simulator's requests
+    (`aisched.sim.policies.attained_after_run`) count service by, so the order among equals the
+    simulator measures is the operator's."""
+    ran = max(0.0, (now - run_start).total_seconds())
+    return earlier + gpus_held * ran
 
 
 def preempted(job: TrainingJob, reason: str, message: str, now: datetime) -> TrainingJobStatus:

@@ -286,6 +286,19 @@ def _prefer_before_deadline(
     )
 
 
+def capacity_types_of(decision: CapacityDecision) -> tuple[CapacityType, ...]:
+    """The capacity types a waiting gang enters the scheduling cycle on, for its DECISION.
+
+    Spot alone for spot, and for waiting for spot too: the gang's priority may make room on spot
+    nodes (preempt, shrink) that no free GPU offers, and left waiting it says it waits for spot.
+    A gang given spot never takes an on-demand node, even an idle one: the decision weighed spot's
+    price against the deadline, and on-demand is what it chose not to pay for. On-demand alone
+    for on-demand. The operator's cycle and the simulator both enter gangs by this."""
+    if decision.choice == CapacityChoice.ON_DEMAND:
+        return (CapacityType.ON_DEMAND,)
+    return (CapacityType.SPOT,)
+
+
 def _spot_or_wait(spot_available: bool, why: str) -> CapacityDecision:
     if spot_available:
         return CapacityDecision(CapacityChoice.SPOT, "SpotAvailable", f"spot capacity available; {why}")

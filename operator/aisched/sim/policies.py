@@ -1,9 +1,10 @@
 """Scheduling policies the simulator compares, all on the same `ClusterSnapshot`.
 
-- `AischedPolicy`: the operator's own `aisched.policy.scheduler.schedule`, called every cycle
-  exactly as the controller calls it, with the default queue's settings (time-slicing by attained
-  service with its minimum run time), or with the given queues (quotas, cohort borrowing and
-  reclaim), each job in the queue named by its tenant (the default queue when none is). It is
+- `AischedPolicy`: the operator's own cycle, `aisched.policy.decision.decide`, called every cycle
+  exactly as the controller calls it (with no replica asks: no services are simulated), with the
+  default queue's settings (time-slicing by attained service with its minimum run time), or with
+  the given queues (quotas, cohort borrowing and reclaim), each job in the queue named by its
+  tenant (the default queue when none is). It is
   told a job's duration only as the simulation's `DurationKnowledge` allows; attained service
   is carried as the operator carries it in status.
   Elastic jobs (`SimJob.min_replicas`, `max_replicas`) are handed to it as elastic, and its
@@ -30,9 +31,11 @@ from datetime import timedelta
 
 from aisched.api.queue import DEFAULT_QUEUE
 from aisched.policy.cluster import ClusterSnapshot
+from aisched.policy.decision import decide
+from aisched.policy.job_status import attained_gpu_seconds_after_run
 from aisched.policy.placement import Placement, release
 from aisched.policy.queueing import QueueQuota
-from aisched.policy.scheduler import Applied, JobRequest, ScheduleResult, apply_result, schedule
+from aisched.policy.scheduler import Applied, JobRequest, ScheduleResult, apply_result
 from aisched.sim.jobs import ANY_CAPACITY, EPOCH, CycleOutcome, Policy, SimJob, Start, at
 from aisched.sim.peers.kueue import KueuePolicy
 from aisched.sim.peers.tiresias import TiresiasPolicy
@@ -69,7 +72,7 @@ class AischedPolicy:
         """The queues' settings; none: the default queue's."""
         self._queue_names = {q.name for q in queues}
         self.last_result: ScheduleResult | None = None
-        """What the last cycle's `schedule` decided (the fleet's provisioning plans on it)."""
+        """What the last cycle decided for the gangs (the fleet's provisioning plans on it)."""
 
     def submit(self, job: SimJob, now: float) -> None:
         self.jobs[job.key] = job
@@ -92,7 +95,10 @@ class AischedPolicy:
         release(self.snapshot, request.placement)
 
     def cycle(self, now: float) -> CycleOutcome:
-        result = schedule(self.snapshot, [*self.running.values(), *self.pending.values()], self.queues, at(now))
+        # The operator's cycle (`controller.training.scheduling`) decides by `decide`, with the services'
+        # replica asks beside the gangs; the simulator runs no services, so it asks for none.
+        decision = decide(self.snapshot, [*self.running.values(), *self.pending.values()], (), self.queues, at(now))
+        result = decision.jobs
         self.last_result = result
         placements = {key: r.placement for key, r in self.running.items() if r.placement is not None}
         # The simulated clock stops a gang in the instant it is preempted or resized.
@@ -100,12 +106,12 @@ class AischedPolicy:
         outcome = CycleOutcome()
         for preemption in result.preempted:
             request = self.running.pop(preemption.key)
-            attained = _attained_after_run(request, now)
+            attained = attained_after_run(request, now)
             self.pending[preemption.key] = replace(request, placement=None, started=None, attained_gpu_seconds=attained)
             outcome.stopped.append(self.jobs[preemption.key])
         for resize in result.resized:
             request = self.running[resize.key]
-            attained = _attained_after_run(request, now)
+            attained = attained_after_run(request, now)
             self.running[resize.key] = replace(
                 request, placement=resize.placement, started=at(now), attained_gpu_seconds=attained
             )
@@ -135,12 +141,14 @@ class AischedPolicy:
         return min(later) if later else None
 
 
-def _attained_after_run(request: JobRequest, now: float) -> float:
+def attained_after_run(request: JobRequest, now: float) -> float:
     """What the operator writes to status.attainedGpuSeconds when the gang that runs now ends
-    (stopped, or relaunched on a new placement): the GPUs it held for as long as it ran."""
+    (stopped, or relaunched on a new placement), by the operator's own rule
+    (`aisched.policy.job_status.attained_gpu_seconds_after_run`)."""
     assert request.placement is not None and request.started is not None
-    ran = (at(now) - request.started).total_seconds()
-    return request.attained_gpu_seconds + request.placement.total_gpus * ran
+    return attained_gpu_seconds_after_run(
+        request.attained_gpu_seconds, request.placement.total_gpus, request.started, at(now)
+    )
 
 
 class FifoFirstFit:

@@ -13,7 +13,7 @@ from aisched.kube import labels
 from aisched.kube.inventory import Inventory
 from aisched.policy.deadlines import checkpoint_grace_seconds
 from aisched.settings import Settings
-from tests.builders import a_training_job
+from tests.builders import a_queue, a_training_job
 from tests.unit.controller.kube_double import KubeDouble
 from tests.unit.controller.test_training_loop import an_open_default_queue
 
@@ -106,3 +106,31 @@ async def test_a_preempted_job_is_placed_again_only_once_its_last_gang_has_stopp
     controller.inventory.delete_pod("ns", "victim-g1-w0")
     await controller.schedule()
     assert controller.jobs[("ns", "victim")]["status"]["phase"] == "Placing"
+
+
+async def test_a_deleted_jobs_stopping_workers_stay_charged_to_their_queue(kube: KubeDouble) -> None:
+    """Delete and submit again (#37): while the deleted job's 8-GPU worker still stops, the 8-GPU queue
+    it was charged to has no room for the new job, though a node of 8 free GPUs waits beside it."""
+    kube.allow("patch_status", "post_event", "create", "release_report_finalizer")
+    settings = Settings()
+    controller = TrainingJobController(settings, kube.client, ClusterState(Inventory(settings)), clock=lambda: T0)
+    queue = a_queue("team", nominal_gpus=8).obj()
+    controller.queue_seen(queue)
+    for name in ("n1", "n2"):
+        controller.inventory.upsert_node(
+            {
+                "metadata": {"name": name},
+                "status": {"allocatable": {"nvidia.com/gpu": "8"}, "conditions": [{"type": "Ready", "status": "True"}]},
+            }
+        )
+    stopping = a_pod("old-g1-w0", "old", deleted=True)  # its job is gone; its grace runs on n1
+    stopping["metadata"]["annotations"] = {labels.QUEUE_ANNOTATION: "team"}
+    controller.inventory.upsert_pod(stopping)
+    job = a_training_job("again").namespace("ns").queue("team").gpus(8).obj()
+    job["metadata"]["uid"] = "uid-again"
+    controller.job_seen(job)
+    await controller.schedule()
+    assert controller.jobs[("ns", "again")]["status"]["phase"] == "Queued"
+    controller.inventory.delete_pod("ns", "old-g1-w0")
+    await controller.schedule()
+    assert controller.jobs[("ns", "again")]["status"]["phase"] == "Placing"

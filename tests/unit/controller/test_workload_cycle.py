@@ -22,6 +22,7 @@ from aisched.policy.scheduler import ScheduleResult
 from aisched.policy.scheduler.results import Admission, Preemption
 from aisched.policy.workloads.model import (
     ADMISSION_GATE,
+    MIN_PODS_ANNOTATION,
     PLACEMENT_ANNOTATION,
     QUEUE_LABEL,
     Workload,
@@ -236,3 +237,32 @@ async def test_an_admitted_job_whose_pods_never_come_is_stopped_and_asked_again_
     cycle.book.object_seen(JOB, job)
     assert not cycle.ask(snapshot(), late + timedelta(seconds=59)).requests
     assert cycle.ask(snapshot(), late + timedelta(seconds=61)).requests
+
+
+@pytest.mark.asyncio
+async def test_an_elastic_job_admitted_at_fewer_pods_is_told_its_parallelism_in_the_same_write(parts: Any) -> None:
+    cycle, api, _events, _in_flight = parts
+    cycle.book.object_seen(JOB, a_job(pods=4, annotations={MIN_PODS_ANNOTATION: "2"}))
+    asked = cycle.ask(snapshot(), NOW)
+    (request,) = asked.requests
+    assert (request.replicas, request.min_replicas) == (4, 2)
+    placement = Placement.of_nodes(("n1", "n2"), 2, snapshot())
+    await cycle.carry_out(asked, ScheduleResult(admitted=(Admission(request.key, placement),)), NOW)
+    assert api.patches[0][3]["spec"] == {"suspend": False, "parallelism": 2}
+
+
+def test_a_running_workload_is_never_resized_and_a_job_whose_pods_came_up_is_never_overdue(parts: Any) -> None:
+    cycle, _api, _events, _in_flight = parts
+    record = {"nodes": ["n1"], "gpusPerPod": 2, "queue": "team", "admittedAt": NOW.isoformat(), "generation": 1}
+    job = a_job(pods=1, annotations={PLACEMENT_ANNOTATION: json.dumps(record), MIN_PODS_ANNOTATION: "1"})
+    job["spec"]["suspend"] = False
+    cycle.book.object_seen(JOB, job)
+    cycle.book.pod_seen(a_pod("train-0", "train", 0, node="n1", gated=False))
+    (request,) = cycle.ask(snapshot(), NOW).requests
+    assert request.min_replicas is None and request.max_replicas is None
+    # Its pod finished (an index done, the next not made yet), long after: still charged, not stopped.
+    done = a_pod("train-0", "train", 0, node="n1", gated=False)
+    done["status"]["phase"] = "Succeeded"
+    cycle.book.pod_seen(done)
+    later = cycle.ask(snapshot(), NOW + timedelta(hours=1))
+    assert later.requests and not later.stops

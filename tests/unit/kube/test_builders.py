@@ -123,7 +123,8 @@ def test_a_worker_keeps_karpenter_from_taking_its_node_whatever_the_template_say
         "spec": {"containers": [{"name": "main", "image": "m"}]},
     }
     pod = build_worker_pod(_job(template=template), LAUNCH, LAUNCH.slots[0])
-    assert pod["metadata"]["annotations"] == {"karpenter.sh/do-not-disrupt": "true", "team": "x"}
+    annotations = pod["metadata"]["annotations"]
+    assert annotations == {"karpenter.sh/do-not-disrupt": "true", "team": "x", labels.QUEUE_ANNOTATION: "default"}
 
 
 def test_a_template_stored_before_the_reserved_key_rule_passes_none_of_the_operators_keys_on() -> None:
@@ -139,4 +140,5 @@ def test_a_template_stored_before_the_reserved_key_rule_passes_none_of_the_opera
     assert pod["metadata"]["annotations"] == {
         "aisched.io/fake-exit": "Succeeded",
         "karpenter.sh/do-not-disrupt": "true",
+        labels.QUEUE_ANNOTATION: "default",  # the operator's own: the queue the worker is charged to
     }

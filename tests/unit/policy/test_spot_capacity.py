@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aisched.api.common import CapacityType, SpotPolicy
-from aisched.policy.spot import CapacityChoice, CapacityDecision, SpotJob, choose_capacity
+from aisched.policy.spot import CapacityChoice, CapacityDecision, SpotJob, capacity_types_of, choose_capacity
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 HOUR = 3600.0
@@ -218,3 +218,13 @@ def test_prefer_never_misses_a_deadline_that_on_demand_could_meet(
     assert finished <= deadline + 1e-6 * deadline
     pinned_at = next((i for i, d in enumerate(job.decisions) if d.pinned_on_demand), len(job.decisions))
     assert all(d.choice == CapacityChoice.ON_DEMAND for d in job.decisions[pinned_at:]), "flapped after the pin"
+
+
+def test_a_gang_enters_the_cycle_on_spot_alone_unless_on_demand_was_chosen() -> None:
+    # Waiting for spot enters on spot too: its priority may make room there no free GPU offers.
+    for choice, types in (
+        (CapacityChoice.SPOT, (CapacityType.SPOT,)),
+        (CapacityChoice.WAIT, (CapacityType.SPOT,)),
+        (CapacityChoice.ON_DEMAND, (CapacityType.ON_DEMAND,)),
+    ):
+        assert capacity_types_of(CapacityDecision(choice, "Reason", "message")) == types, choice

@@ -153,7 +153,7 @@ def test_booting_nodes_no_gang_needs_any_more_are_withdrawn() -> None:
     # "later" waits for nodes; "first" ends before they boot and "later" takes its node instead.
     jobs = [job("first", 0.0, 100.0), job("later", 10.0, 500.0)]
     fleet = Fleet(300.0, 600.0, market())
-    fleet.launch(OD_A, 0.0, ready_now=True)
+    fleet.launch(SPOT_A, 0.0, ready_now=True)
     report = GangLoop("aisched_karpenter", jobs, fleet, provisioner=GangProvisioner(CATALOG, 64)).run()
     assert report.fleet_events["withdrawn_before_ready"] == 1
     assert report.bill["node_hours"] == pytest.approx(
@@ -202,7 +202,7 @@ def test_every_arm_finishes_every_job_and_only_karpenter_alone_splits_gangs() ->
 def test_no_nodes_are_asked_for_when_a_running_job_of_known_duration_ends_before_they_could_boot() -> None:
     for runs_for, launches in ((100.0, 0), (1000.0, 1)):
         fleet = Fleet(300.0, 60.0, market())
-        fleet.launch(OD_A, 0.0, ready_now=True)
+        fleet.launch(SPOT_A, 0.0, ready_now=True)
         jobs = [replace(job("running", 0.0, runs_for), estimate=runs_for), job("waiting", 10.0, 50.0)]
         report = GangLoop("aisched_karpenter", jobs, fleet, provisioner=GangProvisioner(CATALOG, 64)).run()
         assert report.fleet_events["launches"] == 1 + launches, runs_for
@@ -223,7 +223,7 @@ def test_karpenter_batches_pods_until_a_second_passes_without_one_or_ten_seconds
 def test_an_elastic_gangs_growth_is_taken_back_before_nodes_are_added() -> None:
     # "e" asked for one 4-GPU pod and grows into the node's idle half; "p" then takes that half back.
     fleet = Fleet(300.0, 60.0, market())
-    fleet.launch(OD_A, 0.0, ready_now=True)
+    fleet.launch(SPOT_A, 0.0, ready_now=True)
     elastic = SimJob("e", 0.0, 20_000.0, 1, 4, min_replicas=1, max_replicas=2)
     loop = GangLoop(
         "aisched_karpenter", [elastic, job("p", 2000.0, 100.0, 1, 4)], fleet, provisioner=GangProvisioner(CATALOG, 64)
@@ -232,6 +232,18 @@ def test_an_elastic_gangs_growth_is_taken_back_before_nodes_are_added() -> None:
     assert loop.runs["e"] >= 3  # started, grown, shrunk back
     assert loop.finish["p"] == 2100.0  # placed at once, on the GPUs the shrink gave back
     assert report.fleet_events["launches"] == 1  # the node that was there: none asked for
+
+
+def test_a_gang_given_spot_waits_for_spot_nodes_and_leaves_an_idle_on_demand_node_alone() -> None:
+    # As the operator enters it (`policy.spot.capacity_types_of`): on spot alone, never on an on-demand node.
+    fleet = Fleet(300.0, 60.0, market())
+    idle = fleet.launch(OD_A, 0.0, ready_now=True)
+    report = GangLoop(
+        "aisched_karpenter", [job("g", 0.0, 100.0)], fleet, provisioner=GangProvisioner(CATALOG, 64)
+    ).run()
+    assert report.avg_jct_s == pytest.approx(300 + 100)
+    assert [n.offering.capacity_type for n in fleet.nodes.values() if n.name != idle.name] == [CapacityType.SPOT]
+    assert idle.used == 0
 
 
 def test_a_deadline_with_no_room_for_a_spot_loss_gets_on_demand_nodes() -> None:
@@ -279,11 +291,14 @@ def test_with_no_spot_anywhere_a_deadline_with_ample_slack_waits_for_spot() -> N
     assert report.avg_jct_s == pytest.approx(5 * GAP + 300 + 100)
 
 
-def test_time_slicing_is_off_while_the_fleet_can_still_grow_for_every_waiting_gang() -> None:
+def test_the_fleets_queue_never_time_slices_a_waiting_gang_gets_nodes_or_waits_for_an_end() -> None:
+    # The default Queue the arm runs on has time-slicing off: no gang is stopped for attained service.
     jobs = [job("long", 0.0, 50_000.0), job("new", 20_000.0, 100.0)]
-    for quota, stops in ((16, 0), (8, 1)):  # room for a second node, or none
+    for quota, new_ends in ((16, 20_000.0 + 300 + 100), (8, 50_000.0 + 100)):  # room for a second node, or none
         fleet = Fleet(300.0, 60.0, market())
-        fleet.launch(OD_A, 0.0, ready_now=True)
-        report = GangLoop("aisched_karpenter", jobs, fleet, provisioner=GangProvisioner(CATALOG, quota)).run()
-        assert report.job_stops == stops, quota
+        fleet.launch(SPOT_A, 0.0, ready_now=True)
+        loop = GangLoop("aisched_karpenter", jobs, fleet, provisioner=GangProvisioner(CATALOG, quota))
+        report = loop.run()
+        assert report.job_stops == 0, quota
+        assert loop.finish["new"] == new_ends, quota
         assert report.finished == 2

@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from aisched.api import CapacityType, Queue, TrainingJob, TrainingJobPhase
+from aisched.api import Queue, TrainingJob, TrainingJobPhase
 from aisched.controller.concurrency import at_most
 from aisched.controller.provisioning import NodeProvisioner
 from aisched.controller.replica_asks import ReplicaAsks
@@ -49,7 +49,7 @@ from aisched.policy.queueing import QueueQuota, with_locked_default
 from aisched.policy.refusals import refusal_retry_at
 from aisched.policy.scheduler import HeldGpus, JobRequest, ScheduleResult
 from aisched.policy.scheduler.demand import pending_demand
-from aisched.policy.spot import CapacityChoice, CapacityDecision
+from aisched.policy.spot import CapacityDecision, capacity_types_of
 from aisched.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -274,10 +274,7 @@ class SchedulingCycle:
                 if await check(entering):
                     return None
             capacity = self.capacity.choose(job, snapshot, doomed, now)
-            # A job waiting for spot still enters the cycle on spot alone: its priority may make room
-            # there (preempt, shrink) that no free GPU offers; left waiting, it says it waits for spot.
-            spot = capacity.choice in (CapacityChoice.SPOT, CapacityChoice.WAIT)
-            types = (CapacityType.SPOT,) if spot else (CapacityType.ON_DEMAND,)
+            types = capacity_types_of(capacity)  # the simulator enters its gangs by the same rule
             memory = self.inventory.smallest_gpu_memory_mib() if job.spec.gpu_share else 0
             made = self._requests_made.waiting(
                 key, obj, job, types, doomed, topology=snapshot.topology, gpu_memory_mib=memory
@@ -336,7 +333,7 @@ class SchedulingCycle:
             queues=self._queue_quotas(),
             now=now,
             first_band_gpu_seconds=self.settings.first_service_band_gpu_seconds,
-            held_elsewhere=[*self.held_elsewhere(), *held_by_others],
+            held_elsewhere=[*self.held_elsewhere(), *held_by_others, *self._departed_workers()],
         )
         try:
             return decide_for(requests, asks, admissions_per_cycle=most)
@@ -369,6 +366,18 @@ class SchedulingCycle:
             await self.guard.set_aside(obj, job, raised, now)
         # With no job to blame this raises, and the stage fails as a whole, to be tried next pass.
         return decide_for([r for r in requests if r.key not in blamed], [], admissions_per_cycle=most)
+
+    def _departed_workers(self) -> list[HeldGpus]:
+        """What the workers of deleted TrainingJobs hold while they stop (a long termination grace), charged to
+        the queue each was made for: a job deleted and submitted again never holds its queue's quota twice."""
+        held = []
+        for key in self.inventory.jobs_with_pods():
+            if key in self.store.jobs:
+                continue
+            for pod in self.inventory.pods_of_job(*key):
+                if pod.holds_gpus and pod.queue is not None and pod.gpu_milli:
+                    held.append(HeldGpus(pod.queue, pod.gpu_milli))
+        return held
 
     def _queue_quotas(self) -> list[QueueQuota]:
         """The quotas of the Queues this operator can read; the jobs of one it cannot wait, as for a missing

@@ -102,6 +102,9 @@ class WorkloadCycle:
     _retry_at: dict[WorkloadRef, datetime] = field(default_factory=dict)
     """Workloads stopped because their pods never came up: not asked again before then."""
     _backoff: dict[WorkloadRef, float] = field(default_factory=dict)
+    _came_up: set[tuple[WorkloadRef, int]] = field(default_factory=set)
+    """Admissions (workload, record generation) whose GPU pods all bound once: never overdue after that
+    (a Job's finished index, a restarted worker, leaves a gap that is no controller missing)."""
 
     # -- what the workloads hold before their pods do -------------------------------------------
 
@@ -175,14 +178,17 @@ class WorkloadCycle:
             if self._pods_overdue(entry, workload, asking):
                 return
             placement = Placement.of_nodes(workload.admitted.nodes, workload.admitted.gpus_per_pod, snapshot)
-            asking.requests.append(as_request(workload, topology=snapshot.topology, placement=placement))
+            # Running, it is the size it was admitted at: the executor resizes no running workload.
+            asking.requests.append(_fixed(as_request(workload, topology=snapshot.topology, placement=placement)))
         elif workload.suspended:
             if any(not p.done for p in entry.pods.values()):  # not while its last run's pods still stop
                 return
             retry_at = self._retry_at.get(entry.ref)
             if retry_at is not None and retry_at > asking.now:
                 return
-            asking.requests.append(as_request(workload, topology=snapshot.topology, placement=None))
+            request = as_request(workload, topology=snapshot.topology, placement=None)
+            # Elastic at admission where the kind can be told its size: a Job's parallelism.
+            asking.requests.append(request if entry.kind is WorkloadKind.BATCH_JOB else _fixed(request))
         else:  # labelled, running, and never admitted: made before the policy was in force, or with it off
             message = (
                 "it was not suspended when it was made (is the chart's workload-gate admission policy "
@@ -196,8 +202,11 @@ class WorkloadCycle:
         not held for good. Once they all bind, the backoff starts over."""
         record = workload.admitted
         assert record is not None
+        if (entry.ref, record.generation) in self._came_up:
+            return False
         bound = [p for p in _gpu_pods(entry, workload) if p.live and p.bound]
         if len(bound) >= len(record.nodes):
+            self._came_up.add((entry.ref, record.generation))
             self._backoff.pop(entry.ref, None)
             return False
         waited = (asking.now - record.admitted_at).total_seconds()
@@ -302,10 +311,12 @@ class WorkloadCycle:
         promise = admission_promise(workload.key)
         if placement is not None:  # promised at once: the watch shows the record only later
             self.in_flight.promise(promise, Promised.of(placement))
-        patch = {
+        patch: dict[str, Any] = {
             "metadata": {"annotations": {PLACEMENT_ANNOTATION: json.dumps(record.to_json(), separators=(",", ":"))}},
             **KIND_APIS[kind].suspend_patch(False),
         }
+        if kind is WorkloadKind.BATCH_JOB and placement is not None and len(placement.nodes) < workload.gpu_pods:
+            patch["spec"]["parallelism"] = len(placement.nodes)  # an elastic Job admitted at fewer pods
         try:
             if not await self.api.patch_object(kind, namespace, name, patch):
                 self.in_flight.settle(promise)
@@ -395,6 +406,7 @@ class WorkloadCycle:
         self._said.pop(ref, None)
         self._retry_at.pop(ref, None)
         self._backoff.pop(ref, None)
+        self._came_up = {up for up in self._came_up if up[0] != ref}
 
 
 _KIND_NAMES = {
@@ -414,6 +426,11 @@ def _gpu_pods(entry: WorkloadEntry, workload: Workload) -> list[WorkloadPod]:
 
 def _placed_pods(entry: WorkloadEntry, workload: Workload) -> bool:
     return any(not p.gated and p.node is not None for p in _gpu_pods(entry, workload) if p.live)
+
+
+def _fixed(request: JobRequest) -> JobRequest:
+    """REQUEST at its one size: never admitted smaller, never shrunk or grown."""
+    return replace(request, min_replicas=None, max_replicas=None)
 
 
 def _as_replicas(request: JobRequest, waiting: int) -> JobRequest:

@@ -1,27 +1,43 @@
 """aisched's scheduler on a fleet: static, or asking for nodes for whole gangs when a gang cannot be placed.
 
-`GangLoop` runs the operator's own `schedule` (through aisched.sim.policies.AischedPolicy) on the
-Ready nodes of the fleet, every gang confined to one zone. With a `GangProvisioner` it does what
-the operator's scheduling cycle does with Karpenter (aisched.controller.training.scheduling and
-aisched.controller.provisioning), with the same policy functions:
+`GangLoop` runs the operator's own cycle, `aisched.policy.decision.decide` (through
+aisched.sim.policies.AischedPolicy), on the Ready nodes of the fleet, every gang confined to one
+zone. With a `GangProvisioner` it does what the operator's scheduling cycle does with Karpenter
+(aisched.controller.training.scheduling and aisched.controller.provisioning), with the same policy
+functions, on the default Queue a platform team would write for a growing fleet
+(`GangProvisioner.queues`: the NodePool's GPUs, time-slicing off):
 
 - before the cycle, each pending gang's capacity type comes from `aisched.policy.spot.choose_capacity`
   (spot first; on-demand when the deadline needs it; waiting while no zone has spot and the slack
-  allows), "spot available" being what the market offers now, the next decision being at most a
-  market sample away; the work left is the job's estimate (`SimJob.estimate`, the operator's
-  `expectedDurationSeconds`, not credited with work done, as aisched.controller.training.capacity
-  reads it), never the trace's true duration. Nodes are asked for on that capacity type only;
-  none for a gang waiting for spot, which may run on spot nodes only (in an outage everywhere
-  there are none: it waits, as in the operator, which leaves it out of the cycle). One
-  difference from the operator: a gang given spot may still be placed on a Ready on-demand node
-  with room (the operator keeps it to spot nodes): a node already paid for is used rather than
-  left idle while spot boots. Held to spot alone, Pollux's average JCT was 1.107x the static
-  peak fleet's, against 1.091x so (measured with true durations, before estimates).
+  allows), and the gang enters the cycle on the types `aisched.policy.spot.capacity_types_of`
+  gives that choice, as the operator's does: spot alone for spot and for waiting for spot,
+  on-demand alone for on-demand. The work left is the job's estimate (`SimJob.estimate`, the
+  operator's `expectedDurationSeconds`, not credited with work done, as
+  aisched.controller.training.capacity reads it), never the trace's true duration. A gang given
+  spot is placed on spot nodes only (an idle on-demand node is not used while spot boots; an
+  earlier version of this arm allowed that, and Pollux's average JCT was 1.091x the static peak
+  fleet's with it against 1.107x without, measured with true durations).
 - after it, `aisched.policy.provisioning.plan_provisioning` decides which nodes to ask for and
   which booting ones to withdraw, from the cycle's result, the fleet's nodes as NodeClaims (each
   remembers the gang it was asked for), the offerings the market has now (a zone without spot
   offers none, as Karpenter marks an offering unavailable), each spot zone's interruption rate so
   far, and the NodePool limit's headroom. The fleet launches and withdraws what it says.
+
+What the simulator still knows or does otherwise than the operator, and what stands in the way:
+
+- "spot available" is what the market offers now, zone by zone, and a zone without spot offers
+  no spot nodes to the provisioning plan. The operator's `CapacityChooser` with provisioning on
+  asks `NodeProvisioner.offers`, over its static instance-types file: spot is "available"
+  whenever a spot offering is configured, in an outage too, and its plan asks for spot
+  NodeClaims there. The operator reads no signal of a zone's spot being out (Karpenter's
+  unavailable offerings, NodeClaims that fail to launch), and this fleet has no NodeClaim that
+  fails to launch; until one of the two exists, the simulated operator knows the market.
+- The decision period given to `choose_capacity` is the time to the market's next sample, when a
+  gang waiting for spot is looked at again here (cycles run on events, not every resync); the
+  operator's is its resync period. The restart overhead is the boot time plus the loop's restart
+  cost: the operator's `restart_overhead_seconds`, set as a user with a growing fleet would.
+- Gangs the cycle did not reach (it admits a bounded number) have the next cycle a second later
+  (`DEFERRED_CYCLE_S`), not at once.
 """
 
 from __future__ import annotations
@@ -32,19 +48,19 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 from aisched.api.common import CapacityType, SpotPolicy
-from aisched.api.queue import DEFAULT_QUEUE
+from aisched.api.queue import DEFAULT_QUEUE, Queue, QueueSpec, TimeSlicingSpec
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.provisioning import Claim, FleetOutlook, PoolHeadroom, offers, plan_provisioning
 from aisched.policy.provisioning import Offering as PolicyOffering
 from aisched.policy.queueing import QueueQuota
-from aisched.policy.scheduler import JobRequest, ScheduleResult
-from aisched.policy.spot import CapacityChoice, CapacityDecision, SpotJob, choose_capacity
+from aisched.policy.scheduler import ScheduleResult
+from aisched.policy.spot import CapacityChoice, CapacityDecision, SpotJob, capacity_types_of, choose_capacity
 from aisched.policy.topology import LOCAL_TOPOLOGY
 from aisched.sim.fleet.catalog import Offering
 from aisched.sim.fleet.fleet import HOUR, Fleet, SpotMarket
 from aisched.sim.fleet.replay import Loop
 from aisched.sim.jobs import SimJob, at
-from aisched.sim.policies import AischedPolicy, _attained_after_run
+from aisched.sim.policies import AischedPolicy, attained_after_run
 from aisched.sim.speed import SpeedModel
 
 DEFERRED_CYCLE_S = 1.0
@@ -53,7 +69,6 @@ operator runs that cycle at once; a second later here."""
 
 
 ZONE = LOCAL_TOPOLOGY.level("Zone")
-SPOT_FIRST = (CapacityType.SPOT, CapacityType.ON_DEMAND)
 
 
 class _ZonePolicy(AischedPolicy):
@@ -78,7 +93,7 @@ class GangLoop(Loop):
     ) -> None:
         super().__init__(jobs, fleet, deadlines=deadlines, restart_overhead_s=restart_overhead_s, speed=speed)
         self.name, self.provisioner = name, provisioner
-        self.policy = _ZonePolicy(ClusterSnapshot([]))
+        self.policy = _ZonePolicy(ClusterSnapshot([]), provisioner.queues() if provisioner is not None else ())
         self.ready_names: frozenset[str] | None = None
 
     def _sync(self, now: float) -> None:
@@ -110,7 +125,7 @@ class GangLoop(Loop):
                 continue
             self._release(request.placement.gpus_by_node(), now)
             del self.policy.running[key]
-            attained = _attained_after_run(request, now)
+            attained = attained_after_run(request, now)
             self.policy.pending[key] = replace(
                 request, placement=None, started=None, attained_gpu_seconds=attained, set_back=True
             )
@@ -120,7 +135,6 @@ class GangLoop(Loop):
     def cycle(self, now: float) -> float:
         self._sync(now)
         if self.provisioner is not None:
-            self.policy.queues = self.provisioner.queues(self)
             self.provisioner.decide_capacity(self, now)
         before = {k: r.placement.gpus_by_node() for k, r in self.policy.running.items() if r.placement}
         outcome = self.policy.cycle(now)
@@ -156,14 +170,13 @@ class GangProvisioner:
     def estimate_of(job: SimJob) -> float:
         return float(job.estimate or 0.0)
 
-    def queues(self, loop: GangLoop) -> tuple[QueueQuota, ...]:
-        """The queue as the scheduler sees it: while the fleet can still grow to hold every waiting
-        gang within the quota, no time-slicing: a waiting gang gets new nodes rather than another
-        gang's (whose preemption costs a restart and, soon after, nodes of its own)."""
-        waiting = sum(_gpus(r) for r in loop.policy.pending.values())
-        if loop.fleet.gpus() + waiting <= self.quota_gpus:
-            return (QueueQuota(DEFAULT_QUEUE, nominal_gpus=None, min_run_seconds=None),)
-        return ()
+    def queues(self) -> tuple[QueueQuota, ...]:
+        """The default Queue a platform team writes for a fleet that grows, read as the operator reads
+        Queues (`QueueQuota.from_queue`): every GPU the NodePool limit allows, and no time-slicing: a
+        waiting gang gets new nodes rather than another gang's (whose preemption costs a restart and,
+        soon after, nodes of its own)."""
+        spec = QueueSpec(nominal_gpus=self.quota_gpus, time_slicing=TimeSlicingSpec(enabled=False))
+        return (QueueQuota.from_queue(Queue(metadata={"name": DEFAULT_QUEUE}, spec=spec)),)
 
     def _available(self, market: SpotMarket, now: float) -> list[PolicyOffering]:
         return sorted(
@@ -202,11 +215,7 @@ class GangProvisioner:
             self.decisions[key] = decision
             if decision.choice == CapacityChoice.WAIT:
                 self.waiting_for_spot.add(key)
-                loop.policy.pending[key] = replace(request, capacity_types=(CapacityType.SPOT,))
-                continue
-            # Spot first (the first type is what nodes are asked for on), then any Ready node.
-            types = SPOT_FIRST if decision.choice == CapacityChoice.SPOT else (CapacityType.ON_DEMAND,)
-            loop.policy.pending[key] = replace(request, capacity_types=types)
+            loop.policy.pending[key] = replace(request, capacity_types=capacity_types_of(decision))
 
     def plan(self, loop: GangLoop, result: ScheduleResult, now: float) -> float:
         """Ask for and withdraw nodes; returns when to look again for gangs left waiting (inf: no need)."""
@@ -232,7 +241,9 @@ class GangProvisioner:
         }
         plan = plan_provisioning(
             result,
-            [r for k, r in loop.policy.pending.items() if k not in self.waiting_for_spot],
+            # Every request of the cycle, as the operator hands them: a gang waiting for spot is among them,
+            # and gets no nodes, for it waits only while no zone offers spot (`decide_capacity`).
+            [*loop.policy.running.values(), *loop.policy.pending.values()],
             offerings,
             claims,
             now=at(now),
@@ -258,7 +269,3 @@ class GangProvisioner:
         if any(w.expected_start is not None and w.expected_start <= soon for w in result.waiting):
             wake = min(wake, now + fleet.delay)  # in case the estimate was short
         return wake
-
-
-def _gpus(request: JobRequest) -> int:
-    return request.replicas * request.gpus_per_replica
