@@ -47,6 +47,8 @@ class BindWatch:
 
     core: client.CoreV1Api
     namespace: str
+    job_label: str = labels.JOB_NAME
+    """The pod label naming its job: aisched's, or the Job controller's for plain Jobs."""
     bound: dict[str, BoundPod] = field(default_factory=dict)
     created: dict[str, float] = field(default_factory=dict)
     """When the watch first saw a worker of each job: the operator (or the job controller) made it."""
@@ -107,13 +109,13 @@ class BindWatch:
         if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
             self.ended.add(name)
         pod_labels = pod["metadata"].get("labels", {})
-        job = pod_labels.get(labels.JOB_NAME)
+        job = pod_labels.get(self.job_label)
         if job is not None and job not in self.created:
             self.created[job] = now
         if not node or name in self.bound:
             return
         with self._changed:
-            self.bound[name] = BoundPod(pod_labels[labels.JOB_NAME], rank_of(pod), node, now)
+            self.bound[name] = BoundPod(pod_labels[self.job_label], rank_of(pod), node, now)
             self._changed.notify_all()
 
     def wait_bound(self, count: int, timeout: float) -> dict[str, BoundPod]:

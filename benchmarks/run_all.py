@@ -29,6 +29,7 @@ BENCHMARKS = (
     "tenant_records",
     "tenants",
     "trace",
+    "workloads",
 )
 
 

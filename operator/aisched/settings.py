@@ -18,6 +18,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 from aisched.policy.scheduler import ADMISSIONS_PER_CYCLE
 from aisched.policy.scheduler.service import FIRST_BAND_GPU_SECONDS
 from aisched.policy.topology import PRESETS, LevelKey, Topology
+from aisched.policy.workloads.model import WorkloadKind
 
 # Taints that clouds and their node managers put on a node shortly before it
 # goes away. Keys only: the values differ between versions of each tool.
@@ -384,6 +385,12 @@ class Settings(BaseSettings):
     interruption_taints: list[str] = Field(
         default_factory=lambda: list(DEFAULT_INTERRUPTION_TAINTS),
         description="Taint keys that announce a node's imminent loss.",
+    )
+    workload_kinds: list[WorkloadKind] = Field(
+        default_factory=lambda: list(WorkloadKind),
+        description="The other kinds whose workloads the operator schedules, by <plural>.<group> (pods: plain pod "
+        "groups). The chart sets the kinds its admission policies hold (workloads.kinds), none where it "
+        "installs no policy (workloads.enabled false, Kubernetes before 1.36): the operator then watches none.",
     )
     workload_pods_ready_seconds: float = Field(
         default=300.0,

@@ -14,7 +14,7 @@ import kopf
 from aisched.api import GROUP, VERSION
 from aisched.controller.serving import InferenceServiceController
 from aisched.controller.training import TrainingJobController
-from aisched.controller.workloads.controller import OBJECT_KINDS, WorkloadController
+from aisched.controller.workloads.controller import WorkloadController
 from aisched.kube.inventory import Inventory
 from aisched.kube.records import release_template, slim_object
 from aisched.kube.workload_api import KIND_APIS
@@ -91,7 +91,7 @@ def register(
             serving.service_seen(slim_object(dict(event["object"])))
 
     if workloads is not None:
-        for kind in OBJECT_KINDS:
+        for kind in workloads.object_kinds:
             _watch_kind(registry, workloads, kind)
 
 

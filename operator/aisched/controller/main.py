@@ -241,6 +241,7 @@ def assemble(
         wake_cycle=jobs.queue.wake,
         metrics=metrics.workload,
         pods_ready_seconds=settings.workload_pods_ready_seconds,
+        kinds=frozenset(settings.workload_kinds),
     )
     jobs.cycle.workloads = workloads.cycle
     if built is not None:

@@ -30,7 +30,7 @@ from aisched.controller.serving import InferenceServiceController
 from aisched.controller.serving.autoscaling import PLURAL as SERVICES
 from aisched.controller.training import TrainingJobController
 from aisched.controller.training.store import PLURAL as TRAINING_JOBS
-from aisched.controller.workloads.controller import OBJECT_KINDS, WorkloadController
+from aisched.controller.workloads.controller import WorkloadController
 from aisched.kube.client import KubeClient
 from aisched.kube.inventory import Inventory, PodRecord
 from aisched.kube.records import release_template, slim_object
@@ -109,7 +109,7 @@ async def sync_caches(
     await kube.list_custom(TRAINING_JOBS, job_listed, page_size=object_page_size)
     await kube.list_custom(SERVICES, service_listed, page_size=object_page_size)
     if workloads is not None:  # every other kind the cluster serves: a kind it does not lists as nothing
-        for kind in OBJECT_KINDS:
+        for kind in workloads.object_kinds:
             await workloads.api.list_kind(
                 kind, functools.partial(workloads.object_seen, kind), page_size=object_page_size
             )

@@ -25,6 +25,8 @@
   value: {{ $s.spotNoticeSeconds | quote }}
 - name: AISCHED_NODE_NOT_READY_GRACE_SECONDS
   value: {{ $s.nodeNotReadyGraceSeconds | quote }}
+- name: AISCHED_WORKLOAD_KINDS
+  value: {{ (include "aisched.workloads.active" . | eq "true" | ternary .Values.workloads.kinds list) | toJson | quote }}
 - name: AISCHED_RESYNC_SECONDS
   value: {{ $s.resyncSeconds | quote }}
 - name: AISCHED_METRICS_PORT

@@ -43,6 +43,8 @@ class WorkloadEntry:
 
 @dataclass
 class WorkloadBook:
+    kinds: frozenset[WorkloadKind] = frozenset(WorkloadKind)
+    """The kinds scheduled: a pod of any other kind is no one's here."""
     entries: dict[WorkloadRef, WorkloadEntry] = field(default_factory=dict)
     _made_by: dict[WorkloadRef, WorkloadRef] = field(default_factory=dict)
     """RayClusters a RayJob made, to the RayJob."""
@@ -84,9 +86,9 @@ class WorkloadBook:
 
     def pod_seen(self, obj: Mapping[str, Any]) -> WorkloadEntry | None:
         pod = read_workload_pod(obj)
-        if pod is None:
+        ref = self._made_by.get(pod.workload, pod.workload) if pod is not None else None
+        if pod is None or ref is None or ref[0] not in self.kinds:
             return None
-        ref = self._made_by.get(pod.workload, pod.workload)
         entry = self.entries.setdefault(ref, WorkloadEntry(ref))
         entry.pods[pod.name] = pod
         if ref[0] is WorkloadKind.POD_GROUP:

@@ -37,8 +37,11 @@ class WorkloadController:
         wake_cycle: Callable[[], None],
         metrics: WorkloadMetrics | None = None,
         pods_ready_seconds: float = 300.0,
+        kinds: frozenset[WorkloadKind] = frozenset(WorkloadKind),
     ) -> None:
-        self.book = WorkloadBook()
+        self.kinds = kinds
+        """The kinds scheduled (`settings.workload_kinds`): the others are watched, listed and read not at all."""
+        self.book = WorkloadBook(kinds)
         self.api = WorkloadApi(kube)
         self.in_flight = state.in_flight
         self.cycle = WorkloadCycle(
@@ -56,6 +59,11 @@ class WorkloadController:
         state.holds_from(self.cycle.uncreated_holds)
         self._to_place: set[WorkloadRef] = set()
         self._wake = asyncio.Event()
+
+    @property
+    def object_kinds(self) -> tuple[WorkloadKind, ...]:
+        """The scheduled kinds with an object of their own: each is watched, and listed at start-up."""
+        return tuple(kind for kind in OBJECT_KINDS if kind in self.kinds)
 
     # -- what the watches show ---------------------------------------------------------------
 

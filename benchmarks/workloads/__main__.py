@@ -1,0 +1,5 @@
+import sys
+
+from benchmarks.workloads.bench import main
+
+sys.exit(main())
