@@ -8,13 +8,11 @@ them: every GPU pod of a gang's first run at once, then each replacement as it c
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from aisched.controller.cluster_state import ClusterState
-from aisched.controller.concurrency import at_most
 from aisched.controller.workloads.book import WorkloadBook, WorkloadEntry
 from aisched.controller.workloads.cycle import WorkloadCycle, admission_promise, pod_promise
 from aisched.controller.workloads.pods import WorkloadRef, read_workload_pod
@@ -24,8 +22,6 @@ from aisched.metrics.workload import WorkloadMetrics
 from aisched.policy.workloads.model import Workload, WorkloadKind
 
 log = logging.getLogger(__name__)
-# Workloads whose pods one pass places at once (each gang's own pods overlap too: `cycle.GANG_WRITES`).
-CONCURRENT_WORKLOADS = 8
 # The kinds with an object of their own, each watched when the cluster serves it.
 OBJECT_KINDS = tuple(KIND_APIS)
 
@@ -77,7 +73,7 @@ class WorkloadController:
             return
         if isinstance(entry.read, Workload) and entry.read.admitted is not None:
             self.in_flight.settle(admission_promise(entry.read.key))  # its record holds its GPUs now
-            self._mark(entry)
+            self._place(entry)
         self.wake_cycle()
 
     def object_gone(self, kind: WorkloadKind, namespace: str, name: str) -> None:
@@ -97,11 +93,10 @@ class WorkloadController:
         if entry is None:
             return
         if pod.gated:
-            self._mark(entry)
+            self._place(entry)
         self.wake_cycle()
 
-    def _mark(self, entry: WorkloadEntry) -> None:
-        """ENTRY's pods may be placed now: its pods pass takes it."""
+    def _place(self, entry: WorkloadEntry) -> None:
         self._to_place.add(entry.ref)
         self._wake.set()
 
@@ -112,13 +107,13 @@ class WorkloadController:
             await self._wake.wait()
             self._wake.clear()
             refs, self._to_place = self._to_place, set()
-            await at_most(CONCURRENT_WORKLOADS, [functools.partial(self._place, ref) for ref in refs])
-
-    async def _place(self, ref: WorkloadRef) -> None:
-        entry = self.book.get(ref)
-        if entry is None or not isinstance(entry.read, Workload) or entry.read.admitted is None:
-            return
-        try:
-            await self.cycle.place_pods(entry)
-        except Exception:
-            log.exception("placing the pods of %s/%s (%s) failed; its next event tries again", ref[1], ref[2], ref[0])
+            for ref in refs:
+                entry = self.book.get(ref)
+                if entry is None or not isinstance(entry.read, Workload) or entry.read.admitted is None:
+                    continue
+                try:
+                    await self.cycle.place_pods(entry)
+                except Exception:
+                    log.exception(
+                        "placing the pods of %s/%s (%s) failed; its next event tries again", ref[1], ref[2], ref[0]
+                    )

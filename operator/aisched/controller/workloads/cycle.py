@@ -26,7 +26,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from aisched.controller.cluster_state import UncreatedHolds
-from aisched.controller.concurrency import at_most
 from aisched.controller.in_flight import InFlightPlacements, Promised
 from aisched.controller.tenancy import TenancyBook
 from aisched.controller.workloads.book import WorkloadBook, WorkloadEntry
@@ -43,10 +42,6 @@ from aisched.policy.workloads.pod_nodes import PodSlot, assign_nodes
 from aisched.policy.workloads.request import as_request
 
 log = logging.getLogger(__name__)
-# Decisions carried out at once (each its own write), and one gang's pods placed at once: the API
-# server sees a cycle's writes overlap, as a burst of the Job controller's would, within the client's rate.
-CONCURRENT_WRITES = 24
-GANG_WRITES = 16
 # Kinds whose object cannot be suspended: their gated pods are admitted one by one, as they come.
 _REPLICA_KINDS = frozenset({WorkloadKind.DEPLOYMENT, WorkloadKind.STATEFUL_SET})
 
@@ -282,7 +277,12 @@ class WorkloadCycle:
         for waiting in result.waiting:
             if (left := by_key.get(waiting.key)) is not None:
                 self.say(left, "Normal", waiting.reason, waiting.message)
-        await at_most(CONCURRENT_WRITES, [functools.partial(_guarded, entry, write) for entry, write in writes])
+        for entry, write in writes:
+            try:
+                await write()
+            except Exception:
+                kind, namespace, name = entry.ref
+                log.exception("carrying out the cycle's decision for %s %s/%s failed", kind.value, namespace, name)
 
     def _count(self, entry: WorkloadEntry, *, admitted: bool) -> None:
         if self.metrics is None or not isinstance(entry.read, Workload):
@@ -369,23 +369,17 @@ class WorkloadCycle:
         order = [s.name for s in workload.pod_sets]
         assigned = assign_nodes(nodes, slots, order)
         per_pod = workload.gpu_pod_sets[0].gpus_per_pod if workload.gpu_pod_sets else 0
-        places: list[tuple[WorkloadPod, str | None]] = []
         for pod in targets:
             if pod.gated and (node := assigned.get(pod.name)) is not None:
                 if workload.admitted is None:
                     self.in_flight.promise(pod_promise(pod.namespace, pod.name), Promised({node: per_pod}))
-                places.append((pod, node))
+                await self.api.place_pod(pod.namespace, pod.name, node, pod.gates, has_selector=pod.has_node_selector)
         if workload.admitted is not None or entry.kind is WorkloadKind.POD_GROUP:
-            # The pods of no GPUs (a Ray head, a launcher) start with the gang, wherever kube-scheduler puts them.
-            places.extend((pod, None) for pod in live if pod.gated and pod not in gpu_pods)
-        # A gang's pods are pinned and ungated together, not one API round trip after another.
-        await at_most(
-            GANG_WRITES,
-            [
-                functools.partial(self.api.place_pod, p.namespace, p.name, n, p.gates, has_selector=p.has_node_selector)
-                for p, n in places
-            ],
-        )
+            for pod in live:  # the pods of no GPUs (a Ray head, a launcher) start with the gang
+                if pod.gated and pod not in gpu_pods:
+                    await self.api.place_pod(
+                        pod.namespace, pod.name, None, pod.gates, has_selector=pod.has_node_selector
+                    )
 
     # -- what a workload is told ---------------------------------------------------------------
 
@@ -423,15 +417,6 @@ _KIND_NAMES = {
     WorkloadKind.DEPLOYMENT: "Deployment",
     WorkloadKind.STATEFUL_SET: "StatefulSet",
 }
-
-
-async def _guarded(entry: WorkloadEntry, write: Callable[[], Awaitable[None]]) -> None:
-    """WRITE, whose failure is logged: the next cycle finds its workload as it was, and every other's goes on."""
-    try:
-        await write()
-    except Exception:
-        kind, namespace, name = entry.ref
-        log.exception("carrying out the cycle's decision for %s %s/%s failed", kind.value, namespace, name)
 
 
 def _gpu_pods(entry: WorkloadEntry, workload: Workload) -> list[WorkloadPod]:
