@@ -102,7 +102,7 @@ def _watch_kind(registry: kopf.OperatorRegistry, workloads: WorkloadController, 
     @kopf.on.event(api.group, api.version, api.plural, registry=registry)
     async def workload_event(event: kopf.RawEvent, name: str, namespace: str | None, **_: Any) -> None:
         if event["type"] == "DELETED":
-            workloads.object_gone(kind, namespace or "", name)
+            workloads.object_gone(kind, namespace or "", name, _resource_version(event))
         else:
             workloads.object_seen(kind, event["object"])
 

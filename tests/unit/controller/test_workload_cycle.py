@@ -12,10 +12,13 @@ from typing import Any
 
 import pytest
 
+from aisched.controller.cluster_state import ClusterState
 from aisched.controller.in_flight import InFlightPlacements, Promised
 from aisched.controller.tenancy import TenancyBook
 from aisched.controller.workloads.book import WorkloadBook
+from aisched.controller.workloads.controller import WorkloadController
 from aisched.controller.workloads.cycle import WorkloadCycle, admission_promise
+from aisched.kube.inventory import Inventory
 from aisched.policy.cluster import ClusterSnapshot, local_node
 from aisched.policy.placement import Placement
 from aisched.policy.scheduler import ScheduleResult
@@ -28,7 +31,9 @@ from aisched.policy.workloads.model import (
     Workload,
     WorkloadKind,
 )
+from aisched.settings import Settings
 from tests.builders import a_queue
+from tests.unit.controller.kube_double import KubeDouble
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 JOB = WorkloadKind.BATCH_JOB
@@ -266,3 +271,26 @@ def test_a_running_workload_is_never_resized_and_a_job_whose_pods_came_up_is_nev
     cycle.book.pod_seen(done)
     later = cycle.ask(snapshot(), NOW + timedelta(hours=1))
     assert later.requests and not later.stops
+
+
+def test_an_older_copy_of_a_pod_never_overwrites_the_newer_one_the_watch_showed() -> None:
+    """A relist's page read before the watch's latest event: the pod stays bound, and a deleted one stays gone."""
+    settings = Settings()
+    controller = WorkloadController(
+        KubeDouble().client,
+        ClusterState(Inventory(settings)),
+        queue_object=lambda _name: None,
+        queue_known=lambda _name: False,
+        wake_cycle=lambda: None,
+    )
+    newer = a_pod("train-0", "train", 0, node="n1", gated=False)
+    newer["metadata"]["resourceVersion"] = "10"
+    older = a_pod("train-0", "train", 0)
+    older["metadata"]["resourceVersion"] = "5"
+    controller.pod_changed(newer, deleted=False)
+    controller.pod_changed(older, deleted=False)
+    (entry,) = controller.book
+    assert entry.pods["train-0"].bound and not entry.pods["train-0"].gated
+    controller.pod_changed({**newer, "metadata": {**newer["metadata"], "resourceVersion": "12"}}, deleted=True)
+    controller.pod_changed(newer, deleted=False)  # listed at 10, before the delete at 12
+    assert not any(e.pods for e in controller.book)

@@ -17,11 +17,26 @@ from aisched.controller.workloads.book import WorkloadBook, WorkloadEntry
 from aisched.controller.workloads.cycle import WorkloadCycle, admission_promise, pod_promise
 from aisched.controller.workloads.pods import WorkloadRef, read_workload_pod
 from aisched.kube.client import KubeClient
+from aisched.kube.versions import VersionLedger
 from aisched.kube.workload_api import KIND_APIS, WorkloadApi
 from aisched.metrics.workload import WorkloadMetrics
 from aisched.policy.workloads.model import Workload, WorkloadKind
 
 log = logging.getLogger(__name__)
+
+
+def _names(obj: Mapping[str, Any]) -> tuple[str, str]:
+    metadata = obj.get("metadata")
+    metadata = metadata if isinstance(metadata, Mapping) else {}
+    return str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
+
+
+def _version(obj: Mapping[str, Any]) -> str | None:
+    metadata = obj.get("metadata")
+    version = metadata.get("resourceVersion") if isinstance(metadata, Mapping) else None
+    return version if isinstance(version, str) else None
+
+
 # The kinds with an object of their own, each watched when the cluster serves it.
 OBJECT_KINDS = tuple(KIND_APIS)
 
@@ -58,6 +73,9 @@ class WorkloadController:
         self.wake_cycle = wake_cycle
         state.holds_from(self.cycle.uncreated_holds)
         self._to_place: set[WorkloadRef] = set()
+        # The resourceVersion each object and pod was last seen at: an older copy (a relist's page read
+        # before the watch's latest event) never overwrites a newer one, nor brings a deleted one back.
+        self._versions: VersionLedger[tuple[str, str, str]] = VersionLedger()
         self._wake = asyncio.Event()
 
     @property
@@ -68,6 +86,11 @@ class WorkloadController:
     # -- what the watches show ---------------------------------------------------------------
 
     def object_seen(self, kind: WorkloadKind, obj: Mapping[str, Any]) -> None:
+        key = (kind.value, *_names(obj))
+        version = _version(obj)
+        if self._versions.is_stale(key, version):  # a relist's page older than what the watch showed
+            return
+        self._versions.saw(key, version)
         entry = self.book.object_seen(kind, obj)
         if entry is None:
             return
@@ -76,7 +99,8 @@ class WorkloadController:
             self._place(entry)
         self.wake_cycle()
 
-    def object_gone(self, kind: WorkloadKind, namespace: str, name: str) -> None:
+    def object_gone(self, kind: WorkloadKind, namespace: str, name: str, version: str | None = None) -> None:
+        self._versions.deleted((kind.value, namespace, name), version)
         entry = self.book.object_gone(kind, namespace, name)
         self.in_flight.settle(admission_promise(f"{namespace}/{name}@{kind.value}"))
         if entry is not None and self.book.get(entry.ref) is None:
@@ -87,6 +111,13 @@ class WorkloadController:
         pod = read_workload_pod(obj)
         if pod is None:
             return
+        key, version = ("pods", pod.namespace, pod.name), _version(obj)
+        if self._versions.is_stale(key, version):  # a relist's page older than what the watch showed
+            return
+        if deleted:
+            self._versions.deleted(key, version)
+        else:
+            self._versions.saw(key, version)
         if deleted or pod.bound or not pod.live:
             self.in_flight.settle(pod_promise(pod.namespace, pod.name))  # the inventory counts it, or it is gone
         entry = self.book.pod_gone(pod.namespace, pod.name, obj) if deleted else self.book.pod_seen(obj)
