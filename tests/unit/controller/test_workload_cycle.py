@@ -294,3 +294,24 @@ def test_an_older_copy_of_a_pod_never_overwrites_the_newer_one_the_watch_showed(
     controller.pod_changed({**newer, "metadata": {**newer["metadata"], "resourceVersion": "12"}}, deleted=True)
     controller.pod_changed(newer, deleted=False)  # listed at 10, before the delete at 12
     assert not any(e.pods for e in controller.book)
+
+
+@pytest.mark.asyncio
+async def test_an_admission_not_seen_yet_is_charged_as_written_and_never_asked_for_again(parts: Any) -> None:
+    """The next cycle can come before the watch shows the record: it must not admit the Job a second time
+    (elsewhere), which left pods pinned to nodes no record held (the workloads benchmark saw it)."""
+    cycle, api, _events, _in_flight = parts
+    cycle.book.object_seen(JOB, a_job())
+    asked = cycle.ask(snapshot(), NOW)
+    (request,) = asked.requests
+    placement = Placement.of_nodes(("n1", "n1"), 2, snapshot())
+    await cycle.carry_out(asked, ScheduleResult(admitted=(Admission(request.key, placement),)), NOW)
+    (again,) = cycle.ask(snapshot(), NOW).requests  # the watch has not shown the record yet
+    assert again.placement is not None and again.placement.nodes == ("n1", "n1")
+    # Its pods come before the record's event: they go where the record written says.
+    entry = cycle.book.pod_seen(a_pod("train-0", "train", 0))
+    cycle.book.pod_seen(a_pod("train-1", "train", 1))
+    assert entry is not None
+    await cycle.place_pods(entry)
+    await cycle.place_pods(entry)  # a second pass before the ungating is seen places nothing twice
+    assert sorted(api.placed) == [("train-0", "n1"), ("train-1", "n1")]

@@ -96,6 +96,7 @@ class WorkloadController:
             return
         if isinstance(entry.read, Workload) and entry.read.admitted is not None:
             self.in_flight.settle(admission_promise(entry.read.key))  # its record holds its GPUs now
+            self.cycle.admission_seen(entry.read)
             self._place(entry)
         self.wake_cycle()
 
@@ -120,6 +121,7 @@ class WorkloadController:
             self._versions.saw(key, version)
         if deleted or pod.bound or not pod.live:
             self.in_flight.settle(pod_promise(pod.namespace, pod.name))  # the inventory counts it, or it is gone
+        self.cycle.pod_seen(pod.namespace, pod.name, gated=pod.gated and not deleted)
         entry = self.book.pod_gone(pod.namespace, pod.name, obj) if deleted else self.book.pod_seen(obj)
         if entry is None:
             return
@@ -140,7 +142,7 @@ class WorkloadController:
             refs, self._to_place = self._to_place, set()
             for ref in refs:
                 entry = self.book.get(ref)
-                if entry is None or not isinstance(entry.read, Workload) or entry.read.admitted is None:
+                if entry is None or not isinstance(entry.read, Workload) or self.cycle.record_of(entry.read) is None:
                     continue
                 try:
                     await self.cycle.place_pods(entry)

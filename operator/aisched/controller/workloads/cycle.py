@@ -99,6 +99,11 @@ class WorkloadCycle:
     pods_ready_seconds: float = 300.0
     """How long an admitted workload's pods may take to exist and bind (`settings.workload_pods_ready_seconds`)."""
     _said: dict[WorkloadRef, tuple[str, str]] = field(default_factory=dict)
+    _admitting: dict[str, AdmittedRecord] = field(default_factory=dict)
+    """Admissions written and not seen yet, by workload key: until the watch shows its record, the workload
+    is charged and placed by this one, never asked for (and admitted) a second time."""
+    _placing: dict[tuple[str, str], str | None] = field(default_factory=dict)
+    """Pods whose pin-and-ungate was sent and is not seen yet, with the node each was given: never placed twice."""
     _retry_at: dict[WorkloadRef, datetime] = field(default_factory=dict)
     """Workloads stopped because their pods never came up: not asked again before then."""
     _backoff: dict[WorkloadRef, float] = field(default_factory=dict)
@@ -149,7 +154,7 @@ class WorkloadCycle:
             message = f"its queue label changed from {was} to {now} while it ran: stopped, to wait in {now}"
             asking.stops.append(Stop(entry, "QueueChanged", message))
             return False
-        running = workload.admitted is not None or _placed_pods(entry, workload)
+        running = self.record_of(workload) is not None or _placed_pods(entry, workload)
         refused = self.tenancy.refusal(
             (workload.namespace, workload.key),
             queue_name=workload.queue,
@@ -168,16 +173,16 @@ class WorkloadCycle:
 
     def _ask_one(self, entry: WorkloadEntry, workload: Workload, snapshot: ClusterSnapshot, asking: _Asking) -> None:
         if not workload.gpu_pods:  # asks no GPU: nothing to decide
-            if workload.suspended and workload.admitted is None:
+            if workload.suspended and self.record_of(workload) is None:
                 asking.at_once.append(entry)
         elif entry.kind in _REPLICA_KINDS:
             self._replicas(entry, workload, snapshot, asking.requests, asking.held)
         elif entry.kind is WorkloadKind.POD_GROUP:
             self._group(entry, workload, snapshot, asking.requests)
-        elif workload.admitted is not None:
-            if self._pods_overdue(entry, workload, asking):
+        elif (record := self.record_of(workload)) is not None:
+            if self._pods_overdue(entry, workload, record, asking):
                 return
-            placement = Placement.of_nodes(workload.admitted.nodes, workload.admitted.gpus_per_pod, snapshot)
+            placement = Placement.of_nodes(record.nodes, record.gpus_per_pod, snapshot)
             # Running, it is the size it was admitted at: the executor resizes no running workload.
             asking.requests.append(_fixed(as_request(workload, topology=snapshot.topology, placement=placement)))
         elif workload.suspended:
@@ -196,12 +201,28 @@ class WorkloadCycle:
             )
             asking.stops.append(Stop(entry, "NotHeld", message))
 
-    def _pods_overdue(self, entry: WorkloadEntry, workload: Workload, asking: _Asking) -> bool:
+    def record_of(self, workload: Workload) -> AdmittedRecord | None:
+        """Where WORKLOAD's current run goes: the record on its object, or the one written and not seen yet."""
+        pending = self._admitting.get(workload.key)
+        if pending is not None and (workload.admitted is None or workload.admitted.generation < pending.generation):
+            return pending
+        return workload.admitted
+
+    def admission_seen(self, workload: Workload) -> None:
+        """The watch shows WORKLOAD's object: a record as new as the one written holds it now."""
+        pending = self._admitting.get(workload.key)
+        if pending is not None and workload.admitted is not None and workload.admitted.generation >= pending.generation:
+            del self._admitting[workload.key]
+
+    def pod_seen(self, namespace: str, name: str, *, gated: bool) -> None:
+        """The watch shows the pod ungated (or gone): its placement landed, or there is nothing left to place."""
+        if not gated:
+            self._placing.pop((namespace, name), None)
+
+    def _pods_overdue(self, entry: WorkloadEntry, workload: Workload, record: AdmittedRecord, asking: _Asking) -> bool:
         """Its pods have not all come up within the bound since it was admitted: it stops, to be asked
         again after a backoff that doubles each time (up to an hour), so that GPUs it never uses are
         not held for good. Once they all bind, the backoff starts over."""
-        record = workload.admitted
-        assert record is not None
         if (entry.ref, record.generation) in self._came_up:
             return False
         bound = [p for p in _gpu_pods(entry, workload) if p.live and p.bound]
@@ -234,9 +255,9 @@ class WorkloadCycle:
         """A model server's replicas: those placed are charged to its queue; the gated ones ask, any number."""
         per_pod = workload.gpu_pod_sets[0].gpus_per_pod
         for pod in entry.live_pods:
-            if not pod.gated:
+            if not pod.gated or (pod.namespace, pod.name) in self._placing:
                 held.append(HeldGpus(workload.queue, per_pod * MILLI))
-        waiting = [p for p in entry.live_pods if p.gated]
+        waiting = [p for p in entry.live_pods if p.gated and (p.namespace, p.name) not in self._placing]
         if waiting:
             request = as_request(workload, topology=snapshot.topology, placement=None)
             requests.append(_as_replicas(request, len(waiting)))
@@ -245,9 +266,12 @@ class WorkloadCycle:
         self, entry: WorkloadEntry, workload: Workload, snapshot: ClusterSnapshot, requests: list[JobRequest]
     ) -> None:
         """A plain pod group: placed once all its pods exist, charged on the nodes its placed pods took."""
-        placed = [p for p in entry.live_pods if not p.gated and p.node is not None]
-        if placed:
-            nodes = tuple(p.node for p in placed if p.node is not None)
+        nodes = tuple(
+            node
+            for p in entry.live_pods
+            if (node := p.node if not p.gated else self._placing.get((p.namespace, p.name))) is not None
+        )
+        if nodes:
             placement = Placement.of_nodes(nodes, workload.gpu_pod_sets[0].gpus_per_pod, snapshot)
             requests.append(as_request(workload, topology=snapshot.topology, placement=placement))
             return
@@ -299,7 +323,8 @@ class WorkloadCycle:
         if kind in _REPLICA_KINDS or kind is WorkloadKind.POD_GROUP:
             await self.place_pods(entry, placement.nodes if placement is not None else ())
             return
-        generation = (workload.admitted.generation if workload.admitted is not None else 0) + 1
+        earlier = self.record_of(workload)
+        generation = (earlier.generation if earlier is not None else 0) + 1
         record = AdmittedRecord(
             nodes=placement.nodes if placement is not None else (),
             gpus_per_pod=placement.gpus_per_replica if placement is not None else 0,
@@ -311,6 +336,7 @@ class WorkloadCycle:
         promise = admission_promise(workload.key)
         if placement is not None:  # promised at once: the watch shows the record only later
             self.in_flight.promise(promise, Promised.of(placement))
+        self._admitting[workload.key] = record
         patch: dict[str, Any] = {
             "metadata": {"annotations": {PLACEMENT_ANNOTATION: json.dumps(record.to_json(), separators=(",", ":"))}},
             **KIND_APIS[kind].suspend_patch(False),
@@ -320,9 +346,11 @@ class WorkloadCycle:
         try:
             if not await self.api.patch_object(kind, namespace, name, patch):
                 self.in_flight.settle(promise)
+                self._admitting.pop(workload.key, None)
                 return
         except Exception:
             self.in_flight.settle(promise)
+            self._admitting.pop(workload.key, None)
             raise
         nodes = record.nodes
         self.say(
@@ -335,6 +363,8 @@ class WorkloadCycle:
     async def stop(self, entry: WorkloadEntry, reason: str, message: str) -> None:
         """Suspend it and drop its record (its controller deletes its pods); a kind with no suspend: its pods go."""
         kind, namespace, name = entry.ref
+        if isinstance(entry.read, Workload):
+            self._admitting.pop(entry.read.key, None)
         api = KIND_APIS.get(kind)
         if api is not None and api.suspend_path is not None:
             patch = {"metadata": {"annotations": {PLACEMENT_ANNOTATION: None}}, **api.suspend_patch(True)}
@@ -355,31 +385,43 @@ class WorkloadCycle:
         gpu_sets = {s.name.lower() for s in workload.gpu_pod_sets}
         live = entry.live_pods
         gpu_pods = [p for p in live if p.pod_set.lower() in gpu_sets or len(workload.pod_sets) == 1]
+        record = self.record_of(workload)
         if nodes is None:
-            if workload.admitted is None:
+            if record is None:
                 return
-            nodes = workload.admitted.nodes
-            first_run = not any(not p.gated for p in gpu_pods)
+            nodes = record.nodes
+            first_run = not any(not p.gated or (p.namespace, p.name) in self._placing for p in gpu_pods)
             if first_run and len(gpu_pods) < len(nodes):
                 return  # its controller has not made every pod yet: the gang's gates come off together
             targets = gpu_pods
         else:
-            targets = [p for p in gpu_pods if p.gated]
-        slots = [PodSlot(p.name, p.node if not p.gated else None, p.index, p.pod_set) for p in targets]
+            targets = [p for p in gpu_pods if p.gated and (p.namespace, p.name) not in self._placing]
+        slots = [PodSlot(p.name, self._node_of(p), p.index, p.pod_set) for p in targets]
         order = [s.name for s in workload.pod_sets]
         assigned = assign_nodes(nodes, slots, order)
         per_pod = workload.gpu_pod_sets[0].gpus_per_pod if workload.gpu_pod_sets else 0
         for pod in targets:
-            if pod.gated and (node := assigned.get(pod.name)) is not None:
-                if workload.admitted is None:
+            if pod.gated and (node := assigned.get(pod.name)) is not None and self._node_of(pod) is None:
+                if record is None:  # a replica's or a group's pod: promised until it binds
                     self.in_flight.promise(pod_promise(pod.namespace, pod.name), Promised({node: per_pod}))
-                await self.api.place_pod(pod.namespace, pod.name, node, pod.gates, has_selector=pod.has_node_selector)
-        if workload.admitted is not None or entry.kind is WorkloadKind.POD_GROUP:
+                await self._place_one(pod, node)
+        if record is not None or entry.kind is WorkloadKind.POD_GROUP:
             for pod in live:  # the pods of no GPUs (a Ray head, a launcher) start with the gang
-                if pod.gated and pod not in gpu_pods:
-                    await self.api.place_pod(
-                        pod.namespace, pod.name, None, pod.gates, has_selector=pod.has_node_selector
-                    )
+                if pod.gated and pod not in gpu_pods and (pod.namespace, pod.name) not in self._placing:
+                    await self._place_one(pod, None)
+
+    def _node_of(self, pod: WorkloadPod) -> str | None:
+        """The node POD holds or was given: its own once ungated, the one its placement in flight names while gated."""
+        return pod.node if not pod.gated else self._placing.get((pod.namespace, pod.name))
+
+    async def _place_one(self, pod: WorkloadPod, node: str | None) -> None:
+        key = (pod.namespace, pod.name)
+        self._placing[key] = node
+        try:
+            await self.api.place_pod(pod.namespace, pod.name, node, pod.gates, has_selector=pod.has_node_selector)
+        except Exception:
+            self._placing.pop(key, None)
+            raise
 
     # -- what a workload is told ---------------------------------------------------------------
 
@@ -403,6 +445,8 @@ class WorkloadCycle:
         self.kube.post_event(target, event_type, reason, message)
 
     def forget(self, ref: WorkloadRef) -> None:
+        kind, namespace, name = ref
+        self._admitting.pop(f"{namespace}/{name}@{kind.value}", None)
         self._said.pop(ref, None)
         self._retry_at.pop(ref, None)
         self._backoff.pop(ref, None)
