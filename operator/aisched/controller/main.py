@@ -237,7 +237,6 @@ def assemble(
         kube,
         state,
         queue_object=state.queue_object,
-        queue_known=state.queues.__contains__,
         wake_cycle=jobs.queue.wake,
         metrics=metrics.workload,
         pods_ready_seconds=settings.workload_pods_ready_seconds,

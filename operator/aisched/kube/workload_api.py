@@ -66,7 +66,7 @@ class WorkloadApi:
             raise
 
     async def patch_object(self, kind: WorkloadKind, namespace: str, name: str, patch: dict[str, Any]) -> bool:
-        """Merge PATCH into the object; False when it is gone."""
+        """Merge PATCH into the object; False when it is gone, or changed since the resourceVersion PATCH names."""
         api = KIND_APIS[kind]
         try:
             await self.kube._send(
@@ -80,7 +80,7 @@ class WorkloadApi:
                 _content_type="application/merge-patch+json",
             )
         except ApiException as error:
-            if error.status == 404:
+            if error.status in (404, 409):
                 return False
             raise
         return True

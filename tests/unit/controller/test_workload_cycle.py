@@ -18,6 +18,7 @@ from aisched.controller.tenancy import TenancyBook
 from aisched.controller.workloads.book import WorkloadBook
 from aisched.controller.workloads.controller import WorkloadController
 from aisched.controller.workloads.cycle import WorkloadCycle, admission_promise
+from aisched.controller.workloads.pods import read_workload_pod
 from aisched.kube.inventory import Inventory
 from aisched.policy.cluster import ClusterSnapshot, local_node
 from aisched.policy.placement import Placement
@@ -27,6 +28,7 @@ from aisched.policy.workloads.model import (
     ADMISSION_GATE,
     MIN_PODS_ANNOTATION,
     PLACEMENT_ANNOTATION,
+    PRIORITY_ANNOTATION,
     QUEUE_LABEL,
     Workload,
     WorkloadKind,
@@ -57,12 +59,13 @@ class RecordingApi:
 class Events:
     def __init__(self) -> None:
         self.said: list[tuple[str, str]] = []
+        self.deleted: list[str] = []
 
     def post_event(self, obj: dict[str, Any], event_type: str, reason: str, message: str) -> None:
         self.said.append((reason, message))
 
     async def delete_pod(self, namespace: str, name: str) -> None:
-        raise AssertionError("a suspendable kind's pods are its controller's to delete")
+        self.deleted.append(name)
 
 
 def a_job(name: str = "train", *, pods: int = 2, gpus: int = 2, queue: str = "team", **meta: Any) -> dict[str, Any]:
@@ -80,8 +83,11 @@ def a_job(name: str = "train", *, pods: int = 2, gpus: int = 2, queue: str = "te
     }
 
 
-def a_pod(name: str, job: str, index: int, *, node: str | None = None, gated: bool = True) -> dict[str, Any]:
-    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "x"}]}
+def a_pod(
+    name: str, job: str, index: int, *, node: str | None = None, gated: bool = True, gpus: int = 2
+) -> dict[str, Any]:
+    container = {"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+    spec: dict[str, Any] = {"containers": [container]}
     if gated:
         spec["schedulingGates"] = [{"name": ADMISSION_GATE}]
     if node is not None:
@@ -110,7 +116,6 @@ def parts() -> tuple[WorkloadCycle, RecordingApi, Events, InFlightPlacements]:
         in_flight=in_flight,
         tenancy=TenancyBook(),
         queue_object=queues.get,
-        queue_known=lambda name: name in queues,
     )
     return cycle, api, events, in_flight
 
@@ -280,7 +285,6 @@ def test_an_older_copy_of_a_pod_never_overwrites_the_newer_one_the_watch_showed(
         KubeDouble().client,
         ClusterState(Inventory(settings)),
         queue_object=lambda _name: None,
-        queue_known=lambda _name: False,
         wake_cycle=lambda: None,
     )
     newer = a_pod("train-0", "train", 0, node="n1", gated=False)
@@ -315,3 +319,110 @@ async def test_an_admission_not_seen_yet_is_charged_as_written_and_never_asked_f
     await cycle.place_pods(entry)
     await cycle.place_pods(entry)  # a second pass before the ungating is seen places nothing twice
     assert sorted(api.placed) == [("train-0", "n1"), ("train-1", "n1")]
+
+
+RECORD = {"nodes": ["n1"], "gpusPerPod": 2, "queue": "team", "admittedAt": NOW.isoformat(), "generation": 1}
+
+
+def a_running_job(**meta: Any) -> dict[str, Any]:
+    job = a_job(pods=1, annotations={PLACEMENT_ANNOTATION: json.dumps(RECORD), **meta.pop("annotations", {})}, **meta)
+    job["spec"]["suspend"] = False
+    return job
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("edit", "reason"),
+    [
+        (lambda job: job["metadata"]["annotations"].update({PRIORITY_ANNOTATION: "abc"}), "InvalidWorkload"),
+        (
+            lambda job: job["metadata"]["labels"].update({QUEUE_LABEL: "team"}) or job["spec"].update(suspend=True),
+            "Suspended",
+        ),
+    ],
+    ids=["unreadable-annotation", "suspended-by-its-user"],
+)
+async def test_a_running_job_that_can_no_longer_be_charged_as_it_runs_is_stopped(
+    parts: Any, edit: Any, reason: str
+) -> None:
+    """Hostile tenant (#36): an annotation edited into garbage made a running Job a refusal, charged nothing
+    while its pods ran; one suspended by its user kept its record charged and reserved."""
+    cycle, api, _events, _in_flight = parts
+    job = a_running_job()
+    edit(job)
+    cycle.book.object_seen(JOB, job)
+    asked = cycle.ask(snapshot(), NOW)
+    assert not asked.requests and [s.reason for s in asked.stops] == [reason]
+    await cycle.carry_out(asked, ScheduleResult(), NOW)
+    assert api.patches[-1][3]["spec"] == {"suspend": True}
+
+
+@pytest.mark.asyncio
+async def test_a_running_job_whose_queue_is_gone_is_stopped(parts: Any) -> None:
+    cycle, _api, _events, _in_flight = parts
+    cycle.queue_object = lambda _name: None
+    cycle.book.object_seen(JOB, a_running_job())
+    assert [s.reason for s in cycle.ask(snapshot(), NOW).stops] == ["QueueNotFound"]
+
+
+@pytest.mark.asyncio
+async def test_a_pod_that_asks_more_than_its_set_is_never_placed(parts: Any) -> None:
+    """A pod made to look like the Job's (its owner named) asking 8 GPUs where the Job's ask 2 stays gated."""
+    cycle, api, _events, _in_flight = parts
+    cycle.book.object_seen(JOB, a_running_job())
+    entry = cycle.book.pod_seen(a_pod("forged", "train", 0, gpus=8))
+    assert entry is not None
+    await cycle.place_pods(entry)
+    assert api.placed == []
+
+
+def test_a_pod_whose_index_is_no_ascii_number_is_read_without_an_error() -> None:
+    """'²' passes str.isdigit and int() refuses it: it crashed the pod watch and the start-up relist for good."""
+    pod = a_pod("odd", "train", 0)
+    pod["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] = "\u00b2"
+    read = read_workload_pod(pod)
+    assert read is not None and read.index is None
+
+
+@pytest.mark.asyncio
+async def test_a_replica_pod_placed_and_never_bound_is_given_back_and_deleted(parts: Any) -> None:
+    """A model server's replica pinned to a node it never binds to: its promise goes after the bound."""
+    cycle, _api, events, in_flight = parts
+    labels = {"app": "vllm"}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "vllm", "namespace": "ns", "uid": "u", "labels": {QUEUE_LABEL: "team"}},
+        "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": a_job()["spec"]["template"]},
+    }
+    cycle.book.object_seen(WorkloadKind.DEPLOYMENT, deployment)
+    pod = a_pod("vllm-abc-1", "x", 0)
+    pod["metadata"]["labels"]["pod-template-hash"] = "abc"
+    pod["metadata"]["ownerReferences"] = [
+        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "vllm-abc", "controller": True}
+    ]
+    entry = cycle.book.pod_seen(pod)
+    assert entry is not None
+    asked = cycle.ask(snapshot(), NOW)
+    (request,) = asked.requests
+    placement = Placement.of_nodes(("n1",), 2, snapshot())
+    await cycle.carry_out(asked, ScheduleResult(admitted=(Admission(request.key, placement),)), NOW)
+    assert in_flight.by_node() == {"n1": 2}
+    later = NOW + timedelta(seconds=cycle.pods_ready_seconds + 1)
+    stuck = cycle.ask(snapshot(), later)
+    await cycle.carry_out(stuck, ScheduleResult(), later)
+    assert in_flight.by_node() == {} and events.deleted == ["vllm-abc-1"]
+
+
+@pytest.mark.asyncio
+async def test_an_admission_is_written_only_on_the_object_it_was_decided_on(parts: Any) -> None:
+    """A template edited between the decision and its write (its GPUs raised) must not be admitted as it was read."""
+    cycle, api, _events, _in_flight = parts
+    job = a_job()
+    job["metadata"]["resourceVersion"] = "7"
+    cycle.book.object_seen(JOB, job)
+    asked = cycle.ask(snapshot(), NOW)
+    (request,) = asked.requests
+    placement = Placement.of_nodes(("n1", "n2"), 2, snapshot())
+    await cycle.carry_out(asked, ScheduleResult(admitted=(Admission(request.key, placement),)), NOW)
+    assert api.patches[0][3]["metadata"]["resourceVersion"] == "7"

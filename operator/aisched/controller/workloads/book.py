@@ -31,6 +31,9 @@ class WorkloadEntry:
     """A pod group's pods, slimmed to what `read_pod_group` reads."""
     seen: bool = False
     """Its object was seen (a pod group: at least one pod)."""
+    version: str = ""
+    """The resourceVersion of the object `read` was read from: an admission decided on it is written only
+    if the object is still that one (a spec edited since, its GPUs raised, is read and decided again)."""
 
     @property
     def kind(self) -> WorkloadKind:
@@ -72,6 +75,8 @@ class WorkloadBook:
         entry = self.entries.setdefault(ref, WorkloadEntry(ref))
         entry.read, entry.recorded, entry.seen = read, recorded, True
         entry.uid = str(metadata.get("uid") or "")
+        version = metadata.get("resourceVersion")
+        entry.version = version if isinstance(version, str) else ""
         return entry
 
     def object_gone(self, kind: WorkloadKind, namespace: str, name: str) -> WorkloadEntry | None:

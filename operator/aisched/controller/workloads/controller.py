@@ -48,7 +48,6 @@ class WorkloadController:
         state: ClusterState,
         *,
         queue_object: Callable[[str], Mapping[str, Any] | None],
-        queue_known: Callable[[str], bool],
         wake_cycle: Callable[[], None],
         metrics: WorkloadMetrics | None = None,
         pods_ready_seconds: float = 300.0,
@@ -66,7 +65,6 @@ class WorkloadController:
             in_flight=state.in_flight,
             tenancy=state.tenancy,
             queue_object=queue_object,
-            queue_known=queue_known,
             metrics=metrics,
             pods_ready_seconds=pods_ready_seconds,
         )
@@ -86,6 +84,14 @@ class WorkloadController:
     # -- what the watches show ---------------------------------------------------------------
 
     def object_seen(self, kind: WorkloadKind, obj: Mapping[str, Any]) -> None:
+        """OBJ changed. Whatever a tenant wrote in it, no error leaves this handler: a watch or a relist that
+        raised on one object would hold every other's state back (a start-up relist retried for ever)."""
+        try:
+            self._object_seen(kind, obj)
+        except Exception:
+            log.exception("reading %s %s/%s failed; it is left as it was", kind.value, *_names(obj))
+
+    def _object_seen(self, kind: WorkloadKind, obj: Mapping[str, Any]) -> None:
         key = (kind.value, *_names(obj))
         version = _version(obj)
         if self._versions.is_stale(key, version):  # a relist's page older than what the watch showed
@@ -109,6 +115,13 @@ class WorkloadController:
         self.wake_cycle()
 
     def pod_changed(self, obj: Mapping[str, Any], *, deleted: bool) -> None:
+        """A pod changed (as `object_seen`: no error leaves here, whatever the pod says)."""
+        try:
+            self._pod_changed(obj, deleted=deleted)
+        except Exception:
+            log.exception("reading pod %s/%s failed; it is left as it was", *_names(obj))
+
+    def _pod_changed(self, obj: Mapping[str, Any], *, deleted: bool) -> None:
         pod = read_workload_pod(obj)
         if pod is None:
             return
@@ -121,7 +134,9 @@ class WorkloadController:
             self._versions.saw(key, version)
         if deleted or pod.bound or not pod.live:
             self.in_flight.settle(pod_promise(pod.namespace, pod.name))  # the inventory counts it, or it is gone
-        self.cycle.pod_seen(pod.namespace, pod.name, gated=pod.gated and not deleted)
+        self.cycle.pod_seen(
+            pod.namespace, pod.name, gated=pod.gated and not deleted, holding=deleted or pod.bound or not pod.live
+        )
         entry = self.book.pod_gone(pod.namespace, pod.name, obj) if deleted else self.book.pod_seen(obj)
         if entry is None:
             return

@@ -35,9 +35,16 @@ from aisched.kube.workload_api import KIND_APIS, WorkloadApi
 from aisched.metrics.workload import WorkloadMetrics
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.placement import Placement
-from aisched.policy.queueing import MILLI
+from aisched.policy.queueing import MILLI, QUEUE_NOT_FOUND
 from aisched.policy.scheduler import HeldGpus, JobRequest, ScheduleResult
-from aisched.policy.workloads.model import PLACEMENT_ANNOTATION, AdmittedRecord, Refusal, Workload, WorkloadKind
+from aisched.policy.workloads.model import (
+    PLACEMENT_ANNOTATION,
+    AdmittedRecord,
+    PodSet,
+    Refusal,
+    Workload,
+    WorkloadKind,
+)
 from aisched.policy.workloads.pod_nodes import PodSlot, assign_nodes
 from aisched.policy.workloads.request import as_request
 
@@ -72,6 +79,9 @@ class CycleAsk:
     stops: tuple[Stop, ...]
     at_once: tuple[WorkloadEntry, ...]
     """Held workloads that ask no GPU: nothing to decide, admitted as they come."""
+    stuck: tuple[tuple[str, str], ...] = ()
+    """Pods a replica kind or a pod group was placed with that never bound within the bound: deleted (their
+    controller makes them again, gated), their promise given back."""
 
 
 @dataclass
@@ -81,9 +91,12 @@ class _Asking:
     held: list[HeldGpus] = field(default_factory=list)
     stops: list[Stop] = field(default_factory=list)
     at_once: list[WorkloadEntry] = field(default_factory=list)
+    stuck: list[tuple[str, str]] = field(default_factory=list)
 
     def frozen(self) -> CycleAsk:
-        return CycleAsk(tuple(self.requests), tuple(self.held), tuple(self.stops), tuple(self.at_once))
+        return CycleAsk(
+            tuple(self.requests), tuple(self.held), tuple(self.stops), tuple(self.at_once), tuple(self.stuck)
+        )
 
 
 @dataclass(kw_only=True)
@@ -94,7 +107,6 @@ class WorkloadCycle:
     in_flight: InFlightPlacements
     tenancy: TenancyBook
     queue_object: Callable[[str], Mapping[str, Any] | None]
-    queue_known: Callable[[str], bool]
     metrics: WorkloadMetrics | None = None
     pods_ready_seconds: float = 300.0
     """How long an admitted workload's pods may take to exist and bind (`settings.workload_pods_ready_seconds`)."""
@@ -103,6 +115,8 @@ class WorkloadCycle:
     """Admissions written and not seen yet, by workload key: until the watch shows its record, the workload
     is charged and placed by this one, never asked for (and admitted) a second time."""
     _placing: dict[tuple[str, str], str | None] = field(default_factory=dict)
+    _promised_at: dict[tuple[str, str], datetime] = field(default_factory=dict)
+    """When each replica's or group pod's GPUs were promised: a promise its pod never binds to is not kept for good."""
     """Pods whose pin-and-ungate was sent and is not seen yet, with the node each was given: never placed twice."""
     _retry_at: dict[WorkloadRef, datetime] = field(default_factory=dict)
     """Workloads stopped because their pods never came up: not asked again before then."""
@@ -132,12 +146,24 @@ class WorkloadCycle:
     def ask(self, snapshot: ClusterSnapshot, now: datetime) -> CycleAsk:
         """What every workload asks of this cycle, and the stops due before it decides."""
         asking = _Asking(now)
+        bound_by = now - timedelta(seconds=self.pods_ready_seconds)
+        for pod, since in list(self._promised_at.items()):
+            if since < bound_by:
+                del self._promised_at[pod]
+                self.in_flight.settle(pod_promise(*pod))
+                asking.stuck.append(pod)
         for entry in self.book:
             workload = entry.read
+            running = entry.recorded or _any_placed(entry)
             if isinstance(workload, Refusal):
-                self.say(entry, "Warning", workload.reason, workload.message)
+                # One that runs and can no longer be read (its annotations, a pod group's size, edited under
+                # it) stops: it is charged nothing while refused, so it must hold nothing either.
+                if running:
+                    asking.stops.append(Stop(entry, workload.reason, f"stopped: {workload.message}"))
+                else:
+                    self.say(entry, "Warning", workload.reason, workload.message)
             elif workload is None:
-                if entry.recorded and entry.seen:
+                if running and (entry.seen or entry.kind is WorkloadKind.POD_GROUP):
                     message = "its queue label was removed while it ran: stopped"
                     asking.stops.append(Stop(entry, "QueueLabelRemoved", message))
             elif not workload.finished and self._may_run(entry, workload, asking):
@@ -155,6 +181,12 @@ class WorkloadCycle:
             asking.stops.append(Stop(entry, "QueueChanged", message))
             return False
         running = self.record_of(workload) is not None or _placed_pods(entry, workload)
+        if running and self.queue_object(workload.queue) is None:
+            # Its queue is gone (or it was relabelled for one that does not exist): the Queues are listed
+            # whole before the first cycle, so this is no queue not read yet. It must not run charged to none.
+            message = f"stopped: queue {workload.queue} does not exist"
+            asking.stops.append(Stop(entry, QUEUE_NOT_FOUND, message))
+            return False
         refused = self.tenancy.refusal(
             (workload.namespace, workload.key),
             queue_name=workload.queue,
@@ -163,8 +195,9 @@ class WorkloadCycle:
             template={},
         )
         if refused is not None:
-            # Not for a queue this process has not read (yet): that is no reason to stop anyone.
-            if running and self.queue_known(workload.queue):
+            # A running one stops, whatever the refusal: its queue no longer takes it, or is gone (the
+            # Queues are listed whole before the first cycle, so a queue unknown here does not exist).
+            if running:
                 asking.stops.append(Stop(entry, refused.reason, f"stopped: {refused.message}"))
             else:
                 self.say(entry, "Warning", refused.reason, refused.message)
@@ -180,6 +213,10 @@ class WorkloadCycle:
         elif entry.kind is WorkloadKind.POD_GROUP:
             self._group(entry, workload, snapshot, asking.requests)
         elif (record := self.record_of(workload)) is not None:
+            if workload.suspended and workload.admitted is not None:
+                # Suspended by its own user while admitted: its pods go, and so does its charge.
+                asking.stops.append(Stop(entry, "Suspended", "suspended while it ran: its admission is given back"))
+                return
             if self._pods_overdue(entry, workload, record, asking):
                 return
             placement = Placement.of_nodes(record.nodes, record.gpus_per_pod, snapshot)
@@ -214,10 +251,13 @@ class WorkloadCycle:
         if pending is not None and workload.admitted is not None and workload.admitted.generation >= pending.generation:
             del self._admitting[workload.key]
 
-    def pod_seen(self, namespace: str, name: str, *, gated: bool) -> None:
-        """The watch shows the pod ungated (or gone): its placement landed, or there is nothing left to place."""
+    def pod_seen(self, namespace: str, name: str, *, gated: bool, holding: bool = False) -> None:
+        """The watch shows the pod ungated (or gone): its placement landed, or there is nothing left to place.
+        HOLDING: it is bound or gone, so its promise (settled by the caller) needs no watch any more."""
         if not gated:
             self._placing.pop((namespace, name), None)
+        if holding:
+            self._promised_at.pop((namespace, name), None)
 
     def _pods_overdue(self, entry: WorkloadEntry, workload: Workload, record: AdmittedRecord, asking: _Asking) -> bool:
         """Its pods have not all come up within the bound since it was admitted: it stops, to be asked
@@ -256,8 +296,12 @@ class WorkloadCycle:
         per_pod = workload.gpu_pod_sets[0].gpus_per_pod
         for pod in entry.live_pods:
             if not pod.gated or (pod.namespace, pod.name) in self._placing:
-                held.append(HeldGpus(workload.queue, per_pod * MILLI))
-        waiting = [p for p in entry.live_pods if p.gated and (p.namespace, p.name) not in self._placing]
+                held.append(HeldGpus(workload.queue, max(per_pod, pod.gpus) * MILLI))
+        waiting = [
+            p
+            for p in entry.live_pods
+            if p.gated and (p.namespace, p.name) not in self._placing and _fits_its_set(p, workload)
+        ]
         if waiting:
             request = as_request(workload, topology=snapshot.topology, placement=None)
             requests.append(_as_replicas(request, len(waiting)))
@@ -289,6 +333,11 @@ class WorkloadCycle:
             writes.append((asked.entry, functools.partial(self.stop, asked.entry, asked.reason, asked.message)))
         for entry in ask.at_once:
             writes.append((entry, functools.partial(self._admit, entry, None, now)))
+        for namespace, name in ask.stuck:
+            log.warning(
+                "pod %s/%s was placed and never bound within the bound: deleted, to be placed again", namespace, name
+            )
+            await self.kube.delete_pod(namespace, name)
         for preemption in result.preempted:
             if (preempted := by_key.get(preemption.key)) is not None:
                 preempt = functools.partial(self.stop, preempted, preemption.reason, preemption.message)
@@ -321,7 +370,7 @@ class WorkloadCycle:
             return
         kind, namespace, name = entry.ref
         if kind in _REPLICA_KINDS or kind is WorkloadKind.POD_GROUP:
-            await self.place_pods(entry, placement.nodes if placement is not None else ())
+            await self.place_pods(entry, placement.nodes if placement is not None else (), now=now)
             return
         earlier = self.record_of(workload)
         generation = (earlier.generation if earlier is not None else 0) + 1
@@ -337,10 +386,12 @@ class WorkloadCycle:
         if placement is not None:  # promised at once: the watch shows the record only later
             self.in_flight.promise(promise, Promised.of(placement))
         self._admitting[workload.key] = record
-        patch: dict[str, Any] = {
-            "metadata": {"annotations": {PLACEMENT_ANNOTATION: json.dumps(record.to_json(), separators=(",", ":"))}},
-            **KIND_APIS[kind].suspend_patch(False),
+        metadata: dict[str, Any] = {
+            "annotations": {PLACEMENT_ANNOTATION: json.dumps(record.to_json(), separators=(",", ":"))}
         }
+        if entry.version:  # a precondition: a spec edited since the decision read it is refused (409), not admitted
+            metadata["resourceVersion"] = entry.version
+        patch: dict[str, Any] = {"metadata": metadata, **KIND_APIS[kind].suspend_patch(False)}
         if kind is WorkloadKind.BATCH_JOB and placement is not None and len(placement.nodes) < workload.gpu_pods:
             patch["spec"]["parallelism"] = len(placement.nodes)  # an elastic Job admitted at fewer pods
         try:
@@ -375,7 +426,9 @@ class WorkloadCycle:
                     await self.kube.delete_pod(namespace, pod.name)
         self.say(entry, "Warning" if reason not in ("Preempted",) else "Normal", reason, message)
 
-    async def place_pods(self, entry: WorkloadEntry, nodes: Sequence[str] | None = None) -> None:
+    async def place_pods(
+        self, entry: WorkloadEntry, nodes: Sequence[str] | None = None, *, now: datetime | None = None
+    ) -> None:
         """Pin the admitted workload's gated pods to their nodes and lift their gates: once every GPU pod
         of its first run exists (the gang binds together), then each replacement as it comes. NODES: the
         nodes the cycle gave a replica kind's or a pod group's gated pods (they have no record)."""
@@ -383,7 +436,9 @@ class WorkloadCycle:
         if not isinstance(workload, Workload):
             return
         gpu_sets = {s.name.lower() for s in workload.gpu_pod_sets}
-        live = entry.live_pods
+        # Only pods that ask what their pod set asks: a pod made to look like one of the workload's
+        # (its owner named, its labels copied) asking more GPUs, or of a set it does not have, stays gated.
+        live = [p for p in entry.live_pods if _fits_its_set(p, workload)]
         gpu_pods = [p for p in live if p.pod_set.lower() in gpu_sets or len(workload.pod_sets) == 1]
         record = self.record_of(workload)
         if nodes is None:
@@ -404,6 +459,8 @@ class WorkloadCycle:
             if pod.gated and (node := assigned.get(pod.name)) is not None and self._node_of(pod) is None:
                 if record is None:  # a replica's or a group's pod: promised until it binds
                     self.in_flight.promise(pod_promise(pod.namespace, pod.name), Promised({node: per_pod}))
+                    if now is not None:
+                        self._promised_at[(pod.namespace, pod.name)] = now
                 await self._place_one(pod, node)
         if record is not None or entry.kind is WorkloadKind.POD_GROUP:
             for pod in live:  # the pods of no GPUs (a Ray head, a launcher) start with the gang
@@ -463,9 +520,22 @@ _KIND_NAMES = {
 }
 
 
+def _fits_its_set(pod: WorkloadPod, workload: Workload) -> bool:
+    """POD asks what its pod set asks (whole GPUs or a MIG instance), and its set is one WORKLOAD has."""
+    pod_set: PodSet | None = workload.pod_sets[0] if len(workload.pod_sets) == 1 else None
+    if pod_set is None:
+        pod_set = next((s for s in workload.pod_sets if s.name.lower() == pod.pod_set.lower()), None)
+    return pod_set is not None and pod.gpus == pod_set.gpus_per_pod and pod.mig_profile == pod_set.mig_profile
+
+
 def _gpu_pods(entry: WorkloadEntry, workload: Workload) -> list[WorkloadPod]:
     gpu_sets = {s.name.lower() for s in workload.gpu_pod_sets}
     return [p for p in entry.pods.values() if p.pod_set.lower() in gpu_sets or len(workload.pod_sets) == 1]
+
+
+def _any_placed(entry: WorkloadEntry) -> bool:
+    """Some live pod of ENTRY runs ungated (the operator placed it): whatever its object says now, it holds GPUs."""
+    return any(p.live and not p.gated and p.gpus != 0 for p in entry.pods.values())
 
 
 def _placed_pods(entry: WorkloadEntry, workload: Workload) -> bool:

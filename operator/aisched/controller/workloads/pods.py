@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from aisched.kube.labels import HOSTNAME
 from aisched.policy.workloads.model import ADMISSION_GATE, POD_GROUP_LABEL, QUEUE_LABEL, WorkloadKind
+from aisched.policy.workloads.pod_shape import pod_gpus
 
 # The controlling owner's kind (apiVersion group, kind) -> the workload kind it makes pods for.
 _OWNER_KINDS: Final = {
@@ -54,6 +55,9 @@ class WorkloadPod:
     gates: tuple[str, ...]
     """Every scheduling gate it carries (others' too, which the operator leaves on)."""
     has_node_selector: bool
+    gpus: int = 0
+    """Whole GPUs it asks, as kube-scheduler sums them; -1 when its spec cannot be read (it is never placed)."""
+    mig_profile: str | None = None
 
     @property
     def live(self) -> bool:
@@ -75,6 +79,8 @@ def read_workload_pod(obj: Mapping[str, Any]) -> WorkloadPod | None:
     bound_to = spec.get("nodeName") if isinstance(spec.get("nodeName"), str) else None
     phase = status.get("phase")
     pod_set, index = _set_and_index(ref[0], labels, _str_map(metadata.get("annotations")))
+    asked = pod_gpus({"spec": spec})
+    gpus, mig_profile = asked if isinstance(asked, tuple) else (-1, None)
     return WorkloadPod(
         namespace=namespace,
         name=name,
@@ -88,6 +94,8 @@ def read_workload_pod(obj: Mapping[str, Any]) -> WorkloadPod | None:
         index=index,
         gates=gates,
         has_node_selector=bool(selector),
+        gpus=gpus,
+        mig_profile=mig_profile,
     )
 
 
@@ -126,7 +134,8 @@ def _set_and_index(
 
 
 def _int(value: str | None) -> int | None:
-    return int(value) if value is not None and value.isdigit() and len(value) < 10 else None
+    """A tenant's index: ASCII digits only (`isdigit` takes '²', which `int` refuses)."""
+    return int(value) if value is not None and value.isascii() and value.isdigit() and len(value) < 10 else None
 
 
 def _map(value: Any) -> Mapping[str, Any]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from aisched.api.sharing import ALL_MIG_PROFILES
+from aisched.policy.cluster_description import GPU_PRODUCT_LABEL
 from aisched.policy.taints import TaintEffect, Toleration, TolerationOperator
 from aisched.policy.workloads.fields import FieldError, UnsupportedFieldError, mapping, sequence, shown, string_map
 
@@ -25,7 +26,7 @@ NVIDIA_PREFIX: Final = "nvidia.com/"
 MAX_GPUS_PER_POD: Final = 1_000
 """Far beyond any node's GPUs: a bound on a tenant's number, not a capacity."""
 _WHOLE_QUANTITY: Final = re.compile(r"^[0-9]{1,9}$")
-_CONTAINER_KINDS: Final = ("containers", "initContainers")
+HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +51,30 @@ def pod_shape(template: Any, where: str) -> PodShape:
     """`read_pod_shape` for the adapters, which gather a whole object's errors into one `Refusal`: raises
     `FieldError` (`UnsupportedFieldError` for what reads well but aisched does not take), and nothing else."""
     gpus, mig_profile = _gpus(template, where)
-    return PodShape(gpus, mig_profile, _tolerations(template, where), _node_selector(template, where))
+    node_selector = _node_selector(template, where)
+    if gpus or mig_profile:
+        _placeable_anywhere_it_is_placed(template, node_selector, where)
+    return PodShape(gpus, mig_profile, _tolerations(template, where), node_selector)
+
+
+def _placeable_anywhere_it_is_placed(template: Any, node_selector: Mapping[str, str], where: str) -> None:
+    """A GPU pod is pinned to the node the cycle chose, which reads no node selector but the GPU product's
+    and no node affinity: one that rules that node out would wait there for good, its GPUs held for it.
+    Refused until placement matches them (a selector a node cannot meet once froze every free GPU)."""
+    # The hostname is the operator's own pin: placement sets it on every GPU pod, whatever it said before.
+    others = sorted(key for key in node_selector if key not in (GPU_PRODUCT_LABEL, HOSTNAME_LABEL))
+    if others:
+        raise UnsupportedFieldError(
+            f"{where}.spec.nodeSelector: aisched places GPU pods by {GPU_PRODUCT_LABEL} only, not by "
+            f"{', '.join(shown(k) for k in others[:3])}; use a Queue's tolerations and the workload's topology instead"
+        )
+    affinity = mapping(_pod_spec(template, where).get("affinity"), f"{where}.spec.affinity")
+    node_affinity = mapping(affinity.get("nodeAffinity"), f"{where}.spec.affinity.nodeAffinity")
+    if node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") is not None:
+        raise UnsupportedFieldError(
+            f"{where}.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution: aisched does not "
+            "yet place GPU pods by node affinity; use the workload's topology annotations instead"
+        )
 
 
 def pod_gpus(template: Mapping[str, Any], *, where: str = "template") -> tuple[int, str | None] | str:
@@ -88,19 +112,26 @@ def _gpus(template: Any, where: str) -> tuple[int, str | None]:
             f"{where}.spec.resourceClaims: DRA resource claims are not yet supported for this kind; "
             f"ask whole GPUs as {WHOLE_GPU} limits, or one MIG instance as {MIG_PREFIX}<profile>"
         )
-    asks: dict[str, dict[str, int]] = {kind: {} for kind in _CONTAINER_KINDS}
-    for kind in _CONTAINER_KINDS:
-        for index, container in enumerate(sequence(spec.get(kind), f"{where}.spec.{kind}")):
-            path = f"{where}.spec.{kind}[{index}]"
-            for resource, amount in _container_devices(container, path).items():
-                if kind == "containers":
-                    asks[kind][resource] = asks[kind].get(resource, 0) + amount
-                else:
-                    asks[kind][resource] = max(asks[kind].get(resource, 0), amount)
-    # kubelet's effective request: the containers' sum, or the largest init container's when more.
+    # As kube-scheduler sums a pod's requests (PodRequests): app containers and restartable init
+    # containers (sidecars) run side by side and add up; an ordinary init container runs alone, beside
+    # only the sidecars started before it.
+    containers: dict[str, int] = {}
+    for index, container in enumerate(sequence(spec.get("containers"), f"{where}.spec.containers")):
+        for resource, amount in _container_devices(container, f"{where}.spec.containers[{index}]").items():
+            containers[resource] = containers.get(resource, 0) + amount
+    sidecars: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
+    for index, container in enumerate(sequence(spec.get("initContainers"), f"{where}.spec.initContainers")):
+        devices = _container_devices(container, f"{where}.spec.initContainers[{index}]")
+        sidecar = isinstance(container, Mapping) and container.get("restartPolicy") == "Always"
+        for resource in devices.keys() | sidecars.keys():
+            running = sidecars.get(resource, 0) + devices.get(resource, 0)
+            init_peak[resource] = max(init_peak.get(resource, 0), running)
+            if sidecar:
+                sidecars[resource] = running
     effective = {
-        resource: max(asks["containers"].get(resource, 0), asks["initContainers"].get(resource, 0))
-        for resource in asks["containers"].keys() | asks["initContainers"].keys()
+        resource: max(containers.get(resource, 0) + sidecars.get(resource, 0), init_peak.get(resource, 0))
+        for resource in containers.keys() | init_peak.keys()
     }
     gpus = effective.pop(WHOLE_GPU, 0)
     if gpus > MAX_GPUS_PER_POD:

@@ -139,6 +139,35 @@ def test_node_selector_is_strings_to_strings() -> None:
 
 
 def test_the_whole_shape_at_once() -> None:
-    pod = template(asks({"nvidia.com/gpu": 2}), tolerations=[{"operator": "Exists"}], nodeSelector={"a": "b"})
-    assert read_pod_shape(pod) == PodShape(2, None, (Toleration("", TolerationOperator.EXISTS),), {"a": "b"})
+    selector = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    pod = template(asks({"nvidia.com/gpu": 2}), tolerations=[{"operator": "Exists"}], nodeSelector=selector)
+    assert read_pod_shape(pod) == PodShape(2, None, (Toleration("", TolerationOperator.EXISTS),), selector)
+    cpu_only = template(asks({}), nodeSelector={"a": "b"})  # a pod of no GPU goes wherever kube-scheduler puts it
+    assert read_pod_shape(cpu_only) == PodShape(0, None, (), {"a": "b"})
     assert read_pod_shape([]) == "template must be an object, not []"
+
+
+def test_a_gpu_pod_that_would_rule_out_the_node_it_is_pinned_to_is_refused() -> None:
+    """A node selector no node meets froze every free GPU for the operator's reservations (#36 hostile tenant)."""
+    refused = read_pod_shape(template(asks({"nvidia.com/gpu": 1}), nodeSelector={"foo": "bar"}))
+    assert isinstance(refused, str) and "nodeSelector" in refused and "'foo'" in refused
+    required = {"nodeSelectorTerms": [{"matchExpressions": [{"key": "x", "operator": "In", "values": ["y"]}]}]}
+    pinned = template(
+        asks({"nvidia.com/gpu": 1}),
+        affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}},
+    )
+    assert isinstance(read_pod_shape(pinned), str)
+
+
+def test_sidecar_gpus_add_to_the_containers_as_kube_scheduler_sums_them() -> None:
+    """A restartable init container runs beside the app containers: 2 + 2 GPUs held, 4 charged (#36 hostile tenant)."""
+    gpu = {"resources": {"limits": {"nvidia.com/gpu": "2"}}}
+    template = {
+        "spec": {
+            "initContainers": [{"name": "side", "image": "x", "restartPolicy": "Always", **gpu}],
+            "containers": [{"name": "main", "image": "x", **gpu}],
+        }
+    }
+    assert pod_gpus(template) == (4, None)
+    template["spec"]["initContainers"][0].pop("restartPolicy")  # an ordinary init container runs alone
+    assert pod_gpus(template) == (2, None)
