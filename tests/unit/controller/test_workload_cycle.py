@@ -159,10 +159,10 @@ async def test_the_recorded_gang_holds_its_nodes_until_its_pods_bind_and_its_gat
     assert request.placement is not None and request.placement.nodes == ("n1", "n2")
     entry = cycle.book.pod_seen(a_pod("train-1", "train", 1))
     assert entry is not None
-    await cycle.place_pods(entry)
+    await cycle.placer.place_pods(entry)
     assert api.placed == []  # one of two pods: the gang's gates stay on
     cycle.book.pod_seen(a_pod("train-0", "train", 0))
-    await cycle.place_pods(entry)
+    await cycle.placer.place_pods(entry)
     assert sorted(api.placed) == [("train-0", "n1"), ("train-1", "n2")]
     cycle.book.pod_seen(a_pod("train-0", "train", 0, node="n1", gated=False))
     assert cycle.uncreated_holds().whole == {"n2": 2}  # the bound pod holds its GPUs in the inventory now
@@ -316,8 +316,8 @@ async def test_an_admission_not_seen_yet_is_charged_as_written_and_never_asked_f
     entry = cycle.book.pod_seen(a_pod("train-0", "train", 0))
     cycle.book.pod_seen(a_pod("train-1", "train", 1))
     assert entry is not None
-    await cycle.place_pods(entry)
-    await cycle.place_pods(entry)  # a second pass before the ungating is seen places nothing twice
+    await cycle.placer.place_pods(entry)
+    await cycle.placer.place_pods(entry)  # a second pass before the ungating is seen places nothing twice
     assert sorted(api.placed) == [("train-0", "n1"), ("train-1", "n1")]
 
 
@@ -372,7 +372,7 @@ async def test_a_pod_that_asks_more_than_its_set_is_never_placed(parts: Any) -> 
     cycle.book.object_seen(JOB, a_running_job())
     entry = cycle.book.pod_seen(a_pod("forged", "train", 0, gpus=8))
     assert entry is not None
-    await cycle.place_pods(entry)
+    await cycle.placer.place_pods(entry)
     assert api.placed == []
 
 

@@ -14,7 +14,8 @@ from typing import Any
 
 from aisched.controller.cluster_state import ClusterState
 from aisched.controller.workloads.book import WorkloadBook, WorkloadEntry
-from aisched.controller.workloads.cycle import WorkloadCycle, admission_promise, pod_promise
+from aisched.controller.workloads.cycle import WorkloadCycle, admission_promise
+from aisched.controller.workloads.placing import pod_promise
 from aisched.controller.workloads.pods import WorkloadRef, read_workload_pod
 from aisched.kube.client import KubeClient
 from aisched.kube.versions import VersionLedger
@@ -134,7 +135,7 @@ class WorkloadController:
             self._versions.saw(key, version)
         if deleted or pod.bound or not pod.live:
             self.in_flight.settle(pod_promise(pod.namespace, pod.name))  # the inventory counts it, or it is gone
-        self.cycle.pod_seen(
+        self.cycle.placer.pod_seen(
             pod.namespace, pod.name, gated=pod.gated and not deleted, holding=deleted or pod.bound or not pod.live
         )
         entry = self.book.pod_gone(pod.namespace, pod.name, obj) if deleted else self.book.pod_seen(obj)
@@ -160,7 +161,7 @@ class WorkloadController:
                 if entry is None or not isinstance(entry.read, Workload) or self.cycle.record_of(entry.read) is None:
                     continue
                 try:
-                    await self.cycle.place_pods(entry)
+                    await self.cycle.placer.place_pods(entry)
                 except Exception:
                     log.exception(
                         "placing the pods of %s/%s (%s) failed; its next event tries again", ref[1], ref[2], ref[0]

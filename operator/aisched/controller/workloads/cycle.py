@@ -20,7 +20,7 @@ import functools
 import json
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -29,7 +29,9 @@ from aisched.controller.cluster_state import UncreatedHolds
 from aisched.controller.in_flight import InFlightPlacements, Promised
 from aisched.controller.tenancy import TenancyBook
 from aisched.controller.workloads.book import WorkloadBook, WorkloadEntry
+from aisched.controller.workloads.placing import PodPlacer, fits_its_set
 from aisched.controller.workloads.pods import WorkloadPod, WorkloadRef
+from aisched.controller.workloads.telling import Teller
 from aisched.kube.client import KubeClient
 from aisched.kube.workload_api import KIND_APIS, WorkloadApi
 from aisched.metrics.workload import WorkloadMetrics
@@ -40,12 +42,10 @@ from aisched.policy.scheduler import HeldGpus, JobRequest, ScheduleResult
 from aisched.policy.workloads.model import (
     PLACEMENT_ANNOTATION,
     AdmittedRecord,
-    PodSet,
     Refusal,
     Workload,
     WorkloadKind,
 )
-from aisched.policy.workloads.pod_nodes import PodSlot, assign_nodes
 from aisched.policy.workloads.request import as_request
 
 log = logging.getLogger(__name__)
@@ -56,11 +56,6 @@ _REPLICA_KINDS = frozenset({WorkloadKind.DEPLOYMENT, WorkloadKind.STATEFUL_SET})
 def admission_promise(key: str) -> tuple[str, str]:
     """The in-flight record's key for a workload's admission, until the watch shows its record."""
     return ("Workload", key)
-
-
-def pod_promise(namespace: str, name: str) -> tuple[str, str, str]:
-    """The in-flight record's key for a pod the operator placed, until it binds or goes."""
-    return ("WorkloadPod", namespace, name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,20 +105,23 @@ class WorkloadCycle:
     metrics: WorkloadMetrics | None = None
     pods_ready_seconds: float = 300.0
     """How long an admitted workload's pods may take to exist and bind (`settings.workload_pods_ready_seconds`)."""
-    _said: dict[WorkloadRef, tuple[str, str]] = field(default_factory=dict)
     _admitting: dict[str, AdmittedRecord] = field(default_factory=dict)
     """Admissions written and not seen yet, by workload key: until the watch shows its record, the workload
     is charged and placed by this one, never asked for (and admitted) a second time."""
-    _placing: dict[tuple[str, str], str | None] = field(default_factory=dict)
-    _promised_at: dict[tuple[str, str], datetime] = field(default_factory=dict)
-    """When each replica's or group pod's GPUs were promised: a promise its pod never binds to is not kept for good."""
-    """Pods whose pin-and-ungate was sent and is not seen yet, with the node each was given: never placed twice."""
     _retry_at: dict[WorkloadRef, datetime] = field(default_factory=dict)
     """Workloads stopped because their pods never came up: not asked again before then."""
     _backoff: dict[WorkloadRef, float] = field(default_factory=dict)
     _came_up: set[tuple[WorkloadRef, int]] = field(default_factory=set)
     """Admissions (workload, record generation) whose GPU pods all bound once: never overdue after that
     (a Job's finished index, a restarted worker, leaves a gap that is no controller missing)."""
+    placer: PodPlacer = field(init=False)
+    teller: Teller = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.placer = PodPlacer(
+            api=self.api, in_flight=self.in_flight, record_of=self.record_of, pods_ready_seconds=self.pods_ready_seconds
+        )
+        self.teller = Teller(self.kube)
 
     # -- what the workloads hold before their pods do -------------------------------------------
 
@@ -145,13 +143,7 @@ class WorkloadCycle:
 
     def ask(self, snapshot: ClusterSnapshot, now: datetime) -> CycleAsk:
         """What every workload asks of this cycle, and the stops due before it decides."""
-        asking = _Asking(now)
-        bound_by = now - timedelta(seconds=self.pods_ready_seconds)
-        for pod, since in list(self._promised_at.items()):
-            if since < bound_by:
-                del self._promised_at[pod]
-                self.in_flight.settle(pod_promise(*pod))
-                asking.stuck.append(pod)
+        asking = _Asking(now, stuck=self.placer.stuck(now))
         for entry in self.book:
             workload = entry.read
             running = entry.recorded or _any_placed(entry)
@@ -251,14 +243,6 @@ class WorkloadCycle:
         if pending is not None and workload.admitted is not None and workload.admitted.generation >= pending.generation:
             del self._admitting[workload.key]
 
-    def pod_seen(self, namespace: str, name: str, *, gated: bool, holding: bool = False) -> None:
-        """The watch shows the pod ungated (or gone): its placement landed, or there is nothing left to place.
-        HOLDING: it is bound or gone, so its promise (settled by the caller) needs no watch any more."""
-        if not gated:
-            self._placing.pop((namespace, name), None)
-        if holding:
-            self._promised_at.pop((namespace, name), None)
-
     def _pods_overdue(self, entry: WorkloadEntry, workload: Workload, record: AdmittedRecord, asking: _Asking) -> bool:
         """Its pods have not all come up within the bound since it was admitted: it stops, to be asked
         again after a backoff that doubles each time (up to an hour), so that GPUs it never uses are
@@ -295,13 +279,9 @@ class WorkloadCycle:
         """A model server's replicas: those placed are charged to its queue; the gated ones ask, any number."""
         per_pod = workload.gpu_pod_sets[0].gpus_per_pod
         for pod in entry.live_pods:
-            if not pod.gated or (pod.namespace, pod.name) in self._placing:
+            if not pod.gated or self.placer.placing(pod):
                 held.append(HeldGpus(workload.queue, max(per_pod, pod.gpus) * MILLI))
-        waiting = [
-            p
-            for p in entry.live_pods
-            if p.gated and (p.namespace, p.name) not in self._placing and _fits_its_set(p, workload)
-        ]
+        waiting = [p for p in entry.live_pods if p.gated and not self.placer.placing(p) and fits_its_set(p, workload)]
         if waiting:
             request = as_request(workload, topology=snapshot.topology, placement=None)
             requests.append(_as_replicas(request, len(waiting)))
@@ -310,11 +290,7 @@ class WorkloadCycle:
         self, entry: WorkloadEntry, workload: Workload, snapshot: ClusterSnapshot, requests: list[JobRequest]
     ) -> None:
         """A plain pod group: placed once all its pods exist, charged on the nodes its placed pods took."""
-        nodes = tuple(
-            node
-            for p in entry.live_pods
-            if (node := p.node if not p.gated else self._placing.get((p.namespace, p.name))) is not None
-        )
+        nodes = tuple(node for p in entry.live_pods if (node := self.placer.node_of(p)) is not None)
         if nodes:
             placement = Placement.of_nodes(nodes, workload.gpu_pod_sets[0].gpus_per_pod, snapshot)
             requests.append(as_request(workload, topology=snapshot.topology, placement=placement))
@@ -370,7 +346,7 @@ class WorkloadCycle:
             return
         kind, namespace, name = entry.ref
         if kind in _REPLICA_KINDS or kind is WorkloadKind.POD_GROUP:
-            await self.place_pods(entry, placement.nodes if placement is not None else (), now=now)
+            await self.placer.place_pods(entry, placement.nodes if placement is not None else (), now=now)
             return
         earlier = self.record_of(workload)
         generation = (earlier.generation if earlier is not None else 0) + 1
@@ -426,106 +402,16 @@ class WorkloadCycle:
                     await self.kube.delete_pod(namespace, pod.name)
         self.say(entry, "Warning" if reason not in ("Preempted",) else "Normal", reason, message)
 
-    async def place_pods(
-        self, entry: WorkloadEntry, nodes: Sequence[str] | None = None, *, now: datetime | None = None
-    ) -> None:
-        """Pin the admitted workload's gated pods to their nodes and lift their gates: once every GPU pod
-        of its first run exists (the gang binds together), then each replacement as it comes. NODES: the
-        nodes the cycle gave a replica kind's or a pod group's gated pods (they have no record)."""
-        workload = entry.read
-        if not isinstance(workload, Workload):
-            return
-        gpu_sets = {s.name.lower() for s in workload.gpu_pod_sets}
-        # Only pods that ask what their pod set asks: a pod made to look like one of the workload's
-        # (its owner named, its labels copied) asking more GPUs, or of a set it does not have, stays gated.
-        live = [p for p in entry.live_pods if _fits_its_set(p, workload)]
-        gpu_pods = [p for p in live if p.pod_set.lower() in gpu_sets or len(workload.pod_sets) == 1]
-        record = self.record_of(workload)
-        if nodes is None:
-            if record is None:
-                return
-            nodes = record.nodes
-            first_run = not any(not p.gated or (p.namespace, p.name) in self._placing for p in gpu_pods)
-            if first_run and len(gpu_pods) < len(nodes):
-                return  # its controller has not made every pod yet: the gang's gates come off together
-            targets = gpu_pods
-        else:
-            targets = [p for p in gpu_pods if p.gated and (p.namespace, p.name) not in self._placing]
-        slots = [PodSlot(p.name, self._node_of(p), p.index, p.pod_set) for p in targets]
-        order = [s.name for s in workload.pod_sets]
-        assigned = assign_nodes(nodes, slots, order)
-        per_pod = workload.gpu_pod_sets[0].gpus_per_pod if workload.gpu_pod_sets else 0
-        for pod in targets:
-            if pod.gated and (node := assigned.get(pod.name)) is not None and self._node_of(pod) is None:
-                if record is None:  # a replica's or a group's pod: promised until it binds
-                    self.in_flight.promise(pod_promise(pod.namespace, pod.name), Promised({node: per_pod}))
-                    if now is not None:
-                        self._promised_at[(pod.namespace, pod.name)] = now
-                await self._place_one(pod, node)
-        if record is not None or entry.kind is WorkloadKind.POD_GROUP:
-            for pod in live:  # the pods of no GPUs (a Ray head, a launcher) start with the gang
-                if pod.gated and pod not in gpu_pods and (pod.namespace, pod.name) not in self._placing:
-                    await self._place_one(pod, None)
-
-    def _node_of(self, pod: WorkloadPod) -> str | None:
-        """The node POD holds or was given: its own once ungated, the one its placement in flight names while gated."""
-        return pod.node if not pod.gated else self._placing.get((pod.namespace, pod.name))
-
-    async def _place_one(self, pod: WorkloadPod, node: str | None) -> None:
-        key = (pod.namespace, pod.name)
-        self._placing[key] = node
-        try:
-            await self.api.place_pod(pod.namespace, pod.name, node, pod.gates, has_selector=pod.has_node_selector)
-        except Exception:
-            self._placing.pop(key, None)
-            raise
-
-    # -- what a workload is told ---------------------------------------------------------------
-
     def say(self, entry: WorkloadEntry, event_type: str, reason: str, message: str) -> None:
-        """An event on its object (a pod group: on its first pod), once per change of what is said."""
-        if self._said.get(entry.ref) == (reason, message):
-            return
-        self._said[entry.ref] = (reason, message)
-        kind, namespace, name = entry.ref
-        if kind is WorkloadKind.POD_GROUP:
-            if not entry.pods:
-                return
-            target = {"apiVersion": "v1", "kind": "Pod", "metadata": {"namespace": namespace, "name": min(entry.pods)}}
-        else:
-            api = KIND_APIS[kind]
-            target = {
-                "apiVersion": f"{api.group}/{api.version}",
-                "kind": _KIND_NAMES[kind],
-                "metadata": {"namespace": namespace, "name": name, "uid": entry.uid},
-            }
-        self.kube.post_event(target, event_type, reason, message)
+        self.teller.say(entry, event_type, reason, message)
 
     def forget(self, ref: WorkloadRef) -> None:
         kind, namespace, name = ref
         self._admitting.pop(f"{namespace}/{name}@{kind.value}", None)
-        self._said.pop(ref, None)
+        self.teller.forget(ref)
         self._retry_at.pop(ref, None)
         self._backoff.pop(ref, None)
         self._came_up = {up for up in self._came_up if up[0] != ref}
-
-
-_KIND_NAMES = {
-    WorkloadKind.BATCH_JOB: "Job",
-    WorkloadKind.PYTORCH_JOB: "PyTorchJob",
-    WorkloadKind.RAY_JOB: "RayJob",
-    WorkloadKind.RAY_CLUSTER: "RayCluster",
-    WorkloadKind.DEPLOYMENT: "Deployment",
-    WorkloadKind.STATEFUL_SET: "StatefulSet",
-}
-
-
-def _fits_its_set(pod: WorkloadPod, workload: Workload) -> bool:
-    """POD asks what its pod set asks (whole GPUs or a MIG instance), and its set is one WORKLOAD has."""
-    pod_set: PodSet | None = workload.pod_sets[0] if len(workload.pod_sets) == 1 else None
-    if pod_set is None:
-        pod_set = next((s for s in workload.pod_sets if s.name.lower() == pod.pod_set.lower()), None)
-    return pod_set is not None and pod.gpus == pod_set.gpus_per_pod and pod.mig_profile == pod_set.mig_profile
 
 
 def _gpu_pods(entry: WorkloadEntry, workload: Workload) -> list[WorkloadPod]:
