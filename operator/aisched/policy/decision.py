@@ -235,10 +235,4 @@ def _gangs_only(result: ScheduleResult, asks: Mapping[str, ReplicaAsk]) -> Sched
         name: replace(usage, pending_jobs=usage.pending_jobs - waiting_sets[name]) if waiting_sets[name] else usage
         for name, usage in result.queues.items()
     }
-    return replace(
-        result,
-        admitted=tuple(a for a in result.admitted if a.key not in asks),
-        waiting=tuple(w for w in result.waiting if w.key not in asks),
-        deferred=tuple(key for key in result.deferred if key not in asks),
-        queues=queues,
-    )
+    return replace(result.split(asks.keys())[0], queues=queues)

@@ -172,7 +172,7 @@ class WorkloadCycle:
             message = f"its queue label changed from {was} to {now} while it ran: stopped, to wait in {now}"
             asking.stops.append(Stop(entry, "QueueChanged", message))
             return False
-        running = self.record_of(workload) is not None or _placed_pods(entry, workload)
+        running = self.record_of(workload) is not None or _any_placed(entry)
         if running and self.queue_object(workload.queue) is None:
             # Its queue is gone (or it was relabelled for one that does not exist): the Queues are listed
             # whole before the first cycle, so this is no queue not read yet. It must not run charged to none.
@@ -422,10 +422,6 @@ def _gpu_pods(entry: WorkloadEntry, workload: Workload) -> list[WorkloadPod]:
 def _any_placed(entry: WorkloadEntry) -> bool:
     """Some live pod of ENTRY runs ungated (the operator placed it): whatever its object says now, it holds GPUs."""
     return any(p.live and not p.gated and p.gpus != 0 for p in entry.pods.values())
-
-
-def _placed_pods(entry: WorkloadEntry, workload: Workload) -> bool:
-    return any(not p.gated and p.node is not None for p in _gpu_pods(entry, workload) if p.live)
 
 
 def _fixed(request: JobRequest) -> JobRequest:
