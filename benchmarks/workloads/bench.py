@@ -9,7 +9,7 @@ Jobs (parallelism = completions = the gang's pods, each pod asking its GPUs, ann
 client threads; the namespace is drained between arms.
 
 Arm aisched: the Jobs labelled `scheduling.aisched.io/queue`, the chart's workload admission policies
-in force in the benchmark namespace (tests/integration/workload_policies.py, the benchmark's
+in force in the benchmark namespace (aisched.testing.workload_policies, the benchmark's
 identity playing the operator's), the operator run as users run it (`aisched run --standalone`,
 default settings). Arm kueue: Kueue v0.17.0 out of cluster (benchmarks/workloads/kueue.py: its
 default Configuration, its webhooks served), a Topology of zone / rack / node, a TAS
@@ -47,13 +47,13 @@ from kubernetes import client, config
 from aisched.settings import Settings
 from aisched.testing.cluster import LocalCluster, bin_dir, open_default_queue, start_cluster, stop_cluster
 from aisched.testing.operator import OperatorProcess
+from aisched.testing.workload_policies import workload_policies  # the chart's policies, for one namespace
 from benchmarks.common import add_output_arguments, provenance, require_files, run_reporting_input_errors, write_figures
 from benchmarks.e2e_measure import BindWatch, Topology, arm_report, costs, process_cpu_seconds, submit
 from benchmarks.e2e_scale import drain, prepare
 from benchmarks.e2e_workloads import DEFAULT_MIX, NAMESPACE, GangShape, job_mix, parse_mix
 from benchmarks.workloads.kueue import kueue_running
 from benchmarks.workloads.objects import ARMS, Arm, cluster_description, gang_job, summary
-from tests.integration.workload_policies import workload_policies  # the chart's policies, for one namespace
 
 LARGE_PRESET_NODES = 1008
 JOB_NAME_LABEL = "batch.kubernetes.io/job-name"  # the Job controller's, on every pod it makes

@@ -29,8 +29,8 @@ from aisched.testing.cluster import (
     wait_for,
 )
 from aisched.testing.operator import OperatorProcess
+from aisched.testing.workload_policies import workload_policies
 from tests.builders import a_queue
-from tests.integration.workload_policies import workload_policies
 
 # A test that stops an operator or a replica mid-request leaves that request's TLS connection to
 # the API server out of the client's pool, so closing the client cannot close it: the socket goes

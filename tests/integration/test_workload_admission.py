@@ -2,7 +2,7 @@
 
 A Job, PyTorchJob, RayJob or RayCluster charged to a queue (its label, or its namespace's
 default) is stored suspended with the label in every pod template; once the test's admin (the
-operator's stand-in, tests/integration/workload_policies.py) unsuspends a Job, the Job
+operator's stand-in, aisched.testing.workload_policies) unsuspends a Job, the Job
 controller's pods are made gated, as are a labelled Deployment's. What carries no label is left
 alone. A tenant with the built-in `edit` role cannot start a held Job, lift a pod's gate, or write
 the operator's aisched.io/ keys; it may change or remove the queue label, and a Job's template
@@ -21,7 +21,7 @@ import yaml
 from aisched.policy.workloads.model import ADMISSION_GATE, DEFAULT_QUEUE_NAMESPACE_LABEL, QUEUE_LABEL
 from aisched.testing.cluster import TIMEOUT, LocalCluster, bin_dir, get_object, list_objects, wait_for
 from aisched.testing.operator import OperatorProcess
-from tests.integration.workload_policies import PROBE_USER, workload_policies
+from aisched.testing.workload_policies import PROBE_USER, workload_policies
 
 pytestmark = pytest.mark.integration
 

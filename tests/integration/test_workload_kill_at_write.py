@@ -13,6 +13,7 @@ from typing import Any
 
 from aisched.policy.workloads.model import PLACEMENT_ANNOTATION
 from aisched.testing.cluster import get_object
+from aisched.testing.workload_policies import workload_policies
 from tests.builders import a_queue
 from tests.integration.test_kill_at_write import (  # noqa: F401  (its fixtures and marks, by name)
     KillPoints,
@@ -22,7 +23,6 @@ from tests.integration.test_kill_at_write import (  # noqa: F401  (its fixtures 
     pytestmark,
 )
 from tests.integration.test_workloads import indexed_job, pods_of, running
-from tests.integration.workload_policies import workload_policies
 
 
 def test_a_jobs_admission_killed_at_any_write_runs_one_gang_where_its_record_says(

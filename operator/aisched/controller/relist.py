@@ -31,11 +31,12 @@ from aisched.controller.serving.autoscaling import PLURAL as SERVICES
 from aisched.controller.training import TrainingJobController
 from aisched.controller.training.store import PLURAL as TRAINING_JOBS
 from aisched.controller.workloads.controller import WorkloadController
-from aisched.kube.client import KubeClient
+from aisched.kube.client import KubeClient, Listing
 from aisched.kube.inventory import Inventory, PodRecord
 from aisched.kube.records import release_template, slim_object
 from aisched.kube.serving_builders import ServingPod, serving_pod_from_object
 from aisched.kube.versions import is_newer
+from aisched.policy.workloads.model import WorkloadKind
 
 log = logging.getLogger(__name__)
 QUEUES = "queues"
@@ -124,13 +125,17 @@ async def relist(
     page_size: int,
     workloads: WorkloadController | None = None,
 ) -> None:
-    """List Queues, nodes, ResourceClaims, pods, TrainingJobs and InferenceServices; apply each list, and tell
-    the controllers."""
+    """List Queues, nodes, ResourceClaims, pods, TrainingJobs, InferenceServices and other kinds' workloads;
+    apply each list, and tell the controllers."""
     gpu_resource = inventory.settings.gpu_resource
+
+    listed_pods: list[tuple[str, str]] = []
 
     def listed_pod(obj: dict[str, Any]) -> ListedPod:
         if workloads is not None:  # the pods of other kinds' workloads, as their watch events would
             workloads.pod_changed(obj, deleted=False)
+            metadata = obj.get("metadata") or {}
+            listed_pods.append((metadata.get("namespace") or "", metadata.get("name") or ""))
         return ListedPod(inventory.pod_from_object(obj), serving_pod_from_object(obj, gpu_resource))
 
     # Queues first: the first scheduling cycle after a start must not run on jobs whose queue's quota
@@ -141,6 +146,10 @@ async def relist(
     pods = await kube.list_pods(listed_pod, page_size=page_size)
     training_jobs = await kube.list_custom_metadata(TRAINING_JOBS, listed_object, page_size=page_size)
     services = await kube.list_custom_metadata(SERVICES, listed_object, page_size=page_size)
+    workload_objects: dict[WorkloadKind, Listing[ListedObject] | None] = {}
+    for kind in workloads.object_kinds if workloads is not None else ():
+        assert workloads is not None
+        workload_objects[kind] = await workloads.api.list_kind_metadata(kind, listed_object, page_size=page_size)
     # From here on nothing awaits: no watch event lands between a list and what it changed.
     # An object that cannot be read is logged by the inventory and left out of its list.
     changed_nodes = inventory.relist_nodes((n for n in nodes.items if n is not None), nodes.resource_version)
@@ -163,6 +172,13 @@ async def relist(
     for namespace, name in gone_from_list(serving.services, listed_services, services.resource_version):
         log.info("InferenceService %s/%s was deleted while the watch was away", namespace, name)
         serving.service_gone(namespace, name)
+    if workloads is not None:
+        workloads.pods_relisted(listed_pods, pods.resource_version)
+        for kind, listing in workload_objects.items():
+            if listing is not None:  # None: a kind the cluster does not serve
+                workloads.objects_relisted(
+                    kind, ((o.namespace, o.name) for o in listing.items), listing.resource_version
+                )
     log.debug(
         "relisted %d nodes (%d changed), %d pods (%d changed)",
         len(nodes.items),

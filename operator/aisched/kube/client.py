@@ -199,12 +199,17 @@ class KubeClient:
         500 of them was most of a GiB in memory. Its metadata is all a relist reads.
         """
 
+        return await self.list_metadata(f"/apis/{GROUP}/{VERSION}/{plural}", convert, page_size=page_size)
+
+    async def list_metadata(self, path: str, convert: Callable[[dict[str, Any]], T], *, page_size: int) -> Listing[T]:
+        """The metadata of every object under the collection PATH (`/apis/<group>/<version>/<plural>`)."""
+
         def method(**kwargs: Any) -> Any:
             query = [("limit", kwargs["limit"])] + (
                 [("continue", kwargs["_continue"])] if "_continue" in kwargs else []
             )
             return self.api_client.call_api(
-                f"/apis/{GROUP}/{VERSION}/{plural}",
+                path,
                 "GET",
                 query_params=query,
                 header_params={"Accept": METADATA_LIST_ACCEPT},

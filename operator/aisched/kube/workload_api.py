@@ -65,6 +65,20 @@ class WorkloadApi:
                 return None
             raise
 
+    async def list_kind_metadata(
+        self, kind: WorkloadKind, convert: Callable[[dict[str, Any]], T], *, page_size: int
+    ) -> Listing[T] | None:
+        """The metadata of every object of KIND (a relist needs no more); None when the cluster does not serve it."""
+        api = KIND_APIS[kind]
+        try:
+            return await self.kube.list_metadata(
+                f"/apis/{api.group}/{api.version}/{api.plural}", convert, page_size=page_size
+            )
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+
     async def patch_object(self, kind: WorkloadKind, namespace: str, name: str, patch: dict[str, Any]) -> bool:
         """Merge PATCH into the object; False when it is gone, or changed since the resourceVersion PATCH names."""
         api = KIND_APIS[kind]

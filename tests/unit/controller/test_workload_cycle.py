@@ -300,6 +300,36 @@ def test_an_older_copy_of_a_pod_never_overwrites_the_newer_one_the_watch_showed(
     assert not any(e.pods for e in controller.book)
 
 
+def test_a_relist_forgets_pods_and_objects_deleted_while_the_watch_was_away_and_keeps_newer_ones() -> None:
+    """A watch that reconnects never reports what went meanwhile: the relist's lists must, and must not
+    forget what was made after they were read."""
+    settings = Settings()
+    controller = WorkloadController(
+        KubeDouble().client,
+        ClusterState(Inventory(settings)),
+        queue_object=lambda _name: None,
+        wake_cycle=lambda: None,
+    )
+    job = a_job(pods=2)
+    job["metadata"]["resourceVersion"] = "3"
+    controller.object_seen(JOB, job)
+    for index, version in ((0, "4"), (1, "9")):
+        pod = a_pod(f"train-{index}", "train", index, node="n1", gated=False)
+        pod["metadata"]["resourceVersion"] = version
+        controller.pod_changed(pod, deleted=False)
+    # A list read at 6 has neither pod: train-0 went unseen; train-1 came after the list was read.
+    controller.pods_relisted([], "6")
+    (entry,) = controller.book
+    assert sorted(entry.pods) == ["train-1"]
+    controller.objects_relisted(JOB, [(entry.ref[1], "train")], "6")  # still there: kept
+    assert controller.book.get(entry.ref) is not None and controller.book.get(entry.ref).seen  # type: ignore[union-attr]
+    controller.objects_relisted(JOB, [], "7")  # gone: its object forgotten, its live pod still counted
+    (entry,) = controller.book
+    assert not entry.seen and entry.read is None and sorted(entry.pods) == ["train-1"]
+    controller.pods_relisted([], "10")
+    assert not list(controller.book)
+
+
 @pytest.mark.asyncio
 async def test_an_admission_not_seen_yet_is_charged_as_written_and_never_asked_for_again(parts: Any) -> None:
     """The next cycle can come before the watch shows the record: it must not admit the Job a second time

@@ -103,9 +103,10 @@ class WorkloadBook:
 
     def pod_gone(self, namespace: str, name: str, obj: Mapping[str, Any]) -> WorkloadEntry | None:
         pod = read_workload_pod(obj)
-        if pod is None:
-            return None
-        ref = self._made_by.get(pod.workload, pod.workload)
+        return None if pod is None else self.pod_of_gone(self._made_by.get(pod.workload, pod.workload), name)
+
+    def pod_of_gone(self, ref: WorkloadRef, name: str) -> WorkloadEntry | None:
+        """The pod NAME of workload REF is gone (a DELETED event, or a relist that no longer lists it)."""
         entry = self.entries.get(ref)
         if entry is None:
             return None
@@ -116,6 +117,10 @@ class WorkloadBook:
         if not entry.pods and not entry.seen:
             del self.entries[ref]
         return entry
+
+    def pod_owners(self) -> dict[tuple[str, str], WorkloadRef]:
+        """Every pod held, by (namespace, name), to the workload it is counted for."""
+        return {(ref[1], name): ref for ref, entry in self.entries.items() for name in entry.pods}
 
     def __iter__(self) -> Iterator[WorkloadEntry]:
         return iter(list(self.entries.values()))

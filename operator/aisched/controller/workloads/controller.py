@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from aisched.controller.cluster_state import ClusterState
@@ -133,17 +133,49 @@ class WorkloadController:
             self._versions.deleted(key, version)
         else:
             self._versions.saw(key, version)
-        if deleted or pod.bound or not pod.live:
-            self.in_flight.settle(pod_promise(pod.namespace, pod.name))  # the inventory counts it, or it is gone
-        self.cycle.placer.pod_seen(
-            pod.namespace, pod.name, gated=pod.gated and not deleted, holding=deleted or pod.bound or not pod.live
-        )
-        entry = self.book.pod_gone(pod.namespace, pod.name, obj) if deleted else self.book.pod_seen(obj)
+        if deleted:
+            self._pod_deleted(pod.namespace, pod.name, self.book.pod_gone(pod.namespace, pod.name, obj))
+            return
+        if pod.bound or not pod.live:
+            self.in_flight.settle(pod_promise(pod.namespace, pod.name))  # the inventory counts it
+        self.cycle.placer.pod_seen(pod.namespace, pod.name, gated=pod.gated, holding=pod.bound or not pod.live)
+        entry = self.book.pod_seen(obj)
         if entry is None:
             return
         if pod.gated:
             self._place(entry)
         self.wake_cycle()
+
+    def _pod_deleted(self, namespace: str, name: str, forgotten: WorkloadEntry | None) -> None:
+        """The pod is gone, and FORGOTTEN is the entry it was taken from (None: it was no one's)."""
+        self.in_flight.settle(pod_promise(namespace, name))  # nothing is on its way to it
+        self.cycle.placer.pod_seen(namespace, name, gated=False, holding=True)
+        if forgotten is not None:
+            self.wake_cycle()
+
+    # -- what a relist shows: deletions a dropped watch never reported ------------------------
+
+    def pods_relisted(self, listed: Iterable[tuple[str, str]], list_version: str) -> None:
+        """The workload pods a pod list at LIST_VERSION left out were deleted while the watch was away."""
+        self._versions.begin_relist(list_version)
+        present = {("pods", namespace, name) for namespace, name in listed}
+        owners = self.book.pod_owners()
+        for key in self._versions.absent(present, list_version):
+            if key[0] != "pods" or key in present:
+                continue
+            _, namespace, name = key
+            self._versions.deleted(key, None)
+            ref = owners.get((namespace, name))
+            log.info("pod %s/%s was deleted while the watch was away", namespace, name)
+            self._pod_deleted(namespace, name, None if ref is None else self.book.pod_of_gone(ref, name))
+
+    def objects_relisted(self, kind: WorkloadKind, listed: Iterable[tuple[str, str]], list_version: str) -> None:
+        """The objects of KIND a list at LIST_VERSION left out were deleted while the watch was away."""
+        present = {(kind.value, namespace, name) for namespace, name in listed}
+        for key in self._versions.absent(present, list_version):
+            if key[0] == kind.value and key not in present:
+                log.info("%s %s/%s was deleted while the watch was away", kind.value, key[1], key[2])
+                self.object_gone(kind, key[1], key[2])
 
     def _place(self, entry: WorkloadEntry) -> None:
         self._to_place.add(entry.ref)

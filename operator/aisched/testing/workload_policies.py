@@ -19,8 +19,7 @@ from typing import Any
 import yaml
 
 from aisched.policy.workloads.model import ADMISSION_GATE, QUEUE_LABEL
-from aisched.testing.cluster import TIMEOUT, LocalCluster, wait_for
-from tests.tools.binaries import render
+from aisched.testing.cluster import REPO_ROOT, TIMEOUT, LocalCluster, wait_for
 
 TEMPLATES = ("templates/admission/workload-gate.yaml", "templates/admission/workload-guard.yaml")
 CHART_OPERATOR = "system:serviceaccount:aisched-system:aisched"
@@ -29,9 +28,30 @@ PROBE_USER = ("--as=aisched-policy-probe", "--as-group=system:masters")
 PROBE_POD = "aisched-policy-probe"
 
 
+CHART = REPO_ROOT / "helm" / "aisched"
+
+
 def _ok(result: Any) -> str:
-    assert result.returncode == 0, f"{' '.join(map(str, result.args))}\n{result.stderr}"
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(map(str, result.args))}\n{result.stderr}")
     return str(result.stdout)
+
+
+def _kubernetes_version() -> str:
+    """The version the project builds and tests on (hack/versions.env); helm template assumes an old one."""
+    for line in (REPO_ROOT / "hack" / "versions.env").read_text().splitlines():
+        if line.startswith("KUBERNETES_VERSION="):
+            return line.split("=", 1)[1].strip()
+    raise RuntimeError("hack/versions.env has no KUBERNETES_VERSION")
+
+
+def _render(cluster: LocalCluster, set_values: tuple[str, ...], show_only: str) -> list[dict[str, Any]]:
+    """What `helm template` renders of the chart's SHOW_ONLY template, with SET_VALUES."""
+    args = ["template", "aisched", str(CHART), "--namespace", "aisched-system", "--kube-version", _kubernetes_version()]
+    args += ["--show-only", show_only]
+    for item in set_values:
+        args += ["--set", item]
+    return [doc for doc in yaml.safe_load_all(_ok(cluster.run("helm", *args))) if doc]
 
 
 def admin_identity(cluster: LocalCluster) -> str:
@@ -123,8 +143,9 @@ def _probes(cluster: LocalCluster, namespace: str) -> dict[str, Callable[[], boo
 def workload_policies(cluster: LocalCluster, namespace: str, *set_values: str) -> Iterator[None]:
     """The chart's workload policies (with SET_VALUES, `helm --set` style) in force in NAMESPACE,
     the test's own identity as the operator; removed on exit."""
-    objects = [obj for show in TEMPLATES for obj in render(*set_values, show_only=show)]
-    assert objects, "the chart rendered no workload policies (workloads.enabled, Kubernetes 1.36+)"
+    objects = [obj for show in TEMPLATES for obj in _render(cluster, set_values, show)]
+    if not objects:
+        raise RuntimeError("the chart rendered no workload policies (workloads.enabled, Kubernetes 1.36+)")
     manifest = yaml.safe_dump_all(bound_to(objects, namespace, admin_identity(cluster)))
     rendered = {obj["metadata"]["name"] for obj in objects}
     _ok(cluster.kubectl("apply", "-f", "-", input=manifest))
