@@ -24,6 +24,7 @@ BENCHMARKS = (
     "gpu_sharing",
     "placement",
     "scale",
+    "serving",
     "spot",
     "tenant_objects",
     "tenant_records",
