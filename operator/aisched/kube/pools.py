@@ -15,6 +15,9 @@ from aisched.policy.cluster import Node
 from aisched.policy.interruptions import CapacityPool, InterruptionPrior, PoolHistory, interruption_rate
 
 HALF_LIFE_SECONDS = 7 * 86400.0  # a week: spot markets change with the seasons of demand
+# Ticks closer than this add nothing (exposure is node-seconds, counted in full at the next tick), and the
+# loop's passes come many a second in a burst: each scanned every node.
+MIN_TICK_SECONDS = 1.0
 
 
 def pool_of(node: Node) -> CapacityPool:
@@ -31,6 +34,8 @@ class PoolTracker:
 
     def tick(self, now: datetime, nodes: dict[str, Node]) -> None:
         elapsed = 0.0 if self._last_tick is None else max(0.0, (now - self._last_tick).total_seconds())
+        if self._last_tick is not None and elapsed < MIN_TICK_SECONDS:
+            return
         self._last_tick = now
         exposure: dict[CapacityPool, float] = {}
         interruptions: dict[CapacityPool, int] = {}

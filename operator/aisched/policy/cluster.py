@@ -53,9 +53,12 @@ class Bucket:
     `room[g]` is how many replicas of g GPUs fit (each replica on one node): the
     sum over nodes of free // g. It is kept up to date on every change, so
     whether a gang fits in a domain is one addition per pool.
+
+    A copied snapshot's domains share their buckets with the original's, each marked `shared`: whichever
+    snapshot changes one first copies it for itself (a cycle's copy of a thousand nodes changes a few).
     """
 
-    __slots__ = ("by_free", "room", "room_when_empty")
+    __slots__ = ("by_free", "room", "room_when_empty", "shared")
 
     def __init__(self, max_gpus: int) -> None:
         # A cluster has a bucket per pool in every domain down to each NVLink domain, most of
@@ -63,6 +66,7 @@ class Bucket:
         self.by_free: list[AbstractSet[int]] = [_NO_NODES] * (max_gpus + 1)
         self.room = [0] * (max_gpus + 1)
         self.room_when_empty = [0] * (max_gpus + 1)
+        self.shared = False
 
     def add(self, ordinal: int, free: int, allocatable: int) -> None:
         self._nodes_with(free).add(ordinal)
@@ -90,6 +94,7 @@ class Bucket:
         bucket = object.__new__(Bucket)
         bucket.by_free = [set(nodes) if nodes else _NO_NODES for nodes in self.by_free]
         bucket.room, bucket.room_when_empty = list(self.room), self.room_when_empty  # the latter never changes
+        bucket.shared = False
         return bucket
 
 
@@ -108,7 +113,17 @@ class Domain:
         return sum(self.buckets[p].free for p in pools if p in self.buckets)
 
     def copy(self) -> Domain:
-        return Domain(self.id, {pool: bucket.copy() for pool, bucket in self.buckets.items()})
+        """The same domain for another snapshot: its buckets shared until either side changes one."""
+        for bucket in self.buckets.values():
+            bucket.shared = True
+        return Domain(self.id, dict(self.buckets))
+
+    def bucket_to_change(self, pool: int) -> Bucket:
+        """POOL's bucket, this domain's own (copied first if another snapshot's domain shares it)."""
+        bucket = self.buckets[pool]
+        if bucket.shared:
+            bucket = self.buckets[pool] = bucket.copy()
+        return bucket
 
 
 class ClusterSnapshot:
@@ -138,6 +153,9 @@ class ClusterSnapshot:
         self._domains: dict[Level | None, dict[tuple[str | None, ...], Domain]] = {
             level: {} for level in (*topology.grouping, None)
         }
+        self.layout = object()
+        """Who the nodes are and where (their labels, pools, usability): the same object in every copy, a new
+        one when the snapshot is built afresh. What is derived from the layout alone may be kept by it."""
         self._journal: list[tuple[int, int]] = []
         self._trials = 0
         self.shared = SharedRoom()
@@ -199,6 +217,11 @@ class ClusterSnapshot:
     def nodes(self) -> tuple[Node, ...]:
         """Every GPU node by name, with its current GPU use."""
         return tuple(replace(n, used_gpus=used) for n, used in zip(self._nodes, self._used, strict=True))
+
+    def node_use(self) -> Iterator[tuple[Node, int]]:
+        """Every GPU node by name as indexed (its `used_gpus` as it was then) with its GPUs used now: `nodes()`
+        without a copy of each, for a scan that reads them once."""
+        return zip(self._nodes, self._used, strict=True)
 
     def node_names(self) -> tuple[str, ...]:
         return tuple(n.name for n in self._nodes)
@@ -301,6 +324,7 @@ class ClusterSnapshot:
             raise RuntimeError("copy a snapshot outside its trials: their undo journal is not copied")
         clone = object.__new__(ClusterSnapshot)
         clone.topology, clone._nodes, clone._ordinal = self.topology, self._nodes, self._ordinal  # never changed
+        clone.layout = self.layout
         clone._pool_ids, clone._pool_of = self._pool_ids, self._pool_of
         clone.max_gpus_per_node, clone._most_nodes = self.max_gpus_per_node, self._most_nodes
         clone._used = list(self._used)
@@ -335,7 +359,7 @@ class ClusterSnapshot:
         if new_free == old_free or pool < 0:
             return
         for domain in self._domains_of[ordinal]:
-            domain.buckets[pool].move(ordinal, old_free, new_free)
+            domain.bucket_to_change(pool).move(ordinal, old_free, new_free)
 
 
 def _path_sort_key(path: tuple[str | None, ...]) -> tuple[tuple[bool, str], ...]:

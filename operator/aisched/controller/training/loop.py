@@ -259,7 +259,7 @@ class TrainingJobController:
         """Reconcile for ever; `on_pass` hears of each pass completed (the liveness probe's evidence)."""
         while True:
             # At the resync every job is dirty: the timers the loop keeps (TTL, deadlines) fire there too.
-            keys = await self.queue.next_batch(self.store.jobs.keys)
+            keys = await self.queue.next_batch(self.store.jobs.keys, timeout=self.reporting.owed_in())
             await self.reconcile_once(keys)
             on_pass()
 

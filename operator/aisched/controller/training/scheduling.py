@@ -168,7 +168,7 @@ class SchedulingCycle:
         """The queue depth other autoscalers scale on: label values only from nodes and offerings."""
         products = {pool.gpu_product for pool in snapshot.pools if pool.gpu_product is not None}
         waiting = {w.key for w in result.waiting} | set(result.deferred)
-        zones = {z for z in (n.zone for n in snapshot.nodes()) if z is not None}
+        zones = {z for z in (n.zone for n, _ in snapshot.node_use()) if z is not None}
         if self.provisioner is not None:  # what the fleet can grow into is known, from zero nodes up
             zones.update(o.zone for o in self.provisioner.offerings)
             products.update(o.gpu_product for o in self.provisioner.offerings if o.gpu_product is not None)

@@ -35,6 +35,10 @@ class WorkloadEntry:
     """The resourceVersion of the object `read` was read from: an admission decided on it is written only
     if the object is still that one (a spec edited since, its GPUs raised, is read and decided again)."""
 
+    revision: int = 0
+    """Counts every change the watches showed (its object, any pod): what a cycle derived from the entry
+    at one revision holds until the next."""
+
     @property
     def kind(self) -> WorkloadKind:
         return self.ref[0]
@@ -65,7 +69,9 @@ class WorkloadBook:
                 self._made_by[ref] = owner
                 early = self.entries.pop(ref, None)  # pods the watch showed before their cluster
                 if early is not None:
-                    self.entries.setdefault(owner, WorkloadEntry(owner)).pods.update(early.pods)
+                    adopted = self.entries.setdefault(owner, WorkloadEntry(owner))
+                    adopted.pods.update(early.pods)
+                    adopted.revision += 1
             return None
         read = read_workload(kind, obj)
         annotations = metadata.get("annotations")
@@ -74,6 +80,7 @@ class WorkloadBook:
             return None  # no queue's, and never was: the cluster's other Jobs and Deployments are kept nowhere
         entry = self.entries.setdefault(ref, WorkloadEntry(ref))
         entry.read, entry.recorded, entry.seen = read, recorded, True
+        entry.revision += 1
         entry.uid = str(metadata.get("uid") or "")
         version = metadata.get("resourceVersion")
         entry.version = version if isinstance(version, str) else ""
@@ -85,6 +92,7 @@ class WorkloadBook:
         entry = self.entries.get(ref)
         if entry is not None:
             entry.read, entry.seen, entry.recorded = None, False, False
+            entry.revision += 1
             if not entry.pods:
                 del self.entries[ref]
         return entry
@@ -96,10 +104,16 @@ class WorkloadBook:
             return None
         entry = self.entries.setdefault(ref, WorkloadEntry(ref))
         entry.pods[pod.name] = pod
+        entry.revision += 1
         if ref[0] is WorkloadKind.POD_GROUP:
             entry.group_pods[pod.name] = _slim_pod(obj)
             self._read_group(entry)
         return entry
+
+    def pod_of(self, workload: WorkloadRef, name: str) -> WorkloadPod | None:
+        """Pod NAME of WORKLOAD (the ref its pod names) as last seen; None when none is held."""
+        entry = self.entries.get(self._made_by.get(workload, workload))
+        return entry.pods.get(name) if entry is not None else None
 
     def pod_gone(self, namespace: str, name: str, obj: Mapping[str, Any]) -> WorkloadEntry | None:
         pod = read_workload_pod(obj)
@@ -111,6 +125,7 @@ class WorkloadBook:
         if entry is None:
             return None
         entry.pods.pop(name, None)
+        entry.revision += 1
         if ref[0] is WorkloadKind.POD_GROUP:
             entry.group_pods.pop(name, None)
             self._read_group(entry)

@@ -8,15 +8,17 @@ them: every GPU pod of a gang's first run at once, then each replacement as it c
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from aisched.controller.cluster_state import ClusterState
+from aisched.controller.concurrency import at_most
 from aisched.controller.workloads.book import WorkloadBook, WorkloadEntry
 from aisched.controller.workloads.cycle import WorkloadCycle, admission_promise
 from aisched.controller.workloads.placing import pod_promise
-from aisched.controller.workloads.pods import WorkloadRef, read_workload_pod
+from aisched.controller.workloads.pods import WorkloadPod, WorkloadRef, read_workload_pod
 from aisched.kube.client import KubeClient
 from aisched.kube.versions import VersionLedger
 from aisched.kube.workload_api import KIND_APIS, WorkloadApi
@@ -36,6 +38,15 @@ def _version(obj: Mapping[str, Any]) -> str | None:
     metadata = obj.get("metadata")
     version = metadata.get("resourceVersion") if isinstance(metadata, Mapping) else None
     return version if isinstance(version, str) else None
+
+
+# Workloads whose pods one pass places at once (each gang's own pods overlap too: `placing.GANG_WRITES`).
+CONCURRENT_WORKLOADS = 8
+
+
+def _asks(pod: WorkloadPod) -> tuple[object, ...]:
+    """What of a pod a cycle decides on: whether it lives, what it asks, which of its workload's sets it is in."""
+    return (pod.live, pod.gpus, pod.mig_profile, pod.pod_set)
 
 
 # The kinds with an object of their own, each watched when the cluster serves it.
@@ -139,12 +150,16 @@ class WorkloadController:
         if pod.bound or not pod.live:
             self.in_flight.settle(pod_promise(pod.namespace, pod.name))  # the inventory counts it
         self.cycle.placer.pod_seen(pod.namespace, pod.name, gated=pod.gated, holding=pod.bound or not pod.live)
+        before = self.book.pod_of(pod.workload, pod.name)
         entry = self.book.pod_seen(obj)
         if entry is None:
             return
         if pod.gated:
             self._place(entry)
-        self.wake_cycle()
+        # A pod placed that binds, runs or is ungated changes no charge (its record or promise held its GPUs,
+        # the inventory holds them now): no cycle for that. A new pod, one that ended or asks otherwise does.
+        if before is None or (pod.gated and not before.gated) or _asks(before) != _asks(pod):
+            self.wake_cycle()
 
     def _pod_deleted(self, namespace: str, name: str, forgotten: WorkloadEntry | None) -> None:
         """The pod is gone, and FORGOTTEN is the entry it was taken from (None: it was no one's)."""
@@ -188,13 +203,13 @@ class WorkloadController:
             await self._wake.wait()
             self._wake.clear()
             refs, self._to_place = self._to_place, set()
-            for ref in refs:
-                entry = self.book.get(ref)
-                if entry is None or not isinstance(entry.read, Workload) or self.cycle.record_of(entry.read) is None:
-                    continue
-                try:
-                    await self.cycle.placer.place_pods(entry)
-                except Exception:
-                    log.exception(
-                        "placing the pods of %s/%s (%s) failed; its next event tries again", ref[1], ref[2], ref[0]
-                    )
+            await at_most(CONCURRENT_WORKLOADS, [functools.partial(self._place_pods_of, ref) for ref in refs])
+
+    async def _place_pods_of(self, ref: WorkloadRef) -> None:
+        entry = self.book.get(ref)
+        if entry is None or not isinstance(entry.read, Workload) or self.cycle.record_of(entry.read) is None:
+            return
+        try:
+            await self.cycle.placer.place_pods(entry)
+        except Exception:
+            log.exception("placing the pods of %s/%s (%s) failed; its next event tries again", ref[1], ref[2], ref[0])

@@ -26,6 +26,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from aisched.controller.cluster_state import UncreatedHolds
+from aisched.controller.concurrency import at_most
 from aisched.controller.in_flight import InFlightPlacements, Promised
 from aisched.controller.tenancy import TenancyBook
 from aisched.controller.workloads.book import WorkloadBook, WorkloadEntry
@@ -49,6 +50,9 @@ from aisched.policy.workloads.model import (
 from aisched.policy.workloads.request import as_request
 
 log = logging.getLogger(__name__)
+# Decisions carried out at once, each its own write: the API server sees a cycle's writes overlap, as a
+# burst of the Job controller's would, within the client's rate limit.
+CONCURRENT_WRITES = 16
 # Kinds whose object cannot be suspended: their gated pods are admitted one by one, as they come.
 _REPLICA_KINDS = frozenset({WorkloadKind.DEPLOYMENT, WorkloadKind.STATEFUL_SET})
 
@@ -114,6 +118,11 @@ class WorkloadCycle:
     _came_up: set[tuple[WorkloadRef, int]] = field(default_factory=set)
     """Admissions (workload, record generation) whose GPU pods all bound once: never overdue after that
     (a Job's finished index, a restarted worker, leaves a gap that is no controller missing)."""
+    _running_asks: dict[WorkloadRef, tuple[Workload, AdmittedRecord, object, JobRequest]] = field(default_factory=dict)
+    """The request of each running workload, as of its object's read, its record and the snapshot's layout:
+    a running workload asks the same until one of them changes, and most of a busy cluster's are running."""
+    _holds: dict[WorkloadRef, tuple[int, AdmittedRecord, dict[str, int]]] = field(default_factory=dict)
+    """What each admitted workload's record holds before its pods do, as of the entry's revision."""
     placer: PodPlacer = field(init=False)
     teller: Teller = field(init=False)
 
@@ -132,12 +141,21 @@ class WorkloadCycle:
             workload = entry.read
             if not isinstance(workload, Workload) or workload.admitted is None or workload.finished:
                 continue
-            record = workload.admitted
-            bound = Counter(p.node for p in _gpu_pods(entry, workload) if p.bound and p.live)
-            for node, pods in Counter(record.nodes).items():
-                if (left := pods - bound[node]) > 0:
-                    reserved[node] = reserved.get(node, 0) + left * record.gpus_per_pod
+            for node, gpus in self._held_by_record(entry, workload, workload.admitted).items():
+                reserved[node] = reserved.get(node, 0) + gpus
         return UncreatedHolds(reserved)
+
+    def _held_by_record(self, entry: WorkloadEntry, workload: Workload, record: AdmittedRecord) -> dict[str, int]:
+        kept = self._holds.get(entry.ref)
+        if kept is not None and kept[0] == entry.revision and kept[1] is record:
+            return kept[2]
+        bound = Counter(p.node for p in _gpu_pods(entry, workload) if p.bound and p.live)
+        held: dict[str, int] = {}
+        for node, pods in Counter(record.nodes).items():
+            if (left := pods - bound[node]) > 0:
+                held[node] = left * record.gpus_per_pod
+        self._holds[entry.ref] = (entry.revision, record, held)
+        return held
 
     # -- asked of the cycle ----------------------------------------------------------------
 
@@ -211,9 +229,7 @@ class WorkloadCycle:
                 return
             if self._pods_overdue(entry, workload, record, asking):
                 return
-            placement = Placement.of_nodes(record.nodes, record.gpus_per_pod, snapshot)
-            # Running, it is the size it was admitted at: the executor resizes no running workload.
-            asking.requests.append(_fixed(as_request(workload, topology=snapshot.topology, placement=placement)))
+            asking.requests.append(self._running_ask(entry, workload, record, snapshot))
         elif workload.suspended:
             if any(not p.done for p in entry.pods.values()):  # not while its last run's pods still stop
                 return
@@ -229,6 +245,19 @@ class WorkloadCycle:
                 "installed, Kubernetes 1.36+?): suspended, to wait for admission"
             )
             asking.stops.append(Stop(entry, "NotHeld", message))
+
+    def _running_ask(
+        self, entry: WorkloadEntry, workload: Workload, record: AdmittedRecord, snapshot: ClusterSnapshot
+    ) -> JobRequest:
+        """What a running workload asks: to stay where its record says, at the size it was admitted at (the
+        executor resizes no running workload)."""
+        kept = self._running_asks.get(entry.ref)
+        if kept is not None and kept[0] is workload and kept[1] is record and kept[2] is snapshot.layout:
+            return kept[3]
+        placement = Placement.of_nodes(record.nodes, record.gpus_per_pod, snapshot)
+        request = _fixed(as_request(workload, topology=snapshot.topology, placement=placement))
+        self._running_asks[entry.ref] = (workload, record, snapshot.layout, request)
+        return request
 
     def record_of(self, workload: Workload) -> AdmittedRecord | None:
         """Where WORKLOAD's current run goes: the record on its object, or the one written and not seen yet."""
@@ -326,12 +355,7 @@ class WorkloadCycle:
         for waiting in result.waiting:
             if (left := by_key.get(waiting.key)) is not None:
                 self.say(left, "Normal", waiting.reason, waiting.message)
-        for entry, write in writes:
-            try:
-                await write()
-            except Exception:
-                kind, namespace, name = entry.ref
-                log.exception("carrying out the cycle's decision for %s %s/%s failed", kind.value, namespace, name)
+        await at_most(CONCURRENT_WRITES, [functools.partial(_guarded, entry, write) for entry, write in writes])
 
     def _count(self, entry: WorkloadEntry, *, admitted: bool) -> None:
         if self.metrics is None or not isinstance(entry.read, Workload):
@@ -411,7 +435,18 @@ class WorkloadCycle:
         self.teller.forget(ref)
         self._retry_at.pop(ref, None)
         self._backoff.pop(ref, None)
+        self._running_asks.pop(ref, None)
+        self._holds.pop(ref, None)
         self._came_up = {up for up in self._came_up if up[0] != ref}
+
+
+async def _guarded(entry: WorkloadEntry, write: Callable[[], Awaitable[None]]) -> None:
+    """WRITE, whose failure is logged: the next cycle finds its workload as it was, and every other's goes on."""
+    try:
+        await write()
+    except Exception:
+        kind, namespace, name = entry.ref
+        log.exception("carrying out the cycle's decision for %s %s/%s failed", kind.value, namespace, name)
 
 
 def _gpu_pods(entry: WorkloadEntry, workload: Workload) -> list[WorkloadPod]:

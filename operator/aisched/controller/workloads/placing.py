@@ -10,10 +10,12 @@ is never placed twice.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from aisched.controller.concurrency import at_most
 from aisched.controller.in_flight import InFlightPlacements, Promised
 from aisched.controller.workloads.book import WorkloadEntry
 from aisched.controller.workloads.pods import WorkloadPod
@@ -22,6 +24,8 @@ from aisched.policy.workloads.model import AdmittedRecord, PodSet, Workload, Wor
 from aisched.policy.workloads.pod_nodes import PodSlot, assign_nodes
 
 PodKey = tuple[str, str]
+GANG_WRITES = 16
+"""One gang's pods placed at once."""
 
 
 def pod_promise(namespace: str, name: str) -> tuple[str, str, str]:
@@ -93,21 +97,25 @@ class PodPlacer:
         slots = [PodSlot(p.name, self.node_of(p), p.index, p.pod_set) for p in targets]
         assigned = assign_nodes(nodes, slots, [s.name for s in workload.pod_sets])
         per_pod = workload.gpu_pod_sets[0].gpus_per_pod if workload.gpu_pod_sets else 0
+        places: list[tuple[WorkloadPod, str | None]] = []
         for pod in targets:
             if pod.gated and (node := assigned.get(pod.name)) is not None and self.node_of(pod) is None:
                 if record is None:  # a replica's or a group's pod: promised until it binds
                     self.in_flight.promise(pod_promise(pod.namespace, pod.name), Promised({node: per_pod}))
                     if now is not None:
                         self._promised_at[(pod.namespace, pod.name)] = now
-                await self._place_one(pod, node)
+                places.append((pod, node))
         if record is not None or entry.kind is WorkloadKind.POD_GROUP:
-            for pod in live:  # the pods of no GPUs (a Ray head, a launcher) start with the gang
-                if pod.gated and pod not in gpu_pods and not self.placing(pod):
-                    await self._place_one(pod, None)
+            # The pods of no GPUs (a Ray head, a launcher) start with the gang, wherever kube-scheduler puts them.
+            places.extend((pod, None) for pod in live if pod.gated and pod not in gpu_pods and not self.placing(pod))
+        # Each is remembered as placing before any write is sent: a pass that overlaps this one places none twice.
+        for pod, node in places:
+            self._placing[(pod.namespace, pod.name)] = node
+        # A gang's pods are pinned and ungated together, not one API round trip after another.
+        await at_most(GANG_WRITES, [functools.partial(self._place_one, pod, node) for pod, node in places])
 
     async def _place_one(self, pod: WorkloadPod, node: str | None) -> None:
         key = (pod.namespace, pod.name)
-        self._placing[key] = node
         try:
             await self.api.place_pod(pod.namespace, pod.name, node, pod.gates, has_selector=pod.has_node_selector)
         except Exception:
