@@ -13,6 +13,12 @@ alone, so jobs naming zones the source does not know open those zones' circuits 
 other zone's asked. Only subjects whose last fetch failed are kept, at most `max_circuits` of
 them, the least recently failed forgotten first: a tenant inventing zones grows nothing past
 that, and a forgotten zone is at worst asked once more.
+
+Nor may a tenant make the source be asked without end: subjects never answered before (an invented
+zone each job) are fetched at most `new_subjects_per_minute` a minute, from a small burst. Subjects
+the source has answered are remembered (as many as circuits) and never wait for that budget, so
+the zones a cluster runs in are asked as before whatever a tenant invents; a new one the budget
+turns away is asked on a later pass, and meanwhile has no answer (the loop goes on without carbon).
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ from aisched.policy.circuit import Breaker, Circuit, after_failure, allows
 log = logging.getLogger(__name__)
 MAX_CIRCUITS = 256
 """Subjects with a failing fetch kept at once; far more than the zones a cluster runs in."""
+NEW_SUBJECTS_PER_MINUTE = 6.0
+NEW_SUBJECTS_BURST = 8
 
 
 class FetchTimeoutError(TimeoutError):
@@ -52,6 +60,8 @@ class BackgroundFetcher:
         breaker: Breaker,
         clock: Callable[[], datetime],
         max_circuits: int = MAX_CIRCUITS,
+        new_subjects_per_minute: float = NEW_SUBJECTS_PER_MINUTE,
+        new_subjects_burst: int = NEW_SUBJECTS_BURST,
     ) -> None:
         self.name = name
         self.deadline_seconds = deadline_seconds
@@ -62,6 +72,12 @@ class BackgroundFetcher:
         """The failure of the latest fetch of any subject (None once one succeeds): for the log."""
         self._failing: OrderedDict[Hashable, _Failing] = OrderedDict()
         self._tasks: dict[Hashable, asyncio.Task[None]] = {}
+        self._answered: OrderedDict[Hashable, None] = OrderedDict()
+        """Subjects the source answered, the most recent last (at most `max_circuits`): never budgeted."""
+        self._new_per_second = new_subjects_per_minute / 60.0
+        self._new_burst = float(new_subjects_burst)
+        self._new_tokens = float(new_subjects_burst)
+        self._new_refilled_at: datetime | None = None
 
     def circuit(self, subject: Hashable) -> Circuit:
         """The circuit of one subject's fetches; a subject not failing has a closed one."""
@@ -98,9 +114,23 @@ class BackgroundFetcher:
         subject = key if subject is None else subject
         if self.fetching(key) or not allows(self.circuit(subject), self.clock()):
             return False
+        if subject not in self._answered and subject not in self._failing and not self._take_new_subject():
+            return False
         task = asyncio.create_task(self._run(subject, fetch, keep), name=f"{self.name}-fetch")
         self._tasks[key] = task
         task.add_done_callback(lambda done: self._forget_task(key, done))
+        return True
+
+    def _take_new_subject(self) -> bool:
+        """One fetch of a subject never answered, from the budget; False when it is spent for now."""
+        now = self.clock()
+        if self._new_refilled_at is not None:
+            elapsed = max(0.0, (now - self._new_refilled_at).total_seconds())
+            self._new_tokens = min(self._new_burst, self._new_tokens + elapsed * self._new_per_second)
+        self._new_refilled_at = now
+        if self._new_tokens < 1.0:
+            return False
+        self._new_tokens -= 1.0
         return True
 
     def _forget_task(self, key: Hashable, done: asyncio.Task[None]) -> None:
@@ -134,6 +164,10 @@ class BackgroundFetcher:
             self._failed(subject, error)
         else:
             self._failing.pop(subject, None)  # closed: a closed circuit is no entry
+            self._answered.pop(subject, None)
+            self._answered[subject] = None
+            while len(self._answered) > self.max_circuits:
+                self._answered.popitem(last=False)
             self.last_error = None
             keep(value)
 

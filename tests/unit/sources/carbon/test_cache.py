@@ -207,6 +207,7 @@ async def test_a_tenant_inventing_zones_grows_the_circuits_kept_no_further_than_
         cached = bounded(server, clock)(client)
         cached.fetcher.max_circuits = 16
         for index in range(200):
+            clock[0] += timedelta(seconds=10)  # the budget for zones never answered: one each 10 s
             await answered(cached.forecast(f"zone-{index}", T0, T0 + timedelta(hours=2)))
             await cached.fetcher.settle()
         assert cached.fetcher.failing_subjects() == 16
@@ -214,3 +215,29 @@ async def test_a_tenant_inventing_zones_grows_the_circuits_kept_no_further_than_
         assert cached.fetcher.error("zone-0") is None
         assert not cached.fetcher.fetching(("forecast", "zone-199"))
         assert not cached.fetcher._tasks  # a fetch that ended leaves nothing behind
+
+
+@pytest.mark.asyncio
+async def test_zones_never_answered_are_asked_within_a_budget_and_known_ones_are_never_held_by_it(
+    server: ScriptedServer,
+) -> None:
+    """A tenant naming a new zone each job would have the source asked without end (a shared API key's
+    rate limit spent on it): zones never answered get a burst of 8, then 6 a minute."""
+    server.reply("/intensity/2024-05-21T10:00Z/2024-05-21T12:05Z", Reply(payloads.gb_national(ROWS)))
+    clock = [T0]
+    async with httpx.AsyncClient(trust_env=False) as client:
+        cached = bounded(server, clock)(client)
+        await cached.forecast("GB", T0, T0 + timedelta(hours=2))  # answered: known from here on
+        for index in range(100):
+            await answered(cached.forecast(f"zone-{index}", T0, T0 + timedelta(hours=2)))
+            await cached.fetcher.settle()
+        assert cached.fetcher.failing_subjects() == 7  # asked and refused; GB took one of the burst of 8
+        clock[0] += timedelta(minutes=6)  # the GB answer is stale now, and the budget refilled
+        for index in range(100, 200):
+            await answered(cached.forecast(f"zone-{index}", T0, T0 + timedelta(hours=2)))
+            await cached.fetcher.settle()
+        assert cached.fetcher.failing_subjects() == 7 + 8
+        # Its budget spent, a known zone is still asked for a fresh answer.
+        await cached.forecast("GB", T0, T0 + timedelta(hours=2))
+        await cached.fetcher.settle()
+        assert len(server.requests) == 2
