@@ -18,7 +18,10 @@ MIG (`mig`): 32 H100-80GB and 32 A100-40GB GPUs, 3,000 jobs per seed asking for 
 (1g ... 7g) in a seeded mix (no public trace records MIG requests, so each seed draws its own
 mix), Poisson arrivals at 1.1x the GPUs' compute, exponential durations (mean 4 h); a job that
 cannot start on arrival is refused. aisched repartitions idle GPUs to the demanded layout
-(aisched.sim.mig) against mig-parted's static all-1g and all-balanced and whole GPUs only.
+(aisched.sim.mig) against mig-parted's static all-1g and all-balanced, whole GPUs only, and
+`fitted_static`: a fixed per-GPU layout mix fitted (aisched.sim.mig.fit_static_partition) to a
+past window of the same demand (same mix, its own arrivals: seed + PAST_WINDOW_SEED_OFFSET),
+never to the evaluated jobs.
 
 Usage: .venv/bin/python -m benchmarks.gpu_sharing [--seeds 1 2 3] [--max-load 1.3] [--output PATH]
        [--update-results] [--plot docs/gpu_sharing.png]
@@ -37,10 +40,10 @@ from typing import Any
 
 import numpy as np
 
-from aisched.policy.sharing.mig import KINDS
+from aisched.policy.sharing.mig import KINDS, named
 from aisched.policy.sharing.model import NodeSpec, Task
 from aisched.policy.sharing.policies import POLICY_NAMES
-from aisched.sim.mig import STRATEGIES, MigRun, mig_jobs, simulate_mig
+from aisched.sim.mig import FITTED_STATIC, STRATEGIES, MigJob, MigRun, fit_static_partition, mig_jobs, simulate_mig
 from aisched.sim.sharing import SharingRun, read_nodes, read_tasks, simulate
 from benchmarks.common import (
     REPO_ROOT,
@@ -119,14 +122,42 @@ def mig_mix(seed: int) -> dict[str, float]:
     return {kind: round(float(share), 4) for kind, share in zip(KINDS, shares, strict=True)}
 
 
+# The fitted static partition learns from a window of the same demand before the evaluated one:
+# the seed's mix, arrivals drawn with seed + this offset (no evaluated seed's jobs).
+PAST_WINDOW_SEED_OFFSET = 10_000
+MIG_STRATEGIES = (*STRATEGIES, FITTED_STATIC)
+
+
+def _mig_window(seed: int, jobs_seed: int) -> list[MigJob]:
+    """The MIG jobs of SEED's demand mix, their arrivals, durations and kinds drawn with JOBS_SEED."""
+    return mig_jobs(MIG_JOBS, mig_mix(seed), gpus=len(MIG_GPUS), load=MIG_LOAD, mean_duration_h=4.0, seed=jobs_seed)
+
+
 def _run_mig(job: tuple[int, str]) -> MigRun:
     seed, strategy = job
-    jobs = mig_jobs(MIG_JOBS, mig_mix(seed), gpus=len(MIG_GPUS), load=MIG_LOAD, mean_duration_h=4.0, seed=seed)
+    jobs = _mig_window(seed, seed)
+    if strategy == FITTED_STATIC:
+        partition = fit_static_partition(MIG_GPUS, _mig_window(seed, seed + PAST_WINDOW_SEED_OFFSET))
+        return simulate_mig(MIG_GPUS, jobs, strategy, partition=partition)
     return simulate_mig(MIG_GPUS, jobs, strategy)
 
 
+def partition_summary(run: MigRun) -> dict[str, int]:
+    """How many GPUs of each model have each layout in RUN's fixed partition (profile names, '+'-joined)."""
+    counts: dict[str, int] = {}
+    for model, layout in zip(MIG_GPUS, run.partition, strict=True):
+        key = f"{model}: {'+'.join(named(layout, model))}"
+        counts[key] = counts.get(key, 0) + 1
+    return dict(sorted(counts.items()))
+
+
 def mig_figures(runs: dict[int, dict[str, MigRun]]) -> dict[str, Any]:
-    """Jobs admitted and GPU-hours stranded per strategy (mean over seeds); the best static partition's."""
+    """Jobs admitted and GPU-hours stranded per strategy (mean over seeds); the best static partition's.
+
+    The fitted static partition's figures (and aisched's ratio to it, the issue's MIG bar) are
+    there when its runs are; every fixed arm, whole GPUs included, competes for best static.
+    """
+    present = [name for name in MIG_STRATEGIES if all(name in seed_runs for seed_runs in runs.values())]
     strategies = {
         name: {
             "jobs_admitted": round(statistics.fmean(seed_runs[name].admitted for seed_runs in runs.values()), 1),
@@ -136,12 +167,12 @@ def mig_figures(runs: dict[int, dict[str, MigRun]]) -> dict[str, Any]:
             ),
             "repartitions": round(statistics.fmean(seed_runs[name].repartitions for seed_runs in runs.values()), 1),
         }
-        for name in STRATEGIES
+        for name in present
     }
-    statics = ("all_1g", "all_balanced")
+    statics = tuple(name for name in present if name != "aisched")
     admitted = {name: statistics.fmean(seed_runs[name].admitted for seed_runs in runs.values()) for name in statics}
     best_static = max(statics, key=admitted.__getitem__)
-    return {
+    figures: dict[str, Any] = {
         "gpus": {model: MIG_GPUS.count(model) for model in sorted(set(MIG_GPUS))},
         "jobs_per_seed": MIG_JOBS,
         "offered_load": MIG_LOAD,
@@ -158,10 +189,26 @@ def mig_figures(runs: dict[int, dict[str, MigRun]]) -> dict[str, Any]:
             for seed_runs in runs.values()
         ),
     }
+    if FITTED_STATIC in present:
+        fitted = [seed_runs[FITTED_STATIC].admitted for seed_runs in runs.values()]
+        ours = [seed_runs["aisched"].admitted for seed_runs in runs.values()]
+        figures["fitted_static_jobs_admitted"] = strategies[FITTED_STATIC]["jobs_admitted"]
+        figures["fitted_static_jobs_admitted_per_seed"] = fitted
+        figures["aisched_to_fitted_static_jobs_admitted"] = round(statistics.fmean(ours) / statistics.fmean(fitted), 4)
+        figures["aisched_to_fitted_static_jobs_admitted_per_seed"] = [
+            round(mine / theirs, 4) for mine, theirs in zip(ours, fitted, strict=True)
+        ]
+        figures["fitted_static_fitted_on"] = (
+            f"a past window per seed: the seed's mix, {MIG_JOBS} jobs drawn with seed + {PAST_WINDOW_SEED_OFFSET}"
+        )
+        figures["fitted_static_partitions"] = {
+            str(seed): partition_summary(seed_runs[FITTED_STATIC]) for seed, seed_runs in runs.items()
+        }
+    return figures
 
 
 def measure_mig(seeds: Sequence[int], workers: int) -> dict[str, Any]:
-    jobs = [(seed, strategy) for seed in seeds for strategy in STRATEGIES]
+    jobs = [(seed, strategy) for seed in seeds for strategy in MIG_STRATEGIES]
     with ProcessPoolExecutor(max_workers=workers) as pool:
         done = list(pool.map(_run_mig, jobs))
     runs: dict[int, dict[str, MigRun]] = {seed: {} for seed in seeds}
@@ -237,7 +284,9 @@ def run(args: argparse.Namespace) -> int:
     mig = figures["mig"]
     print(
         f"mig: aisched admits {mig['aisched_jobs_admitted']} jobs, best static ({mig['best_static']})"
-        f" {mig['best_static_jobs_admitted']}, whole GPUs {mig['whole_gpu_jobs_admitted']}"
+        f" {mig['best_static_jobs_admitted']}, whole GPUs {mig['whole_gpu_jobs_admitted']},"
+        f" fitted static {mig['fitted_static_jobs_admitted']}"
+        f" (aisched {mig['aisched_to_fitted_static_jobs_admitted']}x it)"
     )
     print(f"targets: {figures.get('targets')}  no_memory: {figures['variants']['no_memory'].get('targets')}")
     write_figures(figures, args.output, args.update_results, "gpu_sharing.json")

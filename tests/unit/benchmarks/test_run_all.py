@@ -14,6 +14,8 @@ HELPERS = {
     "common",
     "e2e_measure",
     "e2e_workloads",
+    # Needs FGD's simulator built (hack/build-fgd-simulator.sh) and takes ~25 min a run here: run by hand.
+    "fgd_artifact",
     "fleet_plot",
     "fleet_report",
     "headline",
