@@ -456,3 +456,21 @@ async def test_an_admission_is_written_only_on_the_object_it_was_decided_on(part
     placement = Placement.of_nodes(("n1", "n2"), 2, snapshot())
     await cycle.carry_out(asked, ScheduleResult(admitted=(Admission(request.key, placement),)), NOW)
     assert api.patches[0][3]["metadata"]["resourceVersion"] == "7"
+
+
+def test_a_running_workloads_request_is_kept_until_its_object_record_or_the_nodes_change(parts: Any) -> None:
+    """Each cycle gives a running workload's kept request again; an edit of its object (read again), a new
+    record or a snapshot built afresh (nodes changed) asks it anew."""
+    cycle, _api, _events, _in_flight = parts
+    job = a_running_job()
+    cycle.book.object_seen(JOB, job)
+    cycle.book.pod_seen(a_pod("train-0", "train", 0, node="n1", gated=False))
+    cluster = snapshot()
+    (first,) = cycle.ask(cluster, NOW).requests
+    (again,) = cycle.ask(cluster.copy(), NOW).requests
+    assert again is first  # a copy has the same layout
+    (rebuilt,) = cycle.ask(snapshot(), NOW).requests
+    assert rebuilt is not first and rebuilt == first
+    cycle.book.object_seen(JOB, a_running_job(annotations={"example.com/note": "edited"}))
+    (edited,) = cycle.ask(cluster, NOW).requests
+    assert edited is not first

@@ -22,7 +22,7 @@ import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from aisched.controller.cluster_state import UncreatedHolds
@@ -31,7 +31,9 @@ from aisched.controller.in_flight import InFlightPlacements, Promised
 from aisched.controller.tenancy import TenancyBook
 from aisched.controller.workloads.book import WorkloadBook, WorkloadEntry
 from aisched.controller.workloads.placing import PodPlacer, fits_its_set
-from aisched.controller.workloads.pods import WorkloadPod, WorkloadRef
+from aisched.controller.workloads.pods import WorkloadRef
+from aisched.controller.workloads.readiness import PodsReadyWatch
+from aisched.controller.workloads.running import RunningWorkloads, fixed, gpu_pods
 from aisched.controller.workloads.telling import Teller
 from aisched.kube.client import KubeClient
 from aisched.kube.workload_api import KIND_APIS, WorkloadApi
@@ -112,25 +114,17 @@ class WorkloadCycle:
     _admitting: dict[str, AdmittedRecord] = field(default_factory=dict)
     """Admissions written and not seen yet, by workload key: until the watch shows its record, the workload
     is charged and placed by this one, never asked for (and admitted) a second time."""
-    _retry_at: dict[WorkloadRef, datetime] = field(default_factory=dict)
-    """Workloads stopped because their pods never came up: not asked again before then."""
-    _backoff: dict[WorkloadRef, float] = field(default_factory=dict)
-    _came_up: set[tuple[WorkloadRef, int]] = field(default_factory=set)
-    """Admissions (workload, record generation) whose GPU pods all bound once: never overdue after that
-    (a Job's finished index, a restarted worker, leaves a gap that is no controller missing)."""
-    _running_asks: dict[WorkloadRef, tuple[Workload, AdmittedRecord, object, JobRequest]] = field(default_factory=dict)
-    """The request of each running workload, as of its object's read, its record and the snapshot's layout:
-    a running workload asks the same until one of them changes, and most of a busy cluster's are running."""
-    _holds: dict[WorkloadRef, tuple[int, AdmittedRecord, dict[str, int]]] = field(default_factory=dict)
-    """What each admitted workload's record holds before its pods do, as of the entry's revision."""
     placer: PodPlacer = field(init=False)
     teller: Teller = field(init=False)
+    readiness: PodsReadyWatch = field(init=False)
+    running: RunningWorkloads = field(default_factory=RunningWorkloads)
 
     def __post_init__(self) -> None:
         self.placer = PodPlacer(
             api=self.api, in_flight=self.in_flight, record_of=self.record_of, pods_ready_seconds=self.pods_ready_seconds
         )
         self.teller = Teller(self.kube)
+        self.readiness = PodsReadyWatch(self.pods_ready_seconds)
 
     # -- what the workloads hold before their pods do -------------------------------------------
 
@@ -141,21 +135,9 @@ class WorkloadCycle:
             workload = entry.read
             if not isinstance(workload, Workload) or workload.admitted is None or workload.finished:
                 continue
-            for node, gpus in self._held_by_record(entry, workload, workload.admitted).items():
+            for node, gpus in self.running.held_by_record(entry, workload, workload.admitted).items():
                 reserved[node] = reserved.get(node, 0) + gpus
         return UncreatedHolds(reserved)
-
-    def _held_by_record(self, entry: WorkloadEntry, workload: Workload, record: AdmittedRecord) -> dict[str, int]:
-        kept = self._holds.get(entry.ref)
-        if kept is not None and kept[0] == entry.revision and kept[1] is record:
-            return kept[2]
-        bound = Counter(p.node for p in _gpu_pods(entry, workload) if p.bound and p.live)
-        held: dict[str, int] = {}
-        for node, pods in Counter(record.nodes).items():
-            if (left := pods - bound[node]) > 0:
-                held[node] = left * record.gpus_per_pod
-        self._holds[entry.ref] = (entry.revision, record, held)
-        return held
 
     # -- asked of the cycle ----------------------------------------------------------------
 
@@ -229,35 +211,21 @@ class WorkloadCycle:
                 return
             if self._pods_overdue(entry, workload, record, asking):
                 return
-            asking.requests.append(self._running_ask(entry, workload, record, snapshot))
+            asking.requests.append(self.running.ask(entry, workload, record, snapshot))
         elif workload.suspended:
             if any(not p.done for p in entry.pods.values()):  # not while its last run's pods still stop
                 return
-            retry_at = self._retry_at.get(entry.ref)
-            if retry_at is not None and retry_at > asking.now:
+            if self.readiness.waiting_out(entry.ref, asking.now):
                 return
             request = as_request(workload, topology=snapshot.topology, placement=None)
             # Elastic at admission where the kind can be told its size: a Job's parallelism.
-            asking.requests.append(request if entry.kind is WorkloadKind.BATCH_JOB else _fixed(request))
+            asking.requests.append(request if entry.kind is WorkloadKind.BATCH_JOB else fixed(request))
         else:  # labelled, running, and never admitted: made before the policy was in force, or with it off
             message = (
                 "it was not suspended when it was made (is the chart's workload-gate admission policy "
                 "installed, Kubernetes 1.36+?): suspended, to wait for admission"
             )
             asking.stops.append(Stop(entry, "NotHeld", message))
-
-    def _running_ask(
-        self, entry: WorkloadEntry, workload: Workload, record: AdmittedRecord, snapshot: ClusterSnapshot
-    ) -> JobRequest:
-        """What a running workload asks: to stay where its record says, at the size it was admitted at (the
-        executor resizes no running workload)."""
-        kept = self._running_asks.get(entry.ref)
-        if kept is not None and kept[0] is workload and kept[1] is record and kept[2] is snapshot.layout:
-            return kept[3]
-        placement = Placement.of_nodes(record.nodes, record.gpus_per_pod, snapshot)
-        request = _fixed(as_request(workload, topology=snapshot.topology, placement=placement))
-        self._running_asks[entry.ref] = (workload, record, snapshot.layout, request)
-        return request
 
     def record_of(self, workload: Workload) -> AdmittedRecord | None:
         """Where WORKLOAD's current run goes: the record on its object, or the one written and not seen yet."""
@@ -273,29 +241,15 @@ class WorkloadCycle:
             del self._admitting[workload.key]
 
     def _pods_overdue(self, entry: WorkloadEntry, workload: Workload, record: AdmittedRecord, asking: _Asking) -> bool:
-        """Its pods have not all come up within the bound since it was admitted: it stops, to be asked
-        again after a backoff that doubles each time (up to an hour), so that GPUs it never uses are
-        not held for good. Once they all bind, the backoff starts over."""
-        if (entry.ref, record.generation) in self._came_up:
-            return False
-        bound = [p for p in _gpu_pods(entry, workload) if p.live and p.bound]
-        if len(bound) >= len(record.nodes):
-            self._came_up.add((entry.ref, record.generation))
-            self._backoff.pop(entry.ref, None)
-            return False
-        waited = (asking.now - record.admitted_at).total_seconds()
-        if waited <= self.pods_ready_seconds:
-            return False
-        backoff = min(self._backoff.get(entry.ref, 30.0) * 2, 3600.0)
-        self._backoff[entry.ref] = backoff
-        self._retry_at[entry.ref] = asking.now + timedelta(seconds=backoff)
-        within = f"{self.pods_ready_seconds:.0f} s of its admission"
-        message = (
-            f"{len(bound)} of its {len(record.nodes)} GPU pods were made and bound within {within} (is its "
-            f"controller installed and running?): stopped, to be admitted again in {backoff:.0f} s"
-        )
-        asking.stops.append(Stop(entry, "PodsNotReady", message))
-        return True
+        """Its pods have not all come up within the bound since it was admitted: it stops (`readiness.py`)."""
+
+        def bound() -> int:
+            return sum(1 for p in gpu_pods(entry, workload) if p.live and p.bound)
+
+        message = self.readiness.overdue(entry.ref, record, bound, asking.now)
+        if message is not None:
+            asking.stops.append(Stop(entry, "PodsNotReady", message))
+        return message is not None
 
     def _replicas(
         self,
@@ -433,11 +387,8 @@ class WorkloadCycle:
         kind, namespace, name = ref
         self._admitting.pop(f"{namespace}/{name}@{kind.value}", None)
         self.teller.forget(ref)
-        self._retry_at.pop(ref, None)
-        self._backoff.pop(ref, None)
-        self._running_asks.pop(ref, None)
-        self._holds.pop(ref, None)
-        self._came_up = {up for up in self._came_up if up[0] != ref}
+        self.readiness.forget(ref)
+        self.running.forget(ref)
 
 
 async def _guarded(entry: WorkloadEntry, write: Callable[[], Awaitable[None]]) -> None:
@@ -449,19 +400,9 @@ async def _guarded(entry: WorkloadEntry, write: Callable[[], Awaitable[None]]) -
         log.exception("carrying out the cycle's decision for %s %s/%s failed", kind.value, namespace, name)
 
 
-def _gpu_pods(entry: WorkloadEntry, workload: Workload) -> list[WorkloadPod]:
-    gpu_sets = {s.name.lower() for s in workload.gpu_pod_sets}
-    return [p for p in entry.pods.values() if p.pod_set.lower() in gpu_sets or len(workload.pod_sets) == 1]
-
-
 def _any_placed(entry: WorkloadEntry) -> bool:
     """Some live pod of ENTRY runs ungated (the operator placed it): whatever its object says now, it holds GPUs."""
     return any(p.live and not p.gated and p.gpus != 0 for p in entry.pods.values())
-
-
-def _fixed(request: JobRequest) -> JobRequest:
-    """REQUEST at its one size: never admitted smaller, never shrunk or grown."""
-    return replace(request, min_replicas=None, max_replicas=None)
 
 
 def _as_replicas(request: JobRequest, waiting: int) -> JobRequest:

@@ -1,0 +1,67 @@
+"""What a running workload asks of each cycle and holds before its pods do, kept while nothing it rests on changes.
+
+Most of a busy cluster's workloads are running, and each cycle asked every one of them again: its
+request rebuilt from its object and record, its placement from the snapshot, its record's holds
+from its pods. Each answer is kept with what it was derived from (the object's read, the record,
+the snapshot's layout, the entry's revision) and given again until one of them changes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field, replace
+
+from aisched.controller.workloads.book import WorkloadEntry
+from aisched.controller.workloads.pods import WorkloadPod, WorkloadRef
+from aisched.policy.cluster import ClusterSnapshot
+from aisched.policy.placement import Placement
+from aisched.policy.scheduler import JobRequest
+from aisched.policy.workloads.model import AdmittedRecord, Workload
+from aisched.policy.workloads.request import as_request
+
+
+@dataclass
+class RunningWorkloads:
+    _asks: dict[WorkloadRef, tuple[Workload, AdmittedRecord, object, JobRequest]] = field(default_factory=dict)
+    _holds: dict[WorkloadRef, tuple[int, AdmittedRecord, dict[str, int]]] = field(default_factory=dict)
+
+    def ask(
+        self, entry: WorkloadEntry, workload: Workload, record: AdmittedRecord, snapshot: ClusterSnapshot
+    ) -> JobRequest:
+        """What a running workload asks: to stay where its record says, at the size it was admitted at (the
+        executor resizes no running workload)."""
+        kept = self._asks.get(entry.ref)
+        if kept is not None and kept[0] is workload and kept[1] is record and kept[2] is snapshot.layout:
+            return kept[3]
+        placement = Placement.of_nodes(record.nodes, record.gpus_per_pod, snapshot)
+        request = fixed(as_request(workload, topology=snapshot.topology, placement=placement))
+        self._asks[entry.ref] = (workload, record, snapshot.layout, request)
+        return request
+
+    def held_by_record(self, entry: WorkloadEntry, workload: Workload, record: AdmittedRecord) -> dict[str, int]:
+        """Whole GPUs, by node, RECORD holds for the GPU pods of it not bound yet."""
+        kept = self._holds.get(entry.ref)
+        if kept is not None and kept[0] == entry.revision and kept[1] is record:
+            return kept[2]
+        bound = Counter(p.node for p in gpu_pods(entry, workload) if p.bound and p.live)
+        held: dict[str, int] = {}
+        for node, pods in Counter(record.nodes).items():
+            if (left := pods - bound[node]) > 0:
+                held[node] = left * record.gpus_per_pod
+        self._holds[entry.ref] = (entry.revision, record, held)
+        return held
+
+    def forget(self, ref: WorkloadRef) -> None:
+        self._asks.pop(ref, None)
+        self._holds.pop(ref, None)
+
+
+def gpu_pods(entry: WorkloadEntry, workload: Workload) -> list[WorkloadPod]:
+    """ENTRY's pods of WORKLOAD's GPU pod sets (all its pods when it has one set)."""
+    gpu_sets = {s.name.lower() for s in workload.gpu_pod_sets}
+    return [p for p in entry.pods.values() if p.pod_set.lower() in gpu_sets or len(workload.pod_sets) == 1]
+
+
+def fixed(request: JobRequest) -> JobRequest:
+    """REQUEST at its one size: never admitted smaller, never shrunk or grown."""
+    return replace(request, min_replicas=None, max_replicas=None)
