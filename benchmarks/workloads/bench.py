@@ -21,7 +21,8 @@ Arm kube_scheduler: the Jobs unlabelled: no admission, no gang.
 Measured per pod from one watch per arm: its Job's create request until the watch first shows the
 pod's spec.nodeName. Figures per arm: pods bound per second (pods / (last bind - first
 submission)), p50 / p99 of submit-to-bind, gangs whole (every pod of the Job bound) as a fraction,
-and CPU seconds and API writes spent. Targets: aisched at least 2x Kueue's rate with every gang
+and CPU seconds and API writes spent; for aisched also its scheduling cycles (count, time, CPU, p50 /
+p99, from its own histograms). Targets: aisched at least 2x Kueue's rate with every gang
 whole, and at least 0.8x kube-scheduler's.
 
 Usage: .venv/bin/python -m benchmarks.workloads [--jobs 400] [--nodes 1008] [--arms aisched,kueue,kube_scheduler]
@@ -52,6 +53,7 @@ from benchmarks.common import add_output_arguments, provenance, require_files, r
 from benchmarks.e2e_measure import BindWatch, Topology, arm_report, costs, process_cpu_seconds, submit
 from benchmarks.e2e_scale import drain, prepare
 from benchmarks.e2e_workloads import DEFAULT_MIX, NAMESPACE, GangShape, job_mix, parse_mix
+from benchmarks.scale_probe import OperatorReading, read_operator
 from benchmarks.workloads.kueue import kueue_running
 from benchmarks.workloads.objects import ARMS, Arm, cluster_description, gang_job, summary
 
@@ -178,9 +180,10 @@ def aisched_arm(bench: Bench, jobs: list[dict[str, Any]], work_dir: Path) -> dic
         try:
             open_default_queue(api)  # one nobody wrote grants nothing; the benchmark is the one tenant
             pid = operator.process.pid if operator.process else None
-            before = costs(api, cluster, pid)
+            before, cycles_before = costs(api, cluster, pid), read_operator(operator.metrics_port)
             measured = measure(api, jobs, bench.pods, args)
             figures = report(bench.shapes, measured, bench.topology, costs(api, cluster, pid).since(before))
+            figures["scheduling_cycles"] = cycles(read_operator(operator.metrics_port), cycles_before)
             drain(api, args.timeout)
             return figures
         except BaseException:
@@ -188,6 +191,18 @@ def aisched_arm(bench: Bench, jobs: list[dict[str, Any]], work_dir: Path) -> dic
             raise
         finally:
             operator.stop()
+
+
+def cycles(after: OperatorReading, before: OperatorReading) -> dict[str, float]:
+    """The operator's scheduling cycles in the arm (its own histograms): how many, their time and CPU."""
+    wall, cpu = after.cycle.since(before.cycle), after.cycle_cpu.since(before.cycle_cpu)
+    return {
+        "count": wall.count,
+        "seconds": round(wall.total, 2),
+        "cpu_seconds": round(cpu.total, 2),
+        "p50_s": round(wall.quantile(0.5), 4),
+        "p99_s": round(wall.quantile(0.99), 4),
+    }
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
