@@ -12,6 +12,7 @@ below): none reaches into the controller, and each can be built and tested alone
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import datetime
@@ -20,6 +21,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from aisched.controller.cluster_state import ClusterState
+from aisched.controller.cycle_pacing import CyclePacing
 from aisched.controller.provisioning import NodeProvisioner
 from aisched.controller.replica_asks import ReplicaAsks
 from aisched.controller.training.capacity import CapacityChooser
@@ -86,6 +88,7 @@ class TrainingJobController:
         """Jobs to reconcile: dirty marks, one wake-up per job, retries with backoff, the periodic resync."""
         # Set by every mark; a pass during which no job was marked reports at once: the jobs have settled.
         self._marked_during_cycle = False
+        self._pacing = CyclePacing()
 
         self.replica_asks = ReplicaAsks(self.in_flight, wake_cycle=self.queue.wake)
         """InferenceServices' new replicas, asked of this controller's scheduling cycle."""
@@ -267,7 +270,13 @@ class TrainingJobController:
         await self.reconciler.reconcile(key)
 
     async def schedule(self) -> None:
-        await self.cycle.run()
+        loop = asyncio.get_running_loop()
+        if (wait := self._pacing.wait(loop.time())) > 0:
+            await asyncio.sleep(wait)  # the watch events of a burst are handled meanwhile (`cycle_pacing`)
+        try:
+            await self.cycle.run()
+        finally:
+            self._pacing.ran(self.cycle.last_decision_seconds, loop.time())
 
     async def reconcile_once(self, keys: Iterable[JobKey]) -> None:
         """One pass: reconcile KEYS, then each cluster-wide stage, in this order."""

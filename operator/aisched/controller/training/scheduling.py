@@ -99,6 +99,8 @@ class SchedulingCycle:
     """GPUs the queues' other work holds (InferenceService replicas), charged to their queues each cycle."""
     workloads: WorkloadCycle | None = None
     """The other kinds' workloads (Jobs, PyTorchJobs, model-server Deployments...), decided in this cycle too."""
+    last_decision_seconds: float = field(default=0.0, init=False)
+    """How long the last cycle took to decide, its writes left out (`aisched_scheduling_cycle_seconds`)."""
     # Each job's request to the scheduler, made again only when what it is made of changed.
     _requests_made: RequestBook = field(default_factory=RequestBook, init=False)
     # Queue objects the model refuses, each version logged once.
@@ -137,9 +139,8 @@ class SchedulingCycle:
             ((parsed[w.key][1].spec, w.reason) for w in result.waiting if w.key in parsed), self._queue_quotas()
         )
         elapsed = time.perf_counter() - started
-        self.metrics.process.record_scheduling_cycle(
-            time.perf_counter() - cycle_started, time.thread_time() - cpu_started
-        )
+        self.last_decision_seconds = time.perf_counter() - cycle_started
+        self.metrics.process.record_scheduling_cycle(self.last_decision_seconds, time.thread_time() - cpu_started)
         # Thousands of jobs may sit this cycle out with a status to write: the writes overlap, and
         # land before any decision is carried out (one job may be written again by its launch).
         # They wait on the API server, not on the decision, so they are not part of its time.
