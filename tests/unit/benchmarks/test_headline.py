@@ -55,3 +55,28 @@ def test_the_fleet_page_holds_the_committed_fleet_figures() -> None:
     page = (REPO_ROOT / fleet_report.PAGE).read_text()
     tables = fleet_report.fleet_tables(json.loads((RESULTS_DIR / "fleet.json").read_text()))
     assert replace_between_markers(page, tables, begin=fleet_report.BEGIN, end=fleet_report.END) == page
+
+
+def test_the_workloads_and_serving_rows_say_what_the_peer_ran_and_what_it_was_told(tmp_path: Path) -> None:
+    workloads = {
+        "aisched_pods_per_s": 30.0,
+        "kueue_pods_per_s": 15.0,
+        "kube_scheduler_pods_per_s": 60.0,
+        "gangs_whole": {"aisched": 1.0},
+        "kueue": {"version": "v9.9.9"},
+    }
+    (tmp_path / "workloads.json").write_text(json.dumps(workloads))
+    serving = {
+        "policies": {
+            "aisched": {"gpu_hours": 9.0, "slo_attainment": 0.98},
+            "static_peak": {"gpu_hours": 10.0, "slo_attainment": 0.995},
+        },
+        "targets": {"attainment_at_least": 0.99, "cheapest_peer_at_target": "static_peak"},
+        "knew": {"static_peak": "the trace's peak (the future)"},
+    }
+    (tmp_path / "serving.json").write_text(json.dumps(serving))
+    (jobs, llm) = headline.headline_table(tmp_path).splitlines()[2:]
+    assert "| 30.0 | 15.0: Kueue with TAS | its own code (v9.9.9) | 0.500x of kube-scheduler alone" in jobs
+    assert jobs.endswith("| **2.000x** |")
+    assert "static_peak, the cheapest arm within 99% (told the trace's peak (the future))" in llm
+    assert llm.endswith("| **0.900x** at 98.00% (short of 99%) |")  # cheaper, but not within the objective
