@@ -10,6 +10,7 @@ then deletes its pods.
 from __future__ import annotations
 
 import copy
+import json
 import os
 import signal
 from collections.abc import Iterator
@@ -185,3 +186,28 @@ def test_a_rayjob_as_kuberays_sample_writes_it_is_held_then_its_cluster_placed(
     (gpu_pod,) = [p for p in pods if p["metadata"]["labels"]["ray.io/node-type"] == "worker"]
     assert gpu_pod["spec"]["nodeSelector"]["kubernetes.io/hostname"] == gpu_pod["spec"]["nodeName"]
     assert not any(gated(p) for p in pods)
+
+
+def test_a_rayclusters_workers_resized_while_it_runs_stop_it_and_no_bigger_pod_runs(
+    cluster: LocalCluster, namespace: str, kinds_queue: str
+) -> None:
+    """A tenant raises a running RayCluster's worker GPUs from 1 to 4 (its CRD lets it): its record charges
+    1 a worker, so it is stopped to be admitted again at its new size, and no 4-GPU worker runs meanwhile."""
+    apply(cluster, namespace, gpu_raycluster("grown", kinds_queue, workers=1, gpus=1))
+    running_pods(cluster, namespace, f"{RAY_PODS}=grown", 2)  # the head and the worker
+    resized = {"limits": {"nvidia.com/gpu": "4"}}
+    path = "/spec/workerGroupSpecs/0/template/spec/containers/0/resources"
+    patch = [{"op": "replace", "path": path, "value": resized}]
+    edited = cluster.kubectl("patch", "raycluster", "grown", "-n", namespace, "--type=json", "-p", json.dumps(patch))
+    assert edited.returncode == 0, edited.stderr
+
+    def stopped_for_its_size() -> bool:
+        return any(e.startswith("ResizedWhileRunning") for e in events_of(cluster, namespace, "grown"))
+
+    wait_for(stopped_for_its_size, TIMEOUT, "the RayCluster to be stopped for its resized workers")
+    assert get_object(cluster, "raycluster", "grown", namespace)["spec"]["suspend"] is True
+    wait_for(lambda: not pods_of(cluster, namespace, f"{RAY_PODS}=grown"), TIMEOUT, "its pods to go")
+    # Admitted again at 4 GPUs a worker, within the 4-GPU queue, once its old pods are gone.
+    pods = running_pods(cluster, namespace, f"{RAY_PODS}=grown", 2)
+    workers = [p for p in pods if p["spec"]["containers"][0].get("resources", {}).get("limits")]
+    assert [w["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] for w in workers] == ["4"]

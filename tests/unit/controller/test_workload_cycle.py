@@ -474,3 +474,27 @@ def test_a_running_workloads_request_is_kept_until_its_object_record_or_the_node
     cycle.book.object_seen(JOB, a_running_job(annotations={"example.com/note": "edited"}))
     (edited,) = cycle.ask(cluster, NOW).requests
     assert edited is not first
+
+
+@pytest.mark.asyncio
+async def test_a_template_resized_while_it_runs_stops_the_workload_and_its_new_pods_are_never_placed(
+    parts: Any,
+) -> None:
+    """A tenant edits a running workload's template to ask more GPUs per pod (a PyTorchJob's or a
+    RayCluster's CRD lets it): the record charges what it was admitted with, so a pod made from the new
+    template must not be placed on the record's node, and the workload is stopped to be admitted anew."""
+    cycle, api, _events, _in_flight = parts
+    job = a_job(pods=1, gpus=4, annotations={PLACEMENT_ANNOTATION: json.dumps(RECORD)})  # RECORD: 2 GPUs a pod
+    job["spec"]["suspend"] = False
+    cycle.book.object_seen(JOB, job)
+    entry = cycle.book.pod_seen(a_pod("train-0", "train", 0, gpus=4))
+    asked = cycle.ask(snapshot(), NOW)
+    assert not asked.requests and [s.reason for s in asked.stops] == ["ResizedWhileRunning"]
+    assert "from 2 GPU(s) to 4 GPU(s) per pod" in asked.stops[0].message
+    assert entry is not None
+    await cycle.placer.place_pods(entry)
+    assert api.placed == []
+    # At the size it was admitted with, it runs on, charged where its record says.
+    cycle.book.object_seen(JOB, a_running_job())
+    (request,) = cycle.ask(snapshot(), NOW).requests
+    assert request.placement is not None and request.placement.total_gpus == 2

@@ -33,7 +33,7 @@ from aisched.controller.workloads.book import WorkloadBook, WorkloadEntry
 from aisched.controller.workloads.placing import PodPlacer, fits_its_set
 from aisched.controller.workloads.pods import WorkloadRef
 from aisched.controller.workloads.readiness import PodsReadyWatch
-from aisched.controller.workloads.running import RunningWorkloads, fixed, gpu_pods
+from aisched.controller.workloads.running import RunningWorkloads, admitted_as, fixed, gpu_pods
 from aisched.controller.workloads.telling import Teller
 from aisched.kube.client import KubeClient
 from aisched.kube.workload_api import KIND_APIS, WorkloadApi
@@ -208,6 +208,9 @@ class WorkloadCycle:
             if workload.suspended and workload.admitted is not None:
                 # Suspended by its own user while admitted: its pods go, and so does its charge.
                 asking.stops.append(Stop(entry, "Suspended", "suspended while it ran: its admission is given back"))
+                return
+            if not admitted_as(workload, record):
+                asking.stops.append(Stop(entry, "ResizedWhileRunning", _resized(workload, record)))
                 return
             if self._pods_overdue(entry, workload, record, asking):
                 return
@@ -398,6 +401,16 @@ async def _guarded(entry: WorkloadEntry, write: Callable[[], Awaitable[None]]) -
     except Exception:
         kind, namespace, name = entry.ref
         log.exception("carrying out the cycle's decision for %s %s/%s failed", kind.value, namespace, name)
+
+
+def _resized(workload: Workload, record: AdmittedRecord) -> str:
+    shape = workload.gpu_pod_sets[0] if workload.gpu_pod_sets else None
+    now = "no GPU" if shape is None else (shape.mig_profile or f"{shape.gpus_per_pod} GPU(s)")
+    was = record.mig_profile or f"{record.gpus_per_pod} GPU(s)"
+    return (
+        f"its pods' GPUs were changed from {was} to {now} per pod while it ran: stopped, to be admitted "
+        "again at its new size (it is charged what it was admitted with until its pods are gone)"
+    )
 
 
 def _any_placed(entry: WorkloadEntry) -> bool:

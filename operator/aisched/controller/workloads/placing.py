@@ -19,6 +19,7 @@ from aisched.controller.concurrency import at_most
 from aisched.controller.in_flight import InFlightPlacements, Promised
 from aisched.controller.workloads.book import WorkloadEntry
 from aisched.controller.workloads.pods import WorkloadPod
+from aisched.controller.workloads.running import admitted_as
 from aisched.kube.workload_api import WorkloadApi
 from aisched.policy.workloads.model import AdmittedRecord, PodSet, Workload, WorkloadKind
 from aisched.policy.workloads.pod_nodes import PodSlot, assign_nodes
@@ -85,8 +86,8 @@ class PodPlacer:
         gpu_pods = [p for p in live if p.pod_set.lower() in gpu_sets or len(workload.pod_sets) == 1]
         record = self.record_of(workload)
         if nodes is None:
-            if record is None:
-                return
+            if record is None or not admitted_as(workload, record):
+                return  # no record, or its template was resized since: the cycle stops it, nothing is placed
             nodes = record.nodes
             first_run = not any(not p.gated or self.placing(p) for p in gpu_pods)
             if first_run and len(gpu_pods) < len(nodes):

@@ -56,6 +56,20 @@ class RunningWorkloads:
         self._holds.pop(ref, None)
 
 
+def admitted_as(workload: Workload, record: AdmittedRecord) -> bool:
+    """WORKLOAD's GPU pods still ask what RECORD admitted them with (whole GPUs each, or a MIG profile).
+
+    A tenant may edit a running workload's template (a PyTorchJob's, a RayCluster's: their CRDs let
+    it); pods made after that ask the new size, while the record charges the old. Such a workload is
+    stopped and admitted again at its new size, and none of its pods is placed meanwhile."""
+    shape = workload.gpu_pod_sets[0] if workload.gpu_pod_sets else None
+    if shape is None or not record.nodes:
+        return shape is None and not record.nodes
+    if shape.mig_profile is not None or record.mig_profile is not None:
+        return shape.mig_profile == record.mig_profile
+    return shape.gpus_per_pod == record.gpus_per_pod
+
+
 def gpu_pods(entry: WorkloadEntry, workload: Workload) -> list[WorkloadPod]:
     """ENTRY's pods of WORKLOAD's GPU pod sets (all its pods when it has one set)."""
     gpu_sets = {s.name.lower() for s in workload.gpu_pod_sets}
