@@ -460,7 +460,8 @@ class Settings(BaseSettings):
         ge=1,
         le=100_000,
         description="Most gangs one scheduling cycle admits; the jobs it did not reach go first in the next "
-        "cycle, which follows at once. Each admission is a launch carried out before the next cycle.",
+        "cycle, which follows once the last one's deciding time has passed again (at most 1 s). Each admission "
+        "is a launch carried out before the next cycle.",
     )
     first_service_band_gpu_seconds: float = Field(
         default=FIRST_BAND_GPU_SECONDS,
