@@ -84,7 +84,9 @@ async def marked_within(controller: TrainingJobController, seconds: float) -> se
     """The jobs marked dirty in the next SECONDS of loop time, the resync aside."""
     loop = asyncio.get_running_loop()
     end, keys = loop.time() + seconds, set()
-    while (left := end - loop.time()) > 0:
+    # Not `> 0`: a wait of a rounding error's length (1e-15 s) does not move the fake clock on, and the
+    # loop never ended (once, on a loaded machine).
+    while (left := end - loop.time()) > 1e-6:
         keys |= await controller.queue.next_batch(lambda: [], timeout=left)
     return keys
 
