@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from aisched.testing.cluster import pinned_version
 from benchmarks.common import REPO_ROOT, RESULTS_DIR
 from benchmarks.trace_report import PAGE, POLICY_TITLES, TRACE_TITLES, duration_words, replace_between_markers
 
@@ -160,10 +161,7 @@ def workloads_rows(directory: Path) -> list[str]:
 def _kueue_version(results: Mapping[str, Any]) -> str:
     """The Kueue the arm ran: the results' own word, else the version the build pins (hack/versions.env)."""
     version = results.get("kueue", {}).get("version")
-    if not version:
-        pins = (REPO_ROOT / "hack" / "versions.env").read_text().splitlines()
-        version = next((line.split("=", 1)[1] for line in pins if line.startswith("KUEUE_VERSION=")), "?")
-    return str(version).strip().lstrip("v")
+    return str(version or pinned_version("KUEUE_VERSION")).strip().lstrip("v")
 
 
 def serving_rows(directory: Path) -> list[str]:

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.paths import CHART, REPO_ROOT
+from aisched.testing.cluster import pinned_version
+from tests.paths import CHART
 
 
 def _cache_bin() -> Path:
@@ -61,10 +62,7 @@ def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
 
 def kubernetes_version() -> str:
     """The version the project builds and tests on (hack/versions.env); helm template assumes an old one."""
-    for line in (REPO_ROOT / "hack" / "versions.env").read_text().splitlines():
-        if line.startswith("KUBERNETES_VERSION="):
-            return line.split("=", 1)[1].strip()
-    raise AssertionError("hack/versions.env has no KUBERNETES_VERSION")
+    return pinned_version("KUBERNETES_VERSION")
 
 
 def template(

@@ -147,9 +147,9 @@ async def relist(
     training_jobs = await kube.list_custom_metadata(TRAINING_JOBS, listed_object, page_size=page_size)
     services = await kube.list_custom_metadata(SERVICES, listed_object, page_size=page_size)
     workload_objects: dict[WorkloadKind, Listing[ListedObject] | None] = {}
-    for kind in workloads.object_kinds if workloads is not None else ():
-        assert workloads is not None
-        workload_objects[kind] = await workloads.api.list_kind_metadata(kind, listed_object, page_size=page_size)
+    if workloads is not None:
+        for kind in workloads.object_kinds:
+            workload_objects[kind] = await workloads.api.list_kind_metadata(kind, listed_object, page_size=page_size)
     # From here on nothing awaits: no watch event lands between a list and what it changed.
     # An object that cannot be read is logged by the inventory and left out of its list.
     changed_nodes = inventory.relist_nodes((n for n in nodes.items if n is not None), nodes.resource_version)

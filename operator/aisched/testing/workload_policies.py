@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from aisched.policy.workloads.model import ADMISSION_GATE, QUEUE_LABEL
-from aisched.testing.cluster import REPO_ROOT, TIMEOUT, LocalCluster, wait_for
+from aisched.testing.cluster import REPO_ROOT, TIMEOUT, LocalCluster, pinned_version, wait_for
 
 TEMPLATES = ("templates/admission/workload-gate.yaml", "templates/admission/workload-guard.yaml")
 CHART_OPERATOR = "system:serviceaccount:aisched-system:aisched"
@@ -37,18 +37,10 @@ def _ok(result: Any) -> str:
     return str(result.stdout)
 
 
-def _kubernetes_version() -> str:
-    """The version the project builds and tests on (hack/versions.env); helm template assumes an old one."""
-    for line in (REPO_ROOT / "hack" / "versions.env").read_text().splitlines():
-        if line.startswith("KUBERNETES_VERSION="):
-            return line.split("=", 1)[1].strip()
-    raise RuntimeError("hack/versions.env has no KUBERNETES_VERSION")
-
-
 def _render(cluster: LocalCluster, set_values: tuple[str, ...], show_only: str) -> list[dict[str, Any]]:
     """What `helm template` renders of the chart's SHOW_ONLY template, with SET_VALUES."""
-    args = ["template", "aisched", str(CHART), "--namespace", "aisched-system", "--kube-version", _kubernetes_version()]
-    args += ["--show-only", show_only]
+    args = ["template", "aisched", str(CHART), "--namespace", "aisched-system", "--show-only", show_only]
+    args += ["--kube-version", pinned_version("KUBERNETES_VERSION")]
     for item in set_values:
         args += ["--set", item]
     return [doc for doc in yaml.safe_load_all(_ok(cluster.run("helm", *args))) if doc]

@@ -176,7 +176,7 @@ class WorkloadController:
         present = {("pods", namespace, name) for namespace, name in listed}
         owners = self.book.pod_owners()
         for key in self._versions.absent(present, list_version):
-            if key[0] != "pods" or key in present:
+            if key[0] != "pods":
                 continue
             _, namespace, name = key
             self._versions.deleted(key, None)
@@ -188,7 +188,7 @@ class WorkloadController:
         """The objects of KIND a list at LIST_VERSION left out were deleted while the watch was away."""
         present = {(kind.value, namespace, name) for namespace, name in listed}
         for key in self._versions.absent(present, list_version):
-            if key[0] == kind.value and key not in present:
+            if key[0] == kind.value:
                 log.info("%s %s/%s was deleted while the watch was away", kind.value, key[1], key[2])
                 self.object_gone(kind, key[1], key[2])
 
