@@ -273,10 +273,11 @@ class TrainingJobController:
         loop = asyncio.get_running_loop()
         if (wait := self._pacing.wait(loop.time())) > 0:
             await asyncio.sleep(wait)  # the watch events of a burst are handled meanwhile (`cycle_pacing`)
+        deciding = 0.0  # a cycle that raised before it decided delays the next one by nothing
         try:
-            await self.cycle.run()
+            deciding = await self.cycle.run()
         finally:
-            self._pacing.ran(self.cycle.last_decision_seconds, loop.time())
+            self._pacing.ran(deciding, loop.time())
 
     async def reconcile_once(self, keys: Iterable[JobKey]) -> None:
         """One pass: reconcile KEYS, then each cluster-wide stage, in this order."""

@@ -99,8 +99,6 @@ class SchedulingCycle:
     """GPUs the queues' other work holds (InferenceService replicas), charged to their queues each cycle."""
     workloads: WorkloadCycle | None = None
     """The other kinds' workloads (Jobs, PyTorchJobs, model-server Deployments...), decided in this cycle too."""
-    last_decision_seconds: float = field(default=0.0, init=False)
-    """How long the last cycle took to decide, its writes left out (`aisched_scheduling_cycle_seconds`)."""
     # Each job's request to the scheduler, made again only when what it is made of changed.
     _requests_made: RequestBook = field(default_factory=RequestBook, init=False)
     # Queue objects the model refuses, each version logged once.
@@ -115,8 +113,9 @@ class SchedulingCycle:
         }
         self._eligibility = tuple(checks[name] for name in ELIGIBILITY)
 
-    async def run(self) -> None:
+    async def run(self) -> float:
         """One scheduling cycle: admit, keep waiting, preempt and resize, as the scheduler decides.
+        Returns how long it took to decide, its writes left out (`aisched_scheduling_cycle_seconds`).
 
         Each job is read into the cycle, and each decision carried out, inside its own guard:
         a job the cycle cannot handle is set aside (`isolation.py`) and every other job goes on.
@@ -139,8 +138,8 @@ class SchedulingCycle:
             ((parsed[w.key][1].spec, w.reason) for w in result.waiting if w.key in parsed), self._queue_quotas()
         )
         elapsed = time.perf_counter() - started
-        self.last_decision_seconds = time.perf_counter() - cycle_started
-        self.metrics.process.record_scheduling_cycle(self.last_decision_seconds, time.thread_time() - cpu_started)
+        deciding = time.perf_counter() - cycle_started
+        self.metrics.process.record_scheduling_cycle(deciding, time.thread_time() - cpu_started)
         # Thousands of jobs may sit this cycle out with a status to write: the writes overlap, and
         # land before any decision is carried out (one job may be written again by its launch).
         # They wait on the API server, not on the decision, so they are not part of its time.
@@ -158,6 +157,7 @@ class SchedulingCycle:
         await self.reporting.report_queues(decision.jobs)
         if decision.jobs.deferred or decision.replicas_deferred:
             self.queue.wake()  # the jobs this cycle did not reach have the next one, at once
+        return deciding
 
     def _record_demand(
         self,
