@@ -7,6 +7,11 @@ namespaces being deleted, and what each kind's admitted work holds before
 its pods exist or bind (a TrainingJob's ranks not created yet, a Job's pods its controller has not
 made yet): each kind's controller registers how to count its own (`holds_from`). `snapshot()` is
 the one view of free GPUs that the scheduling cycle and the serving controller both place into.
+
+The services' asks for new replicas (`replica_asks`), what each kind's running work holds by queue
+(`charged_from`), the spot pools' interruption rates (`pools`) and the way to have the scheduling
+cycle run soon (`wake_cycle`, for whichever loop drives it) are here too: no controller lends
+another its internals, each kind's reads and registers what it needs from this one record.
 """
 
 from __future__ import annotations
@@ -18,11 +23,15 @@ from typing import Any
 
 from aisched.controller.closing_namespaces import ClosingNamespaces
 from aisched.controller.in_flight import InFlightPlacements
+from aisched.controller.replica_asks import ReplicaAsks
 from aisched.controller.sharing import GpuShares
 from aisched.controller.tenancy import TenancyBook
 from aisched.kube.inventory import Inventory
+from aisched.kube.pools import PoolTracker
 from aisched.policy.cluster import ClusterSnapshot
+from aisched.policy.interruptions import InterruptionPrior
 from aisched.policy.queueing import stored_queue
+from aisched.policy.scheduler import HeldGpus
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +57,33 @@ class ClusterState:
         """Which GPU each shared (fraction, MIG) worker or replica gets, as of the GPUs promised."""
         self.closing = ClosingNamespaces(monotonic)
         """Namespaces the API server said are being deleted."""
+        settings = inventory.settings
+        self.pools = PoolTracker(
+            InterruptionPrior.per_hour(settings.spot_prior_interruptions_per_hour, settings.spot_prior_weight_hours)
+        )
+        """Each spot pool's interruptions seen: what spot capacity is chosen and provisioned by."""
+        self.replica_asks = ReplicaAsks(self.in_flight, wake_cycle=self.wake_cycle)
+        """InferenceServices' new replicas, asked of the scheduling cycle and answered by it."""
         self._holders: list[Callable[[], UncreatedHolds]] = []
+        self._charged: list[Callable[[], Sequence[HeldGpus]]] = []
+        self._cycle_drivers: list[Callable[[], None]] = []
+
+    def cycle_driven_by(self, wake: Callable[[], None]) -> None:
+        """WAKE has the loop that runs the scheduling cycle run it soon."""
+        self._cycle_drivers.append(wake)
+
+    def wake_cycle(self) -> None:
+        """Something the cycle decides from changed (a new ask, a workload held or gone): it runs soon."""
+        for wake in self._cycle_drivers:
+            wake()
+
+    def charged_from(self, holder: Callable[[], Sequence[HeldGpus]]) -> None:
+        """HOLDER tells, for every cycle, what one kind's running work holds, by the queue it is charged to."""
+        self._charged.append(holder)
+
+    def charged(self) -> list[HeldGpus]:
+        """What every registered kind's running work holds, by queue: charged in each cycle."""
+        return [held for holder in self._charged for held in holder()]
 
     def queue_object(self, name: str) -> dict[str, Any] | None:
         """Queue NAME as stored; the default queue, where nobody wrote one, as the locked one the

@@ -225,19 +225,18 @@ def assemble(
         prometheus=_prometheus(settings.autoscaler),
         metrics=metrics,
         queues=state.queues,  # one watch of Queues; the tenancy of replicas is read from it too
-        replica_asks=jobs.replica_asks,  # new replicas are decided in the scheduling cycle, with the gangs
+        replica_asks=state.replica_asks,  # new replicas are decided in the scheduling cycle, with the gangs
         closing=state.closing,  # one record of namespaces being deleted
     )
-    # One quota per queue, whatever kind of work holds it: the cycle charges the replicas, and
-    # decides new ones with the gangs (`replica_asks`).
-    jobs.held_elsewhere = serving.gpus_held
+    # One quota per queue, whatever kind of work holds it: the cycle charges the replicas.
+    state.charged_from(serving.gpus_held)
     # Every other kind (Jobs, PyTorchJobs, RayClusters, model-server Deployments, pod groups) is decided
     # in the same cycle, charged to the same queues, and its admitted pods hold GPUs in the same snapshot.
     workloads = WorkloadController(
         kube,
         state,
         queue_object=state.queue_object,
-        wake_cycle=jobs.queue.wake,
+        wake_cycle=state.wake_cycle,
         metrics=metrics.workload,
         pods_ready_seconds=settings.workload_pods_ready_seconds,
         kinds=frozenset(settings.workload_kinds),

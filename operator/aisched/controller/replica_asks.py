@@ -1,7 +1,7 @@
 """Services' new replicas, asked of the scheduling cycle and answered by it: the one place GPUs are handed out.
 
 An InferenceService pass works out how many new replicas its service wants and asks
-(`ask`); it places none itself. The TrainingJob controller's scheduling cycle takes the asks
+(`ask`); it places none itself. The scheduling cycle (`ClusterState.replica_asks`) takes the asks
 with its gangs (`policy.decision.decide`) and answers each: the replicas that start now, on
 which nodes, promised at once in the one in-flight record (`in_flight`) under the key the
 replica placement settles once their pods are made; or why they wait. The service's next

@@ -66,11 +66,11 @@ def _wired(kube: KubeDouble) -> tuple[TrainingJobController, InferenceServiceCon
         in_flight=training.in_flight,
         shares=training.shares,
         queues=training.queues,
-        replica_asks=training.replica_asks,
+        replica_asks=training.state.replica_asks,
         closing=training.store.closing,
         clock=lambda: T0,
     )
-    training.held_elsewhere = serving.gpus_held
+    training.state.charged_from(serving.gpus_held)
     return training, serving
 
 
@@ -202,5 +202,5 @@ def test_a_service_whose_namespace_is_being_deleted_asks_no_more_and_holds_no_gp
     api, kube, training = asyncio.run(_a_service_in_a_closing_namespace())
     refused = [c for c in kube.calls("create") if c[0]["metadata"]["namespace"] == "closing"]
     assert len(refused) <= 2, "one grant tried, then the namespace is left alone"
-    assert training.replica_asks.pending() == [] and len(training.in_flight) == 0
+    assert training.state.replica_asks.pending() == [] and len(training.in_flight) == 0
     assert _gpus_of(api, "gang-") == 16  # the whole pool goes to the gang of a namespace that stays

@@ -91,12 +91,12 @@ class InferenceServiceController:
     cluster_snapshot: Callable[[], ClusterSnapshot]
     """Every pod's GPUs plus what other controllers have promised but not bound yet."""
     in_flight: InFlightPlacements = field(default_factory=InFlightPlacements)
-    """GPUs promised and not yet written down, this controller's and the TrainingJob controller's."""
+    """GPUs promised and not yet written down, by every controller (`ClusterState.in_flight`)."""
     prometheus: PrometheusSource | None = None
     metrics: Metrics | None = None
     clock: Callable[[], datetime] = utc_now
     queues: Mapping[str, dict[str, Any]] = field(default_factory=dict)
-    """The Queue objects by name, as the TrainingJob controller's watch keeps them."""
+    """The Queue objects by name, as their watch keeps them (`ClusterState.queues`)."""
     services: dict[ServiceKey, dict[str, Any]] = field(default_factory=dict)
     queue: WorkQueue[ServiceKey] = field(init=False)
     replicas: ReplicaPods = field(init=False)
@@ -107,11 +107,11 @@ class InferenceServiceController:
     status_writer: ServiceStatusWriter = field(init=False)
     tenancy: TenancyBook = field(default_factory=TenancyBook)
     shares: GpuShares | None = None
-    """The GPU shares handed out, the TrainingJob controller's (one record of them); None: a record of its own."""
+    """The GPU shares handed out (`ClusterState.shares`, one record of them); None: a record of its own."""
     closing: ClosingNamespaces = field(default_factory=ClosingNamespaces)
-    """Namespaces being deleted (the TrainingJob controller's record): their services are left alone a while."""
+    """Namespaces being deleted (`ClusterState.closing`): their services are left alone a while."""
     replica_asks: ReplicaAsks | None = None
-    """Where new replicas are asked of the scheduling cycle (the TrainingJob controller's); None: asks
+    """Where new replicas are asked of the scheduling cycle (`ClusterState.replica_asks`); None: asks
     answered in this controller's passes, with no gangs to weigh them against (its tests)."""
 
     def __post_init__(self) -> None:

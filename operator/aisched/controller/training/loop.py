@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
 from typing import Any
 
@@ -23,7 +23,6 @@ from prometheus_client import CollectorRegistry
 from aisched.controller.cluster_state import ClusterState
 from aisched.controller.cycle_pacing import CyclePacing
 from aisched.controller.provisioning import NodeProvisioner
-from aisched.controller.replica_asks import ReplicaAsks
 from aisched.controller.training.capacity import CapacityChooser
 from aisched.controller.training.carbon import CarbonDeferral
 from aisched.controller.training.decisions import CycleDecisions
@@ -39,12 +38,9 @@ from aisched.controller.workqueue import WorkQueue
 from aisched.kube import labels
 from aisched.kube.client import KubeClient
 from aisched.kube.inventory import PodRecord
-from aisched.kube.pools import PoolTracker
 from aisched.kube.versions import is_newer
 from aisched.metrics import Metrics
 from aisched.policy.cluster import ClusterSnapshot
-from aisched.policy.interruptions import InterruptionPrior
-from aisched.policy.scheduler import HeldGpus
 from aisched.settings import Settings
 from aisched.sources.carbon import CachedCarbonSource
 from aisched.sources.energy import GpuEnergySource
@@ -79,9 +75,7 @@ class TrainingJobController:
         self.shares = state.shares
         """Which GPU each worker of a job with gpuShare gets, and its claim."""
         self.tenancy = self.state.tenancy
-        self.pools = PoolTracker(
-            InterruptionPrior.per_hour(settings.spot_prior_interruptions_per_hour, settings.spot_prior_weight_hours)
-        )
+        self.pools = state.pools
         self.queue: WorkQueue[JobKey] = WorkQueue(
             name="TrainingJob", resync_seconds=settings.resync_seconds, max_batch=settings.reconciles_per_pass
         )
@@ -90,8 +84,7 @@ class TrainingJobController:
         self._marked_during_cycle = False
         self._pacing = CyclePacing()
 
-        self.replica_asks = ReplicaAsks(self.in_flight, wake_cycle=self.queue.wake)
-        """InferenceServices' new replicas, asked of this controller's scheduling cycle."""
+        state.cycle_driven_by(self.queue.wake)  # this loop's passes run the scheduling cycle
 
         now = self._now
         self.store = JobStore(self.state)
@@ -162,7 +155,8 @@ class TrainingJobController:
             pools=self.pools,
             provisioner=provisioner,
             shares=self.shares,
-            asks=self.replica_asks,
+            asks=state.replica_asks,
+            held_elsewhere=state.charged,
             clock=now,
         )
 
@@ -179,15 +173,6 @@ class TrainingJobController:
     def queues(self) -> dict[str, dict[str, Any]]:
         """The Queues as the watch shows them; the InferenceService controller reads this same dict."""
         return self.store.queues
-
-    @property
-    def held_elsewhere(self) -> Callable[[], Sequence[HeldGpus]]:
-        """GPUs the queues' other work holds (InferenceService replicas), charged to their queues each cycle."""
-        return self.cycle.held_elsewhere
-
-    @held_elsewhere.setter
-    def held_elsewhere(self, held: Callable[[], Sequence[HeldGpus]]) -> None:
-        self.cycle.held_elsewhere = held
 
     def cluster_snapshot(self) -> ClusterSnapshot:
         return self.store.cluster_snapshot()

@@ -95,8 +95,9 @@ class SchedulingCycle:
     clock: Callable[[], datetime]
     asks: ReplicaAsks
     """InferenceServices' new replicas, decided in this cycle with the gangs."""
-    held_elsewhere: Callable[[], Sequence[HeldGpus]] = lambda: ()
-    """GPUs the queues' other work holds (InferenceService replicas), charged to their queues each cycle."""
+    held_elsewhere: Callable[[], Sequence[HeldGpus]]
+    """GPUs the queues' other kinds of work hold (InferenceService replicas), charged to their queues each cycle
+    (`ClusterState.charged`)."""
     workloads: WorkloadCycle | None = None
     """The other kinds' workloads (Jobs, PyTorchJobs, model-server Deployments...), decided in this cycle too."""
     # Each job's request to the scheduler, made again only when what it is made of changed.
