@@ -39,6 +39,55 @@ class MetricType(StrEnum):
     CONCURRENCY = "Concurrency"
     GPU_UTILIZATION = "GPUUtilization"
     PROMQL = "PromQL"
+    LLM = "LLM"
+    """What an LLM server reports (queue, batch, KV cache, TTFT/TPOT) against latency objectives."""
+
+
+class LlmEngine(StrEnum):
+    VLLM = "vllm"
+    SGLANG = "sglang"
+    TGI = "tgi"
+
+
+# Prometheus's metric-name grammar (aisched.policy.llm_scaling.engines.is_metric_name): a tenant's
+# series name is pasted into a selector as a quoted string, but only a plain name is accepted at all.
+METRIC_NAME_PATTERN = r"^[a-zA-Z_:][a-zA-Z0-9_:]*$"
+_SeriesName = Annotated[str, Field(max_length=200, pattern=METRIC_NAME_PATTERN)]
+
+
+class LlmSeriesNames(ApiModel):
+    """The engine preset's series, renamed where a server exports them under other names."""
+
+    waiting: _SeriesName | None = None
+    running: _SeriesName | None = None
+    kv_usage: _SeriesName | None = None
+    ttft_histogram: _SeriesName | None = None
+    tpot_histogram: _SeriesName | None = None
+
+
+class LatencyObjectivesSpec(ApiModel):
+    ttft_seconds: float = Field(default=2.0, gt=0, le=600, description="Time to first token the percentile meets.")
+    tpot_seconds: float = Field(default=0.1, gt=0, le=60, description="Time per output token the percentile meets.")
+    percentile: float = Field(default=0.95, gt=0, lt=1, description="Of requests, as a fraction (0.95: p95).")
+
+
+class LlmMetricSpec(ApiModel):
+    engine: LlmEngine = Field(default=LlmEngine.VLLM, description="Engine preset: which series its servers export.")
+    series: LlmSeriesNames | None = Field(default=None, description="Series names that differ from the preset's.")
+    objectives: LatencyObjectivesSpec = defaulted_to(LatencyObjectivesSpec)
+    kv_usage_target: float = Field(default=0.8, gt=0, le=1, description="KV cache fill one replica should run at.")
+    waiting_per_replica_target: float = Field(
+        default=2.0, ge=0, le=10000, description="Requests waiting per replica before the queue asks for more."
+    )
+    replica_capacity_rps: float | None = Field(
+        default=None,
+        gt=0,
+        description="Requests per second one replica carries within the objectives (a load test's figure); "
+        "unset, the rate and forecast signals are not used.",
+    )
+    cold_start_seconds: float = Field(
+        default=120.0, gt=0, le=3600, description="Pod created to ready: how far ahead of forecast load to scale."
+    )
 
 
 class MetricSpec(ApiModel):
@@ -46,7 +95,12 @@ class MetricSpec(ApiModel):
         cel(
             "self.type != 'PromQL' || has(self.query)",
             "metric type PromQL needs metric.query",
-        )
+        ),
+        cel(
+            "self.type == 'LLM' || has(self.targetPerReplica)",
+            "metric.targetPerReplica is needed unless the type is LLM",
+        ),
+        cel("self.type != 'LLM' || has(self.llm)", "metric type LLM needs metric.llm"),
     )
 
     type: MetricType = Field(
@@ -59,12 +113,21 @@ class MetricSpec(ApiModel):
         description="PromQL returning the service-wide value; divided by ready replicas. Every selector is "
         "confined to the service's namespace; a query that cannot be is refused (MetricQueryRefused).",
     )
-    target_per_replica: float = Field(gt=0, description="Desired metric value per replica.")
+    target_per_replica: float | None = Field(
+        default=None, gt=0, description="Desired metric value per replica; every type but LLM needs it."
+    )
+    llm: LlmMetricSpec | None = Field(
+        default=None, description="Type LLM: the engine and the latency objectives to scale to."
+    )
 
     @model_validator(mode="after")
     def _promql_needs_query(self) -> MetricSpec:
         if self.type == MetricType.PROMQL and not self.query:
             raise ValueError("metric type PromQL needs metric.query")
+        if self.type != MetricType.LLM and self.target_per_replica is None:
+            raise ValueError("metric.targetPerReplica is needed unless the type is LLM")
+        if self.type == MetricType.LLM and self.llm is None:
+            raise ValueError("metric type LLM needs metric.llm")
         return self
 
 

@@ -115,10 +115,13 @@ class ScalingBehavior:
     def from_spec(
         cls, spec: AutoscalingSpec, metric_max_age_seconds: float = DEFAULT_METRIC_MAX_AGE_SECONDS
     ) -> ScalingBehavior:
+        target = spec.metric.target_per_replica
+        if target is None:  # type LLM, which aisched.policy.llm_scaling decides instead
+            raise ValueError("this law needs metric.targetPerReplica")
         return cls(
             min_replicas=spec.min_replicas,
             max_replicas=spec.max_replicas,
-            target_per_replica=spec.metric.target_per_replica,
+            target_per_replica=target,
             tolerance=spec.tolerance,
             scale_to_zero=spec.scale_to_zero,
             scale_up_window_seconds=spec.scale_up_stabilization_seconds,

@@ -109,6 +109,8 @@ class MetricNames:
 
 def builtin_query(metric: MetricSpec, namespace: str, pods: Sequence[str], names: MetricNames = MetricNames()) -> str:
     """The PromQL for a metric spec, summed over the named pods of the service."""
+    if metric.type == MetricType.LLM:
+        raise ValueError("metric type LLM reads several series: aisched.sources.llm_signals")
     if metric.type == MetricType.PROMQL:
         if not metric.query:
             raise ValueError("metric type PromQL needs metric.query")

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from aisched.api.inference_service import InferenceService, InferenceServiceStatus, ScalingDecision
+from aisched.api.inference_service import InferenceService, InferenceServiceStatus, MetricType, ScalingDecision
+from aisched.controller.serving.llm_autoscaling import LlmReading, LlmScalers
 from aisched.controller.serving.replica_pods import ServiceKey
 from aisched.kube.client import KubeClient
 from aisched.kube.serving_builders import AUTOSCALER_STATE, ServingPod
@@ -24,6 +25,7 @@ from aisched.policy.autoscale import AutoscalerState, MetricSample, ReasonCode, 
 from aisched.policy.autoscale import decide_replicas as decide_autoscale
 from aisched.policy.serving_status import find_condition, set_service_condition
 from aisched.settings import Settings
+from aisched.sources.llm_signals import read_llm_signals
 from aisched.sources.prometheus import MetricQueryRefusedError, PrometheusError, PrometheusSource
 
 log = logging.getLogger(__name__)
@@ -42,6 +44,8 @@ class MetricReading:
     error: str | None = None
     reason: str | None = None
     """The condition's reason when it is the tenant's to fix (MetricQueryRefused), not an outage."""
+    llm: LlmReading | None = None
+    """Metric type LLM: the servers' signals and the pods they were read from, instead of a sample."""
 
 
 @dataclass
@@ -55,6 +59,7 @@ class ServiceAutoscaler:
     scaled: Callable[[ServiceKey, int], None]
     """Told of each scale write, so the controller's copy of the service shows the new count at once."""
     _states: dict[ServiceKey, AutoscalerState] = field(default_factory=dict)
+    llm_scalers: LlmScalers = field(default_factory=LlmScalers)
     _next_due: dict[ServiceKey, datetime] = field(default_factory=dict)
     _reading: dict[ServiceKey, asyncio.Task[MetricReading]] = field(default_factory=dict)
     """Metric reads in flight, one at most per service."""
@@ -63,6 +68,7 @@ class ServiceAutoscaler:
 
     def forget(self, key: ServiceKey) -> None:
         self._states.pop(key, None)
+        self.llm_scalers.forget(key)
         self._next_due.pop(key, None)
         self._read.pop(key, None)
         task = self._reading.pop(key, None)
@@ -132,8 +138,13 @@ class ServiceAutoscaler:
         if self.prometheus is None:
             return MetricReading(None, NO_PROMETHEUS)
         names = sorted(p.name for p in pods if p.serving_candidate)
+        metric = service.spec.autoscaling.metric
         try:
-            sample = await self.prometheus.service_metric(service.spec.autoscaling.metric, key[0], names)
+            if metric.type == MetricType.LLM and metric.llm is not None:
+                signals = await read_llm_signals(self.prometheus, metric.llm, key[0], names)
+                sample, llm = None, LlmReading(signals, tuple(pods))
+            else:
+                sample, llm = await self.prometheus.service_metric(metric, key[0], names), None
         except MetricQueryRefusedError as refused:
             return MetricReading(None, _bounded(f"metric.query is not sent: {refused}"), METRIC_QUERY_REFUSED)
         except PrometheusError as error:
@@ -141,7 +152,7 @@ class ServiceAutoscaler:
         except Exception:  # one service's metric must not stop the others' reconciles
             log.exception("reading the metric of InferenceService %s/%s failed", *key)
             return MetricReading(None, "reading the metric failed; the reason is in the operator log")
-        return MetricReading(sample)
+        return MetricReading(sample, llm=llm)
 
     async def decide(
         self,
@@ -157,35 +168,89 @@ class ServiceAutoscaler:
         namespace, name = service.metadata["namespace"], service.metadata["name"]
         key = (namespace, name)
         current = service.spec.replicas
-        behavior = ScalingBehavior.from_spec(autoscaling, self.settings.autoscaler.metric_max_age_seconds)
-        state = self._states.get(key) or AutoscalerState.from_json(
-            (service.metadata.get("annotations") or {}).get(AUTOSCALER_STATE)
-        )
-        decision = decide_autoscale(behavior, state, current, reading.sample, now)
-        message = f"{decision.message} ({reading.error})" if reading.error else decision.message
-        refused = decision.reason == ReasonCode.METRIC_UNAVAILABLE and reading.reason is not None
-        reason = reading.reason if refused and reading.reason else decision.reason
+        if autoscaling.metric.type == MetricType.LLM:
+            outcome = self._llm_outcome(key, service, reading, now)
+        else:
+            outcome = await self._law_outcome(key, service, reading, now)
+        replicas, decided, metric_value = outcome
+        message = f"{decided.message} ({reading.error})" if reading.error else decided.message
+        refused = decided.reason == ReasonCode.METRIC_UNAVAILABLE and reading.reason is not None
+        reason = reading.reason if refused and reading.reason else decided.reason
         previous = find_condition(status, "ScalingActive")
-        if decision.replicas != current:
-            await self.kube.scale_custom(PLURAL, namespace, name, decision.replicas)
-            self.scaled(key, decision.replicas)
+        if replicas != current:
+            await self.kube.scale_custom(PLURAL, namespace, name, replicas)
+            self.scaled(key, replicas)
             status.last_scaling = ScalingDecision(
-                time=now, from_replicas=current, to_replicas=decision.replicas, reason=f"{decision.reason}: {message}"
+                time=now, from_replicas=current, to_replicas=replicas, reason=f"{decided.reason}: {message}"
             )
-            self.kube.post_event(obj, "Normal", decision.reason, message)
-        elif decision.reason == ReasonCode.METRIC_UNAVAILABLE and (previous is None or previous.reason != reason):
+            self.kube.post_event(obj, "Normal", decided.reason, message)
+        elif decided.reason == ReasonCode.METRIC_UNAVAILABLE and (previous is None or previous.reason != reason):
             self.kube.post_event(obj, "Warning", reason, message)
-        self._states[key] = decision.state
-        await self.kube.annotate_custom(PLURAL, namespace, name, {AUTOSCALER_STATE: decision.state.to_json()})
-        status.desired_replicas = decision.replicas
-        status.current_metric_value = decision.metric_per_replica
-        active = decision.reason != ReasonCode.METRIC_UNAVAILABLE
+        status.desired_replicas = replicas
+        status.current_metric_value = metric_value
+        active = decided.reason != ReasonCode.METRIC_UNAVAILABLE
         status.conditions = set_service_condition(
             status, "ScalingActive", active, reason, message, service=service, now=now
         )
         if self.metrics is not None:
-            self.metrics.serving.record_autoscaler_decision(current, decision.replicas, decision.reason)
-        return decision.replicas
+            self.metrics.serving.record_autoscaler_decision(current, replicas, decided.reason)
+        return replicas
+
+    async def _law_outcome(
+        self, key: ServiceKey, service: InferenceService, reading: MetricReading, now: datetime
+    ) -> tuple[int, _Decided, float | None]:
+        """The per-replica control law's decision, its memory kept in an annotation too."""
+        autoscaling = service.spec.autoscaling
+        assert autoscaling is not None
+        behavior = ScalingBehavior.from_spec(autoscaling, self.settings.autoscaler.metric_max_age_seconds)
+        state = self._states.get(key) or AutoscalerState.from_json(
+            (service.metadata.get("annotations") or {}).get(AUTOSCALER_STATE)
+        )
+        decision = decide_autoscale(behavior, state, service.spec.replicas, reading.sample, now)
+        self._states[key] = decision.state
+        await self.kube.annotate_custom(PLURAL, key[0], key[1], {AUTOSCALER_STATE: decision.state.to_json()})
+        return decision.replicas, _Decided(decision.reason, decision.message), decision.metric_per_replica
+
+    def _llm_outcome(
+        self, key: ServiceKey, service: InferenceService, reading: MetricReading, now: datetime
+    ) -> tuple[int, _Decided, float | None]:
+        """`decide_llm_replicas` on the servers' signals; without a fresh reading the count holds."""
+        autoscaling = service.spec.autoscaling
+        assert autoscaling is not None and autoscaling.metric.llm is not None
+        current = service.spec.replicas
+        decision = None
+        if reading.llm is not None:
+            decision = self.llm_scalers.decide(
+                key,
+                autoscaling,
+                autoscaling.metric.llm,
+                reading.llm,
+                sync_period_s=self.settings.autoscaler.interval_seconds,
+                max_age_s=self.settings.autoscaler.metric_max_age_seconds,
+                now=now,
+            )
+        if decision is None:
+            why = "no fresh reading of the servers' queue and batch; holding the replica count"
+            return current, _Decided(ReasonCode.METRIC_UNAVAILABLE, why), None
+        if decision.replicas > current:
+            code = ReasonCode.SCALE_FROM_ZERO if current == 0 else ReasonCode.SCALE_UP
+        elif decision.replicas < current:
+            code = ReasonCode.SCALE_TO_ZERO if decision.replicas == 0 else ReasonCode.SCALE_DOWN
+        else:
+            code = ReasonCode.WITHIN_TOLERANCE
+        message = (
+            f"{decision.replicas} replicas, by {decision.reason}: {decision.need_now:.2f} needed now, "
+            f"{decision.need_ahead:.2f} ahead of the cold start"
+        )
+        return decision.replicas, _Decided(code, message), decision.need_now
+
+
+@dataclass(frozen=True)
+class _Decided:
+    """What either law decided, as status and events tell it."""
+
+    reason: str
+    message: str
 
 
 def _bounded(message: str) -> str:

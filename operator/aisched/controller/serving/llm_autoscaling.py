@@ -1,0 +1,117 @@
+"""Metric type LLM: a reading of the servers' signals -> `decide_llm_replicas`, with the service's memory.
+
+The memory (recent recommendations, the load history, the learned capacity) lives in the operator
+only: a restarted operator starts it afresh, as it does its first decision of a new service. The cold
+start is the spec's `coldStartSeconds`: the controller's pod records carry no creation or readiness
+times to learn it from.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from aisched.api.inference_service import AutoscalingSpec, LlmMetricSpec
+from aisched.controller.serving.replica_pods import ServiceKey
+from aisched.kube.serving_builders import ServingPod
+from aisched.policy.llm_scaling import (
+    ColdStartEstimate,
+    LatencyObjectives,
+    LlmScalingSpec,
+    ScalingDecision,
+    ScalingMemory,
+    ServiceSignals,
+    decide_llm_replicas,
+)
+from aisched.sources.llm_signals import LlmSample
+
+
+def llm_scaling_spec(autoscaling: AutoscalingSpec, llm: LlmMetricSpec, sync_period_s: float) -> LlmScalingSpec:
+    objectives = llm.objectives
+    return LlmScalingSpec(
+        min_replicas=autoscaling.min_replicas,
+        max_replicas=autoscaling.max_replicas,
+        objectives=LatencyObjectives(objectives.ttft_seconds, objectives.tpot_seconds, objectives.percentile),
+        scale_to_zero=autoscaling.scale_to_zero,
+        kv_usage_target=llm.kv_usage_target,
+        waiting_per_replica_target=llm.waiting_per_replica_target,
+        scale_down_window_s=autoscaling.scale_down_stabilization_seconds,
+        sync_period_s=sync_period_s,
+        replica_capacity_rps=llm.replica_capacity_rps,
+    )
+
+
+def service_signals(sample: LlmSample, pods: Sequence[ServingPod]) -> ServiceSignals | None:
+    """The policy's view of one reading; None when the queue or the batch went unread (no evidence)."""
+    if sample.waiting is None or sample.running is None:
+        return None
+    candidates = [pod for pod in pods if pod.serving_candidate]
+    ready = sum(1 for pod in candidates if pod.ready)
+    return ServiceSignals(
+        ready_replicas=ready,
+        booting_replicas=len(candidates) - ready,
+        waiting=round(sample.waiting),
+        running=round(sample.running),
+        kv_usage_sum=sample.kv_usage_sum or 0.0,
+        arrival_rate=sample.arrival_rate or 0.0,
+        ttft_percentile_s=_finite(sample.ttft_s),
+        tpot_percentile_s=_finite(sample.tpot_s),
+    )
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
+@dataclass(frozen=True)
+class LlmReading:
+    sample: LlmSample | None
+    pods: tuple[ServingPod, ...]
+
+
+@dataclass
+class LlmScalers:
+    """Each LLM-mode service's scaling memory, forgotten with the service."""
+
+    _memory: dict[ServiceKey, ScalingMemory] = field(default_factory=dict)
+
+    def forget(self, key: ServiceKey) -> None:
+        self._memory.pop(key, None)
+
+    def memory(self, key: ServiceKey) -> ScalingMemory | None:
+        return self._memory.get(key)
+
+    def decide(
+        self,
+        key: ServiceKey,
+        autoscaling: AutoscalingSpec,
+        llm: LlmMetricSpec,
+        reading: LlmReading,
+        *,
+        sync_period_s: float,
+        max_age_s: float,
+        now: datetime,
+    ) -> ScalingDecision | None:
+        """The decision on a fresh reading; None when there is none to decide on (the count holds)."""
+        sample = reading.sample
+        if sample is None or now - sample.observed_at > timedelta(seconds=max_age_s):
+            return None
+        signals = service_signals(sample, reading.pods)
+        if signals is None:
+            return None
+        memory = self._memory.get(key) or ScalingMemory(cold_start=ColdStartEstimate(prior_s=llm.cold_start_seconds))
+        if memory.cold_start.prior_s != llm.cold_start_seconds:  # the spec was edited
+            memory = ScalingMemory(
+                memory.recommendations,
+                memory.load,
+                ColdStartEstimate(memory.cold_start.durations_s, llm.cold_start_seconds),
+                memory.rate_per_replica,
+                memory.last_arrival_at,
+            )
+        spec = llm_scaling_spec(autoscaling, llm, sync_period_s)
+        decision, self._memory[key] = decide_llm_replicas(
+            spec, signals, memory, autoscaling.max_replicas, now.timestamp()
+        )
+        return decision
