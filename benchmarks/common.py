@@ -39,7 +39,12 @@ def add_output_arguments(parser: argparse.ArgumentParser, results_name: str) -> 
 
 
 def write_figures(figures: dict[str, Any], output: Path | None, update_results: bool, results_name: str) -> None:
-    """Write FIGURES to OUTPUT and, when asked, over the committed results; say where."""
+    """Write FIGURES to OUTPUT and, when asked, over the committed results; say where.
+
+    Every file written carries the commit and code that produced it (`provenance`), whether or not
+    its benchmark recorded one: a figure whose code cannot be named cannot be re-run."""
+    if "provenance" not in figures:
+        figures = {**figures, "provenance": provenance()}
     targets = [output] if output is not None else []
     if update_results:
         targets.append(RESULTS_DIR / results_name)
