@@ -20,6 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from aisched.controller.cluster_state import ClusterState
 from aisched.controller.collector_pacing import CollectorPacing
+from aisched.controller.cycle import ReplicaAsksKind, SchedulingCycle
 from aisched.controller.handlers import register
 from aisched.controller.process_tuning import trim_heap_forever, tune_process, use_system_allocator
 from aisched.controller.provisioning import NodeProvisioner
@@ -204,6 +205,7 @@ def assemble(
     inventory = Inventory(settings)
     state = ClusterState(inventory)  # no controller's: each kind's decides from it, and counts its own in it
     carbon_client = httpx.AsyncClient()
+    provisioner = NodeProvisioner.from_settings(settings, kube, inventory) if settings.provisioning.enabled else None
     jobs = TrainingJobController(
         settings,
         kube,
@@ -211,9 +213,7 @@ def assemble(
         metrics=metrics,
         carbon=build_carbon_source(settings.carbon, carbon_client),
         energy=_gpu_energy(settings),
-        provisioner=(
-            NodeProvisioner.from_settings(settings, kube, inventory) if settings.provisioning.enabled else None
-        ),
+        provisioner=provisioner,
     )
     serving = InferenceServiceController(
         settings,
@@ -241,7 +241,19 @@ def assemble(
         pods_ready_seconds=settings.workload_pods_ready_seconds,
         kinds=frozenset(settings.workload_kinds),
     )
-    jobs.cycle.workloads = workloads.cycle
+    # One cycle decides every kind, in this order: the services' replicas are promised first, then the
+    # TrainingJobs' part is carried out, then the other kinds'. The training loop's passes drive it.
+    jobs.drives(
+        SchedulingCycle(
+            settings=settings,
+            state=state,
+            kinds=(ReplicaAsksKind(state.replica_asks), jobs.cycle_kind, workloads.cycle),
+            kube=kube,
+            metrics=metrics,
+            provisioner=provisioner,
+            clock=jobs.now,
+        )
+    )
     if built is not None:
         built(jobs)
     return _kopf_registry(

@@ -95,7 +95,7 @@ class AischedPolicy:
         release(self.snapshot, request.placement)
 
     def cycle(self, now: float) -> CycleOutcome:
-        # The operator's cycle (`controller.training.scheduling`) decides by `decide`, with the services'
+        # The operator's cycle (`controller.cycle.scheduling`) decides by `decide`, with the services'
         # replica asks beside the gangs; the simulator runs no services, so it asks for none.
         decision = decide(self.snapshot, [*self.running.values(), *self.pending.values()], (), self.queues, at(now))
         result = decision.jobs

@@ -207,7 +207,7 @@ def _written(obj: dict[str, Any], wire: dict[str, Any]) -> None:
 
 
 def _pending_request(obj: dict[str, Any], job: TrainingJob, snapshot: ClusterSnapshot) -> JobRequest | None:
-    """carbon.CarbonDeferral.defer, then scheduling.SchedulingCycle._enter_cycle for a pending job."""
+    """carbon.CarbonDeferral.defer, then cycle_kind.TrainingCycleKind._enter_cycle for a pending job."""
     spec, status = job.spec, job.status
     paused = status.chunk_work_done_seconds is not None
     if spec.carbon.deferrable and (status.start_time is None or paused):

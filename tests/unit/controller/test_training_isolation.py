@@ -104,7 +104,7 @@ async def test_a_job_the_cycle_fails_on_gets_cannot_schedule_and_is_retried_afte
     controller.inventory.upsert_node(a_node("n1", 8))
     controller.job_seen(a_placed_job("poisoned"))
     controller.job_seen(a_placed_job("plain"))
-    choose = controller.cycle.capacity.choose
+    choose = controller.cycle_kind.capacity.choose
     broken = True
 
     def choose_capacity(
@@ -114,7 +114,7 @@ async def test_a_job_the_cycle_fails_on_gets_cannot_schedule_and_is_retried_afte
             raise OverflowError("date value out of range")
         return choose(job, snapshot, doomed, now)
 
-    monkeypatch.setattr(controller.cycle.capacity, "choose", choose_capacity)
+    monkeypatch.setattr(controller.cycle_kind.capacity, "choose", choose_capacity)
     await one_pass(controller)
 
     assert status_of(controller, "plain")["phase"] == "Placing"
@@ -162,7 +162,7 @@ async def test_a_placed_gang_set_aside_runs_on_and_says_it_is_out_of_the_schedul
     gang["status"] = {"phase": "Running", "placement": {"nodes": ["n1"]}, "gangGeneration": 1}
     controller.job_seen(gang)
     await controller.queue.next_batch(controller.jobs.keys, timeout=0)
-    enter = controller.cycle._enter_cycle
+    enter = controller.cycle_kind._enter_cycle
     broken = True
 
     async def enter_cycle(obj: dict[str, Any], job: TrainingJob, *args: Any, **kwargs: Any) -> Any:
@@ -170,7 +170,7 @@ async def test_a_placed_gang_set_aside_runs_on_and_says_it_is_out_of_the_schedul
             raise ValueError("odd placement")
         return await enter(obj, job, *args, **kwargs)
 
-    monkeypatch.setattr(controller.cycle, "_enter_cycle", enter_cycle)
+    monkeypatch.setattr(controller.cycle_kind, "_enter_cycle", enter_cycle)
     await controller.schedule()
     status = status_of(controller, "gang")
     assert status["phase"] == "Running"

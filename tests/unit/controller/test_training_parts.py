@@ -21,10 +21,10 @@ from aisched.controller.cluster_state import ClusterState
 from aisched.controller.sharing import GpuShares
 from aisched.controller.training import TrainingJobController, capacity
 from aisched.controller.training.capacity import CapacityChooser
+from aisched.controller.training.cycle_kind import ELIGIBILITY
 from aisched.controller.training.isolation import EMISSIONS, SCHEDULING, StageGuard
 from aisched.controller.training.releases import WorkerReleases
 from aisched.controller.training.reporting import Reporting
-from aisched.controller.training.scheduling import ELIGIBILITY
 from aisched.controller.training.store import JobKey, JobStore
 from aisched.controller.training.writer import StatusWriter
 from aisched.controller.workqueue import WorkQueue

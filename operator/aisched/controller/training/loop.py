@@ -21,16 +21,17 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from aisched.controller.cluster_state import ClusterState
+from aisched.controller.cycle import ReplicaAsksKind, SchedulingCycle
 from aisched.controller.cycle_pacing import CyclePacing
 from aisched.controller.provisioning import NodeProvisioner
 from aisched.controller.training.capacity import CapacityChooser
 from aisched.controller.training.carbon import CarbonDeferral
+from aisched.controller.training.cycle_kind import TrainingCycleKind
 from aisched.controller.training.decisions import CycleDecisions
 from aisched.controller.training.isolation import StageGuard
 from aisched.controller.training.reconcile import JobReconciler
 from aisched.controller.training.releases import WorkerReleases
 from aisched.controller.training.reporting import Reporting
-from aisched.controller.training.scheduling import SchedulingCycle
 from aisched.controller.training.store import JobKey, JobStore, utc_now
 from aisched.controller.training.stray_workers import StrayWorkers
 from aisched.controller.training.writer import CONCURRENT_RECONCILES, StatusWriter
@@ -86,7 +87,7 @@ class TrainingJobController:
 
         state.cycle_driven_by(self.queue.wake)  # this loop's passes run the scheduling cycle
 
-        now = self._now
+        now = self.now
         self.store = JobStore(self.state)
         self.writer = StatusWriter(kube, self.store)
         self.guard = StageGuard(self.store, self.writer, kube, self.queue, self.metrics)
@@ -140,27 +141,36 @@ class TrainingJobController:
             metrics=self.metrics,
             pools=self.pools,
         )
-        self.cycle = SchedulingCycle(
-            settings=settings,
+        self.cycle_kind = TrainingCycleKind(
             store=self.store,
             guard=self.guard,
             decisions=self.decisions,
             capacity=CapacityChooser(settings, provisioner),
             deferral=self.deferral,
-            reporting=self.reporting,
             inventory=inventory,
             queue=self.queue,
-            metrics=self.metrics,
             tenancy=self.tenancy,
-            pools=self.pools,
-            provisioner=provisioner,
             shares=self.shares,
-            asks=state.replica_asks,
-            held_elsewhere=state.charged,
+        )
+        """TrainingJobs as the scheduling cycle reads them, and their part of its decisions carried out."""
+        self.cycle = SchedulingCycle(
+            settings=settings,
+            state=state,
+            kinds=(ReplicaAsksKind(state.replica_asks), self.cycle_kind),
+            kube=kube,
+            metrics=self.metrics,
+            provisioner=provisioner,
             clock=now,
         )
+        """The cycle this loop's passes run: the services' replicas and these jobs, until `drives` gives it
+        the operator's, with every kind."""
 
-    def _now(self) -> datetime:
+    def drives(self, cycle: SchedulingCycle) -> None:
+        """This loop's passes run CYCLE (the operator's, built with every kind beside this one's)."""
+        self.cycle = cycle
+
+    def now(self) -> datetime:
+        """The time as `clock` tells it when asked: every part reads this, so a test may replace the clock."""
         return self.clock()
 
     # -- what others read ----------------------------------------------------

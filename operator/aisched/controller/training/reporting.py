@@ -1,4 +1,4 @@
-"""What the TrainingJob controller reports: the job and cluster gauges, and each Queue's status."""
+"""What the TrainingJob controller reports: the job and cluster gauges (each Queue's status is the cycle's)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from aisched.api import Queue, TrainingJob, TrainingJobPhase
+from aisched.api import TrainingJob, TrainingJobPhase
 from aisched.api.queue import DEFAULT_QUEUE
 from aisched.api.sharing import GpuShare
 from aisched.controller.sharing import GpuShares
@@ -19,7 +19,6 @@ from aisched.kube.inventory import Inventory
 from aisched.metrics import GpuPoolUsage, Metrics
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.deadlines import deadline_slack_seconds
-from aisched.policy.scheduler import QueueUsage, ScheduleResult
 
 log = logging.getLogger(__name__)
 Phase = TrainingJobPhase
@@ -33,7 +32,7 @@ SETTLED_REPORT_GAP = timedelta(seconds=1)
 
 
 class Reporting:
-    """The gauges of the jobs and the cluster, refreshed every period; each Queue's usage, every cycle."""
+    """The gauges of the jobs and the cluster, refreshed every period."""
 
     def __init__(
         self,
@@ -136,33 +135,6 @@ class Reporting:
         namespace, name = key
         pods = [p.name for p in self._inventory.pods_of_job(namespace, name)]
         self._metrics.pods.record(namespace, name, "TrainingJob", pods)
-
-    async def report_queues(self, result: ScheduleResult) -> None:
-        for name, usage in result.queues.items():
-            obj = self._store.queues.get(name)
-            if obj is None:
-                continue
-            # One Queue whose status cannot be written (or read) leaves the others' to be written.
-            try:
-                await self._report_queue(name, obj, usage)
-            except Exception:
-                log.exception("reporting the usage of Queue %s failed; the next cycle tries again", name)
-
-    async def _report_queue(self, name: str, obj: dict[str, Any], usage: QueueUsage) -> None:
-        queue = Queue.model_validate(obj)
-        self._metrics.workload.record_queue(
-            name,
-            nominal_gpus=queue.spec.nominal_gpus,
-            used_gpus=usage.used_milli / 1000,
-            borrowed_gpus=usage.borrowed_gpus,
-        )
-        status = queue.status.model_copy(deep=True)
-        status.used_gpus, status.borrowed_gpus = usage.used_gpus, usage.borrowed_gpus
-        status.admitted_jobs, status.pending_jobs = usage.admitted_jobs, usage.pending_jobs
-        status.observed_generation = obj["metadata"].get("generation")
-        if status != queue.status:
-            await self._kube.patch_status("queues", None, name, status.to_wire())
-            self._store.queues[name] = {**obj, "status": status.to_wire()}
 
 
 def _gpu_pools(snapshot: ClusterSnapshot, smallest_pending_replica: int | None) -> list[GpuPoolUsage]:

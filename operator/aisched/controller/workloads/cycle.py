@@ -27,6 +27,7 @@ from typing import Any
 
 from aisched.controller.cluster_state import UncreatedHolds
 from aisched.controller.concurrency import at_most
+from aisched.controller.cycle.kind import Asked, CycleView, Decided
 from aisched.controller.in_flight import InFlightPlacements, Promised
 from aisched.controller.tenancy import TenancyBook
 from aisched.controller.workloads.book import WorkloadBook, WorkloadEntry
@@ -138,6 +139,21 @@ class WorkloadCycle:
             for node, gpus in self.running.held_by_record(entry, workload, workload.admitted).items():
                 reserved[node] = reserved.get(node, 0) + gpus
         return UncreatedHolds(reserved)
+
+    # -- a kind of the scheduling cycle (`controller.cycle.CycleKind`) --------------------------
+
+    name = "workloads of other kinds"
+
+    async def asked(self, view: CycleView) -> Asked[CycleAsk]:
+        ask = self.ask(view.snapshot, view.now)
+        return Asked(ask, requests=ask.requests, held=ask.held)
+
+    async def decided(self, asked: Asked[CycleAsk], decided: Decided, view: CycleView) -> None:
+        await self.carry_out(asked.carried, decided.part, view.now)
+
+    async def blamed(self, asked: Asked[CycleAsk], request: JobRequest, error: Exception, view: CycleView) -> None:
+        """The scheduler raised on this workload: it sits this cycle out (its object says nothing new)."""
+        log.error("the scheduler raised on %s: %s; it waits for the next cycle", request.key, error)
 
     # -- asked of the cycle ----------------------------------------------------------------
 

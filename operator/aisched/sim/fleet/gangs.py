@@ -3,8 +3,8 @@
 `GangLoop` runs the operator's own cycle, `aisched.policy.decision.decide` (through
 aisched.sim.policies.AischedPolicy), on the Ready nodes of the fleet, every gang confined to one
 zone. With a `GangProvisioner` it does what the operator's scheduling cycle does with Karpenter
-(aisched.controller.training.scheduling and aisched.controller.provisioning), with the same policy
-functions, on the default Queue a platform team would write for a growing fleet
+(aisched.controller.cycle, aisched.controller.training.cycle_kind, aisched.controller.provisioning),
+with the same policy functions, on the default Queue a platform team would write for a growing fleet
 (`GangProvisioner.queues`: the NodePool's GPUs, time-slicing off):
 
 - before the cycle, each pending gang's capacity type comes from `aisched.policy.spot.choose_capacity`
