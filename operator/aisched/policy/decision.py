@@ -8,9 +8,10 @@ and they never preempt, shrink or reserve (`JobRequest.replica_set`); neither ar
 preempted by a gang, but for quota lent: a job of a queue within its nominal quota takes back
 what another queue of its cohort borrows through its replicas (`scheduler.preemption`), and the
 serving controller retires them (`Decision.reclaimed`). Where they run is the serving
-policy's choice (`policy.serving`: capacity mix, spread), made afterwards on what the cycle
-left them: the GPUs its gangs took are taken, the GPUs `schedule` gave the service are free
-for it, and the nodes a higher gang's reservation holds are kept off.
+policy's choice (`policy.serving`: capacity mix, spread), made once, by `schedule` itself at
+their turn (`JobRequest.spread`, `policy.serving.place_replica_set`): on what is free then,
+off the nodes a higher gang's reservation holds and those where this cycle stopped a gang
+(its GPUs free only once its stops land).
 """
 
 from __future__ import annotations
@@ -22,26 +23,23 @@ from datetime import datetime
 
 from aisched.api.common import CapacityType, SpotPolicy
 from aisched.policy.cluster import ClusterSnapshot
-from aisched.policy.placement import Placement, hold, release
+from aisched.policy.placement import Placement
 from aisched.policy.queueing import QUOTA_EXCEEDED, QueueQuota
+from aisched.policy.replica_placement import ReplicaSpread, granted_plan, replicas_placed
 from aisched.policy.scheduler import (
-    Applied,
     HeldGpus,
     JobRequest,
     ReclaimedReplica,
     ScheduleResult,
-    apply_result,
     schedule,
 )
 from aisched.policy.scheduler.service import FIRST_BAND_GPU_SECONDS
 from aisched.policy.scheduler.state import ADMISSIONS_PER_CYCLE
 from aisched.policy.serving import (
-    NewReplica,
     PlanReason,
     ServingPlan,
     ServingReplica,
     ServingRequest,
-    plan_serving,
     tag_replacements,
 )
 
@@ -98,6 +96,7 @@ class ReplicaAsk:
             gpu_memory_mib=self.gpu_memory_mib,
             share=request.share,
             replica_set=True,
+            spread=ReplicaSpread(self.kept, self.desired, request),
         )
 
 
@@ -156,17 +155,10 @@ def decide(
         return Decision(result, {}, reclaimed=reclaimed)
     deferred = tuple(by_key[key].service for key in result.deferred if key in by_key)
     gangs = _gangs_only(result, by_key)
-    granted = [a for a in result.admitted if a.key in by_key]
     plans: dict[ServiceKey, ServingPlan] = {}
-    if granted:
-        room = _left_for_replicas(snapshot, gangs, [a.placement for a in granted])
-        for admission in granted:  # in the order schedule took them: priority, then fair order
-            ask = by_key[admission.key]
-            release(room, admission.placement)  # its own GPUs are free for it, and only for it
-            kept_off = ask.excluded
-            if result.reserved_priority is not None and ask.priority <= result.reserved_priority:
-                kept_off |= result.reserved_nodes
-            plans[ask.service] = _placed(ask, admission.placement.replicas, room, kept_off)
+    for admission in result.admitted:  # placed by `schedule`, spread as the serving policy spreads them
+        if (ask := by_key.get(admission.key)) is not None:
+            plans[ask.service] = _granted(ask, admission.placement, snapshot)
     for waiting in result.waiting:
         if (left := by_key.get(waiting.key)) is not None:
             why = PlanReason.QUOTA_EXCEEDED if waiting.reason == QUOTA_EXCEEDED else PlanReason.INSUFFICIENT_CAPACITY
@@ -178,42 +170,11 @@ def decide(
     return Decision(gangs, plans, deferred, reclaimed)
 
 
-def _left_for_replicas(
-    snapshot: ClusterSnapshot, gangs: ScheduleResult, granted: Sequence[Placement]
-) -> ClusterSnapshot:
-    """SNAPSHOT with what this cycle gave GANGS taken as the operator will see it until its stops land
-    (`apply_result`), and the replicas' grants held until each is planned."""
-    room = snapshot.copy()
-    apply_result(room, gangs, {}, Applied.AS_STOPS_LAND)
-    for placement in granted:
-        hold(room, placement)
-    return room
-
-
-def _placed(ask: ReplicaAsk, count: int, room: ClusterSnapshot, kept_off: frozenset[str]) -> ServingPlan:
-    """Where COUNT new replicas of ASK go in ROOM (which then holds them), as the serving policy spreads them."""
-    plan = plan_serving(ask.kept, ask.desired, ask.request, room, kept_off=kept_off)
-    starts = tag_replacements(list(plan.start[:count]), ask.replacing)
-    hold_new_replicas(room, ask.request, starts)
-    unplaced = ask.wanted - len(starts)
-    if not unplaced:
-        return replace(plan, start=tuple(starts), retire=(), unplaced=0)
-    message = f"{len(starts)} of {ask.wanted} new replica(s) start now; the rest wait for room"
-    return ServingPlan(tuple(starts), (), unplaced, PlanReason.INSUFFICIENT_CAPACITY, message)
-
-
-def hold_new_replicas(snapshot: ClusterSnapshot, request: ServingRequest, starts: Sequence[NewReplica]) -> None:
-    """Count STARTS of REQUEST as taken in SNAPSHOT: whole GPUs, a fraction's part, or a MIG instance."""
-    share = request.share
-    for start in starts:
-        if share is not None and share.mig_profile is not None:
-            snapshot.shared.take_mig(start.node, share.mig_profile)
-        elif start.part is not None:
-            snapshot.shared.take_part(start.part)
-            if start.part.splits:  # it split a wholly free GPU: that GPU is no longer free as a whole
-                snapshot.allocate({start.node: 1})
-        elif share is None:
-            snapshot.allocate({start.node: request.gpus_per_replica})
+def _granted(ask: ReplicaAsk, placement: Placement, snapshot: ClusterSnapshot) -> ServingPlan:
+    """What ASK is answered: the new replicas PLACEMENT starts (standing in first for those on interrupted
+    nodes), and the rest waiting for room."""
+    starts = tag_replacements(replicas_placed(placement, snapshot), ask.replacing)
+    return granted_plan(ReplicaSpread(ask.kept, ask.desired, ask.request), starts, ask.wanted)
 
 
 def _reclaims(reclaimed: Sequence[ReclaimedReplica]) -> dict[ServiceKey, ReplicaReclaim]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from aisched.api.common import CapacityType, SpotPolicy
 from aisched.api.training_job import Placement as PlacementStatus
@@ -26,6 +27,9 @@ from aisched.policy.nodes import Pool
 from aisched.policy.shared_room import SharePart, ShareShape
 from aisched.policy.taints import Toleration
 from aisched.policy.topology import DomainId, Level, Topology, level_rank
+
+if TYPE_CHECKING:
+    from aisched.policy.replica_placement import ReplicaSpread
 
 # Reasons, CamelCase, for conditions. The first three never go away on their own:
 # the job asks for something the cluster does not have.
@@ -63,6 +67,8 @@ class GangRequest:
     """Only this domain (growing an elastic gang next to where it runs)."""
     share: ShareShape | None = None
     """Each replica asks part of one GPU (a fraction, or a MIG instance): `policy.share_placement` places it."""
+    spread: ReplicaSpread | None = None
+    """A service's new replicas, not a gang: spread beside its running ones (`policy.serving.place_replica_set`)."""
 
     def __post_init__(self) -> None:
         if self.replicas < 1 or self.gpus_per_replica < 1:
@@ -164,6 +170,12 @@ class Unplaceable:
 
 def place_gang(request: GangRequest, snapshot: ClusterSnapshot) -> Placement | Unplaceable:
     """Place the whole gang or say why not. Deterministic; reads the snapshot, never changes it."""
+    if request.spread is not None:
+        from aisched.policy.replica_placement import (
+            place_replica_set,  # a service's spread builds on this module's types
+        )
+
+        return place_replica_set(request, snapshot)
     if request.share is not None:
         from aisched.policy.share_placement import place_parts  # it builds on this module's search
 

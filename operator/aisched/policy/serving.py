@@ -117,6 +117,68 @@ def doomed_interrupted(snapshot: ClusterSnapshot, doomed: frozenset[str]) -> Clu
     return marked
 
 
+@dataclass(frozen=True)
+class ServingChanges:
+    """What a service changes to reach its desired count, before any new replica is placed: the replicas
+    that go, and how many new ones it wants (those on interrupted nodes replaced included)."""
+
+    kept: tuple[ServingReplica, ...]
+    """Its healthy replicas that stay."""
+    doomed: tuple[ServingReplica, ...]
+    """Its replicas on interrupted (or gone) nodes."""
+    surplus: tuple[str, ...]
+    """Healthy replicas over the desired count, retired now."""
+    retired_doomed: tuple[str, ...]
+    """Replicas on interrupted nodes that the ready healthy ones no longer need as cover."""
+    floor: int
+    """How many of the desired replicas are to run on-demand."""
+    desired: int
+
+    @property
+    def retire(self) -> tuple[str, ...]:
+        return self.surplus + self.retired_doomed
+
+    @property
+    def wanted(self) -> int:
+        return max(0, self.desired - len(self.kept))
+
+    def reason_and_message(self) -> tuple[PlanReason, str]:
+        """Why it changes, with every new replica it wants placed (the placement adds its own notes)."""
+        notes = self.doomed_notes()
+        if self.doomed:
+            return PlanReason.REPLACING_INTERRUPTED, "; ".join(notes)
+        if self.wanted or self.surplus:
+            return PlanReason.SCALING, f"{len(self.kept) + len(self.surplus)} -> {self.desired} replicas"
+        return PlanReason.UP_TO_DATE, f"{self.desired} replica(s) running as planned"
+
+    def doomed_notes(self) -> list[str]:
+        if not self.doomed:
+            return []
+        return [
+            f"{len(self.doomed)} replica(s) on interrupted nodes; {len(self.retired_doomed)} retired now, "
+            "the rest once their replacements are ready"
+        ]
+
+
+def serving_changes(
+    replicas: Sequence[ServingReplica], desired: int, request: ServingRequest, snapshot: ClusterSnapshot
+) -> ServingChanges:
+    """What to retire, and how many new replicas to ask for, so that ``desired`` healthy replicas run."""
+    doomed = [r for r in replicas if _is_doomed(r, snapshot)]
+    healthy = [r for r in replicas if not _is_doomed(r, snapshot)]
+    floor = on_demand_floor(request, desired)
+    surplus = _choose_surplus(healthy, len(healthy) - desired, floor, snapshot)
+    kept = [r for r in healthy if r.name not in surplus]
+    return ServingChanges(
+        kept=tuple(kept),
+        doomed=tuple(doomed),
+        surplus=tuple(sorted(surplus)),
+        retired_doomed=tuple(_doomed_to_retire(doomed, desired, kept)),
+        floor=floor,
+        desired=desired,
+    )
+
+
 def plan_serving(
     replicas: Sequence[ServingReplica],
     desired: int,
@@ -126,67 +188,52 @@ def plan_serving(
     kept_off: frozenset[str] = frozenset(),
 ) -> ServingPlan:
     """What to start and retire so that ``desired`` healthy replicas run, spread and mixed as asked;
-    new replicas keep off KEPT_OFF (nodes held for a gang that outranks them)."""
-    doomed = [r for r in replicas if _is_doomed(r, snapshot)]
-    healthy = [r for r in replicas if not _is_doomed(r, snapshot)]
-    floor = _on_demand_floor(request, desired)
+    new replicas keep off KEPT_OFF (nodes held for a gang that outranks them).
 
-    surplus = _choose_surplus(healthy, len(healthy) - desired, floor, snapshot)
-    kept = [r for r in healthy if r.name not in surplus]
-    starts, unplaced, floor_unmet = _place_new(kept, desired - len(kept), floor, request, snapshot, kept_off=kept_off)
-    starts = tag_replacements(starts, [r.name for r in doomed])
-    retired_doomed = _doomed_to_retire(doomed, desired, kept)
+    The operator runs its two halves apart: a service's pass asks `serving_changes` what goes and how
+    many new replicas it wants, and the scheduling cycle places those (`place_replica_set`), once."""
+    changes = serving_changes(replicas, desired, request, snapshot)
+    starts, unplaced, floor_unmet = place_new_replicas(
+        changes.kept, changes.wanted, changes.floor, request, snapshot, kept_off=kept_off
+    )
+    starts = tag_replacements(starts, [r.name for r in changes.doomed])
 
-    notes: list[str] = []
-    if doomed:
-        notes.append(
-            f"{len(doomed)} replica(s) on interrupted nodes; {len(retired_doomed)} retired now, "
-            "the rest once their replacements are ready"
-        )
+    notes = changes.doomed_notes()
     if unplaced:
         notes.append(
             f"{unplaced} replica(s) of {request.gpus_per_replica} "
-            f"{request.gpu_type or 'GPU'}(s) fit on no {_allowed_capacity(request)} node"
+            f"{request.gpu_type or 'GPU'}(s) fit on no {allowed_capacity(request)} node"
         )
     if floor_unmet:
+        floor = changes.floor
         notes.append(f"{floor_unmet} of the {floor} on-demand replica(s) run on spot: no on-demand node has room")
     if unplaced:
         reason = PlanReason.INSUFFICIENT_CAPACITY
     elif floor_unmet:
         reason = PlanReason.ON_DEMAND_FLOOR_UNMET
-    elif doomed:
-        reason = PlanReason.REPLACING_INTERRUPTED
-    elif starts or surplus:
-        reason = PlanReason.SCALING
-        notes.append(f"{len(healthy)} -> {desired} replicas")
     else:
-        reason = PlanReason.UP_TO_DATE
-    return ServingPlan(
-        start=tuple(starts),
-        retire=tuple(sorted(surplus)) + tuple(retired_doomed),
-        unplaced=unplaced,
-        reason=reason,
-        message="; ".join(notes) or f"{desired} replica(s) running as planned",
-    )
+        reason, message = changes.reason_and_message()
+        notes = [message]
+    return ServingPlan(tuple(starts), changes.retire, unplaced, reason, "; ".join(notes))
 
 
 def _is_doomed(replica: ServingReplica, snapshot: ClusterSnapshot) -> bool:
-    node = _node(snapshot, replica.node)
+    node = gpu_node(snapshot, replica.node)
     return node is None or node.interrupted
 
 
-def _node(snapshot: ClusterSnapshot, name: str) -> Node | None:
+def gpu_node(snapshot: ClusterSnapshot, name: str) -> Node | None:
     """The GPU node NAME, one with whole GPUs or a MIG-partitioned one (which advertises none)."""
     return snapshot.node(name) if name in snapshot else snapshot.shared.mig_nodes.get(name)
 
 
-def _on_demand_floor(request: ServingRequest, desired: int) -> int:
+def on_demand_floor(request: ServingRequest, desired: int) -> int:
     if request.spot_policy == SpotPolicy.NEVER:
         return desired
     return min(request.min_on_demand_replicas, desired)
 
 
-def _allowed_capacity(request: ServingRequest) -> str:
+def allowed_capacity(request: ServingRequest) -> str:
     return {SpotPolicy.NEVER: "on-demand", SpotPolicy.PREFER: "spot or on-demand", SpotPolicy.ONLY: "spot"}[
         SpotPolicy(request.spot_policy)
     ]
@@ -224,7 +271,7 @@ def _retirement_order(
     return key
 
 
-def _place_new(
+def place_new_replicas(
     kept: Sequence[ServingReplica],
     count: int,
     floor: int,
@@ -388,5 +435,5 @@ def _doomed_to_retire(doomed: Sequence[ServingReplica], desired: int, kept: Sequ
 
 
 def _zone(snapshot: ClusterSnapshot, name: str) -> str | None:
-    node = _node(snapshot, name)
+    node = gpu_node(snapshot, name)
     return node.zone if node is not None else None

@@ -204,3 +204,30 @@ def test_every_ask_is_answered_no_gpu_is_given_twice_and_no_replica_preempts(
     assert all(replicas[name] <= free[name] for name in free), (replicas, free)
     assert {p.by for p in decision.jobs.preempted}.isdisjoint(a.key for a in asks)
     assert {n.name: snapshot.free_gpus(n.name) for n in snapshot.nodes()} == free  # left as found
+
+
+def test_a_services_replicas_are_placed_once_by_the_scheduler_where_the_serving_policy_spreads_them() -> None:
+    snapshot = ClusterSnapshot([gpu_node("a1", zone="a"), gpu_node("a2", zone="a"), gpu_node("b1", zone="b")])
+    kept = (ServingReplica("chat-0", "a1", CapacityType.ON_DEMAND, ready=True),)
+    snapshot.allocate({"a1": 1})
+    ask = replace(an_ask("chat", 2), kept=kept, desired=3)
+    schedule_result = decide(snapshot, [], [ask], OPEN, T0)
+    plan = schedule_result.replicas[("ns", "chat")]
+    # Spread beside the one it has in zone a: the first new one goes to b, then back to a's other node.
+    assert [s.node for s in plan.start] == ["b1", "a2"]
+    assert plan.reason == PlanReason.SCALING and plan.unplaced == 0
+
+
+def test_new_replicas_keep_off_the_gpus_a_preemption_in_this_cycle_frees_until_its_stops_land() -> None:
+    # n1 is full with a low-priority gang, n2 with others; a gang of 4 that outranks it preempts it and takes
+    # half of n1. The service (between the two in priority) may not take n1's other half before low's pods go.
+    snapshot = ClusterSnapshot([gpu_node("n1"), gpu_node("n2")])
+    snapshot.allocate({"n2": 4})
+    low = run_on(snapshot, pending("ns/low", 8, priority=0), ["n1"])
+    urgent = pending("ns/urgent", 4, replicas=1, priority=10)
+    filler = run_on(snapshot, pending("ns/filler", 4, priority=20), ["n2"])
+    decision = decide(snapshot, [low, filler, urgent], [an_ask("chat", 4, priority=5)], OPEN, T0)
+    assert [p.key for p in decision.jobs.preempted] == ["ns/low"]
+    plan = decision.replicas[("ns", "chat")]
+    assert plan.start == ()
+    assert plan.unplaced == 4

@@ -1,8 +1,8 @@
 """Steps 2 and 4 of a pass: replicas that are no replicas any more go, and new ones are asked for and started.
 
 `policy.rollout.plan_rollout` bounds a template change by surge and unavailability,
-`policy.serving.plan_serving` says which replicas retire and how many new ones the service
-wants; those are asked of the scheduling cycle (`controller/replica_asks.py`), which decides
+`policy.serving.serving_changes` says which replicas retire and how many new ones the service
+wants, placing none; those are asked of the scheduling cycle (`controller/replica_asks.py`), which decides
 them with the gangs and says where they go (capacity mix, spread, replacing replicas on
 interrupted nodes first). This module carries the answer out and tells the service's events.
 """
@@ -34,10 +34,11 @@ from aisched.policy.rollout import plan_rollout
 from aisched.policy.serving import (
     NewReplica,
     PlanReason,
+    ServingChanges,
     ServingPlan,
     ServingReplica,
     ServingRequest,
-    plan_serving,
+    serving_changes,
 )
 from aisched.policy.sharing.charge import replica_milli
 from aisched.settings import Settings
@@ -137,8 +138,9 @@ class ReplicaPlacement:
         rollout = service.spec.rollout
         step = plan_rollout(current, old, desired, rollout.max_surge, rollout.max_unavailable)
         room = snapshot()
-        plan = plan_serving(current, step.current_target, _request(service), room)
-        wanted = len(plan.start) + plan.unplaced
+        # What goes and how many new replicas it wants; where new ones go is the cycle's (`policy.decision`).
+        changes = serving_changes(current, step.current_target, _request(service), room)
+        wanted = changes.wanted
         if wanted:
             self.asks.ask(self._ask(service, current, step.current_target, wanted, room))
             if self.asks.wake_cycle is None:
@@ -150,12 +152,12 @@ class ReplicaPlacement:
         self._tell_quota(obj, key, answer if wanted else None)
         await self._start(obj, service, current_hash, starts)
         by_name = {p.name: p for p in pods}
-        await self.delete([by_name[name] for name in (*plan.retire, *step.retire_old) if name in by_name])
-        if plan.retire or step.retire_old:
+        await self.delete([by_name[name] for name in (*changes.retire, *step.retire_old) if name in by_name])
+        if changes.retire or step.retire_old:
             self.kube.post_event(
-                obj, "Normal", "ReplicasRetired", f"retired {', '.join((*plan.retire, *step.retire_old))}"
+                obj, "Normal", "ReplicasRetired", f"retired {', '.join((*changes.retire, *step.retire_old))}"
             )
-        plan = _carried(plan, wanted, starts, answer)
+        plan = _carried(changes, starts, answer)
         if plan.unplaced and key in self.reclaimed_by:
             plan = replace(plan, reason=PlanReason.RECLAIMED, message=f"{self.reclaimed_by[key]}; {plan.message}")
         else:
@@ -352,15 +354,14 @@ def _replica(pod: ServingPod) -> ServingReplica:
     return ServingReplica(pod.name, pod.node or pod.pinned_node or "", pod.capacity_type, pod.ready)
 
 
-def _carried(plan: ServingPlan, wanted: int, starts: Sequence[NewReplica], answer: ServingPlan | None) -> ServingPlan:
-    """PLAN (made on this pass's snapshot, to retire by and count what is wanted) as carried out: STARTS
-    are what the cycle granted of the WANTED new replicas; why the rest wait is its ANSWER's to say."""
-    unplaced = wanted - len(starts)
-    if not unplaced:
-        if plan.reason != PlanReason.INSUFFICIENT_CAPACITY:
-            return replace(plan, start=tuple(starts), unplaced=0)
-        return ServingPlan(tuple(starts), plan.retire, 0, PlanReason.SCALING, f"{len(starts)} new replica(s) started")
-    if answer is None:
+def _carried(changes: ServingChanges, starts: Sequence[NewReplica], answer: ServingPlan | None) -> ServingPlan:
+    """CHANGES as carried out: STARTS are what the cycle granted of the new replicas wanted; how they were
+    placed (or why the rest wait) is its ANSWER's to say."""
+    unplaced = changes.wanted - len(starts)
+    if unplaced and answer is None:
         message = f"{unplaced} new replica(s) asked of the scheduling cycle"
-        return ServingPlan(tuple(starts), plan.retire, unplaced, PlanReason.SCALING, message)
-    return ServingPlan(tuple(starts), plan.retire, unplaced, answer.reason, answer.message)
+        return ServingPlan(tuple(starts), changes.retire, unplaced, PlanReason.SCALING, message)
+    if answer is not None and (unplaced or starts):
+        return ServingPlan(tuple(starts), changes.retire, unplaced, answer.reason, answer.message)
+    reason, message = changes.reason_and_message()
+    return ServingPlan(tuple(starts), changes.retire, 0, reason, message)

@@ -96,6 +96,8 @@ def _most_consolidated(cycle: CycleState, attempt: Attempt) -> Placement | Unpla
     is held to its own tightest domain instead (`CycleState.consolidated`).
     """
     request = attempt.request
+    if attempt.job.spread is not None:  # replicas are not a gang: no domain to hold each count to
+        return cycle.place_most(request, attempt.fewest)
     outcome = cycle.place(request)
     if isinstance(outcome, Placement) or request.replicas <= attempt.fewest:
         return outcome

@@ -40,6 +40,10 @@ class Attempt:
         most = job.replicas if limit is None or refused else min(job.replicas, limit // job.replica_milli)
         gpu_types = cycle.gpu_types(job, allowance.blocked_gpu_types)
         reserved = cycle.reserved_against(job)
+        kept_off = job.excluded_nodes | reserved
+        if job.spread is not None:
+            # A service's replicas start at once: never on GPUs this cycle freed, which its stops free only later.
+            kept_off |= cycle.released_nodes
         shape = (
             job.queue,
             job.priority,
@@ -54,9 +58,10 @@ class Attempt:
             job.capacity_types,
             job.excluded_nodes,
             reserved,
+            kept_off,  # and, for a service's replicas, the nodes this cycle freed GPUs on
             job.expected_duration is None,
             job.replica_set,  # waits where a gang alike would preempt
         )
-        request = cycle.consolidated(job.gang(most, gpu_types, job.excluded_nodes | reserved))
+        request = cycle.consolidated(job.gang(most, gpu_types, kept_off))
         smallest = request if most == fewest else cycle.consolidated(replace(request, replicas=fewest))
         return cls(job, fewest, allowance.refusal, reserved, shape, request, smallest)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from aisched.api.common import CapacityType
 from aisched.api.sharing import GpuShare
@@ -17,6 +17,9 @@ from aisched.policy.saturating_time import seconds_duration
 from aisched.policy.shared_room import ShareShape
 from aisched.policy.sharing.charge import replica_milli
 from aisched.policy.topology import LOCAL_TOPOLOGY, Level, Topology
+
+if TYPE_CHECKING:
+    from aisched.policy.replica_placement import ReplicaSpread
 
 _LONG_AGO = datetime.min.replace(tzinfo=UTC)  # a job with no creation time yet queues first among equals
 
@@ -113,6 +116,9 @@ class JobRequest:
     replica_set: bool = False
     """New replicas of an InferenceService (`policy.decision`), not a gang: as many start as free GPUs
     and the queue's quota hold, in the same order as gangs; they never preempt, shrink or reserve."""
+    spread: ReplicaSpread | None = None
+    """How a service's new replicas are placed (beside its running ones, over zones and nodes): set, the
+    scheduler places them as the serving policy spreads them, once (`policy.serving.place_replica_set`)."""
 
     @property
     def replica_milli(self) -> int:
@@ -201,6 +207,7 @@ class JobRequest:
             capacity_types=self.capacity_types,
             excluded_nodes=excluded,
             share=self.share,
+            spread=self.spread,
         )
 
 

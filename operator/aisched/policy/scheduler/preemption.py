@@ -323,6 +323,9 @@ def _carry_out(cycle: CycleState, job: JobRequest, request: GangRequest, plan: _
         running = action.running
         other = running.job
         action.release(cycle.snapshot)
+        cycle.released_nodes.update(
+            running.placement.nodes if action.dropped is None else (running.placement.nodes[r] for r in action.dropped)
+        )
         cycle.ledger.refund(other.queue, action.milli(), running.placement.gpu_type)
         if other.replica_set:
             del cycle.service_replicas[other.key]

@@ -140,6 +140,8 @@ class CycleState:
         self._bands: dict[str, int] = {}
         self.highest_running_band = max((self.band(r.job) for r in self.running.values()), default=0)
         self.slices = 0
+        self.released_nodes: set[str] = set()
+        """Nodes where this cycle stopped or shrank a running gang: their GPUs free only once its stops land."""
         """Gangs preempted this cycle for time-slicing (`MAX_SLICES_PER_CYCLE`)."""
         self.displaceable: dict[tuple[int, int, bool, str | None], tuple[list[RunningGang], list[RunningGang]]] = {}
         """Making room's candidates (shrinkable, preemptible) by (priority, band, slicing) of the job
