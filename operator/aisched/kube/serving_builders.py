@@ -22,6 +22,7 @@ from aisched.api.reserved_keys import without_reserved
 from aisched.kube import labels
 from aisched.kube.builders import owner_reference, request_gpus, set_priority
 from aisched.kube.records import read_pod
+from aisched.policy.shared_room import SharePart
 
 KIND: Final = "InferenceService"
 # A label of its own, not the TrainingJob's job-name: a TrainingJob and an
@@ -65,6 +66,10 @@ class ServingPod:
     """Compared only to keep the newer of a relist and a watch event (`kube.versions`); empty for a pod we built."""
     gpu_milli: int | None = None
     """Every GPU it holds in GPU-equivalents (thousandths: whole, share, MIG, claims); None: `gpus` whole."""
+    part: SharePart | None = None
+    """The part of a GPU its claim is allocated on its node (a fraction), as the inventory reads it."""
+    mig_profile: str | None = None
+    """The one MIG instance it asks of the device plugin (a MIG replica)."""
 
     @property
     def held_milli(self) -> int:

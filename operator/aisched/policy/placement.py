@@ -193,6 +193,15 @@ def gang_fits(request: GangRequest, snapshot: ClusterSnapshot) -> bool:
     return _first_placement(request, snapshot) is not None
 
 
+def products_by_rank(placement: Placement, snapshot: ClusterSnapshot) -> list[str | None]:
+    """The GPU product of each replica's node, by rank (a MIG node's too)."""
+    products: list[str | None] = []
+    for name in placement.nodes:
+        node = snapshot.node(name) if name in snapshot else snapshot.shared.mig_nodes.get(name)
+        products.append(node.gpu_product if node is not None else None)
+    return products
+
+
 def hold(snapshot: ClusterSnapshot, placement: Placement) -> None:
     """Count PLACEMENT as taken in SNAPSHOT: its whole GPUs, its parts of GPUs, its MIG instances."""
     snapshot.allocate(placement.gpus_by_node())

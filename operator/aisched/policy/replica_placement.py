@@ -4,8 +4,8 @@ A service's ask enters `schedule` as a replica set (`JobRequest.replica_set`) ca
 (`ReplicaSpread`: the replicas it keeps, the count it aims for, what each replica asks). At its
 turn, `placement.place_gang` hands it here: the new replicas go where `policy.serving` would start
 them (zones and nodes with the fewest of the service, the on-demand floor, best fit), on the nodes
-the scheduler allows at that turn (products, capacity types, a reservation, GPUs this cycle freed),
-all on one product, as a gang's. The scheduler holds what they take like any admission's, and the
+the scheduler allows at that turn (products, capacity types, a reservation, GPUs this cycle freed).
+The scheduler holds what they take like any admission's, and the
 service is answered with those very replicas (`granted_plan`).
 """
 
@@ -43,24 +43,16 @@ class ReplicaSpread:
 
 def place_replica_set(request: GangRequest, snapshot: ClusterSnapshot) -> Placement | Unplaceable:
     """`request.replicas` new replicas of a service, spread as its `ReplicaSpread` says, on nodes REQUEST allows
-    (its products, capacity types, exclusions), all of one product; or why not. Reads SNAPSHOT, never changes it.
+    (its products, capacity types, exclusions); or why not. Reads SNAPSHOT, never changes it.
 
-    Replicas are not a gang: no domain holds them together, so the request's levels do not bound them."""
+    Replicas are not a gang: no domain holds them together, so the request's levels do not bound them, and
+    a service that names no GPU type spreads over zones whatever product each has (its queue is charged
+    each replica on its own node's product: `CycleState.admit`)."""
     spread = request.spread
     assert spread is not None
     kept_off = request.excluded_nodes | _disallowed(request, snapshot)
     floor = on_demand_floor(spread.request, spread.desired)
     starts, _, _ = place_new_replicas(spread.kept, request.replicas, floor, spread.request, snapshot, kept_off=kept_off)
-    products = sorted({_product(snapshot, s.node) for s in starts}, key=lambda p: p or "")
-    if len(products) > 1:  # one product per admission, as a gang's: its queue is charged on that product
-        tries = []
-        for product in products:
-            others = frozenset(n for n in _gpu_node_names(snapshot) if _product(snapshot, n) != product)
-            tried, _, _ = place_new_replicas(
-                spread.kept, request.replicas, floor, spread.request, snapshot, kept_off=kept_off | others
-            )
-            tries.append(tried)
-        starts = max(tries, key=len)  # the first product (by name) of those placing the most
     if len(starts) < request.replicas:
         return Unplaceable(
             INSUFFICIENT_GPUS,
@@ -85,11 +77,6 @@ def _disallowed(request: GangRequest, snapshot: ClusterSnapshot) -> frozenset[st
 
 def _gpu_node_names(snapshot: ClusterSnapshot) -> list[str]:
     return [*(n.name for n in snapshot.nodes()), *snapshot.shared.mig_nodes]
-
-
-def _product(snapshot: ClusterSnapshot, name: str) -> str | None:
-    node = gpu_node(snapshot, name)
-    return node.gpu_product if node is not None else None
 
 
 def _as_placement(

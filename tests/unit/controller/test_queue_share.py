@@ -1,12 +1,15 @@
 """An InferenceService's share of its queue: what its replicas hold is charged to it in every cycle,
-and each bound whole-GPU replica is handed on its own, for a lending queue to reclaim."""
+and each bound replica whose going frees what is known is handed on its own, for a lending queue to reclaim."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from aisched.api.common import CapacityType
 from aisched.controller.serving.queue_share import ReplicaOwner, replicas_held
 from aisched.kube.serving_builders import ServingPod
 from aisched.policy.scheduler import HeldGpus, HeldReplica
+from aisched.policy.shared_room import SharePart
 
 Q = ReplicaOwner("q", priority=3)
 
@@ -46,3 +49,19 @@ def test_parts_of_gpus_are_charged_in_gpu_equivalents_per_queue_and_type() -> No
         ("r", 1, False),
     ]  # what they hold, to the thousandth
     assert sum(h.milli for h in held if h.queue == "q") == 1900
+
+
+def test_bound_replicas_holding_an_allocated_part_or_a_mig_instance_are_handed_on_their_own_to_reclaim() -> None:
+    part = SharePart("n1", "gpu-0", 300, 24_000, splits=False)
+    fraction = ServingPod(
+        "ns", "a", "chat", "h", CapacityType.ON_DEMAND, "n1", "n1", "Running", True, False, 0, gpu_milli=300, part=part
+    )
+    mig = replace(fraction, name="b", node="m1", pinned_node="m1", gpu_milli=143, part=None, mig_profile="1g.10gb")
+    unallocated = ServingPod(  # its claim is not allocated yet: what going frees is not known, so it is not offered
+        "ns", "c", "chat", "h", CapacityType.ON_DEMAND, "n1", "n1", "Running", True, False, 0, gpu_milli=300
+    )
+    held = replicas_held([(Q, fraction), (Q, mig), (Q, unallocated)], {})
+    assert HeldGpus("q", 300, None, HeldReplica("ns/chat", "a", "n1", 0, 3, part=part)) in held
+    assert HeldGpus("q", 143, None, HeldReplica("ns/chat", "b", "m1", 0, 3, mig_profile="1g.10gb")) in held
+    assert HeldGpus("q", 300, None) in held  # the unallocated one: charged all the same
+    assert sum(h.milli for h in held) == 743

@@ -231,3 +231,32 @@ def test_new_replicas_keep_off_the_gpus_a_preemption_in_this_cycle_frees_until_i
     plan = decision.replicas[("ns", "chat")]
     assert plan.start == ()
     assert plan.unplaced == 4
+
+
+def test_a_service_naming_no_gpu_type_spreads_over_zones_of_different_products_each_charged_its_own() -> None:
+    h100s = [Node(f"a{i}", 8, 0, gpu_product="H100", capacity_type=CapacityType.ON_DEMAND, zone="a") for i in (1, 2)]
+    a100 = Node("b1", 8, 0, gpu_product="A100", capacity_type=CapacityType.ON_DEMAND, zone="b")
+    snapshot = ClusterSnapshot([*h100s, a100])
+    capped = [QueueQuota("team", 16, gpu_type_quotas={"H100": 8, "A100": 8})]
+    decision = decide(snapshot, [], [an_ask("chat", 2, queue="team")], capped, T0)
+    assert sorted(s.zone or "" for s in decision.replicas[("ns", "chat")].start) == ["a", "b"]
+    # A gang of the queue after them in the same cycle finds one of the queue's 8 H100s charged to a replica:
+    # a2 is free, but the cap is not.
+    gangs = [pending("ns/h", 8, queue="team", gpu_type="H100", priority=-1)]
+    both = decide(snapshot, gangs, [an_ask("chat", 2, queue="team")], capped, T0)
+    assert [(w.key, w.reason) for w in both.jobs.waiting] == [("ns/h", QUOTA_EXCEEDED)]
+    assert both.jobs.queues["team"].used_gpus == 2
+
+
+def test_a_services_replicas_over_several_products_keep_within_each_products_cap() -> None:
+    nodes = [
+        Node(f"{zone}{i}", 8, 0, gpu_product=product, capacity_type=CapacityType.ON_DEMAND, zone=zone)
+        for zone, product in (("a", "H100"), ("b", "A100"))
+        for i in range(2)
+    ]
+    snapshot = ClusterSnapshot(nodes)
+    capped = [QueueQuota("team", 16, gpu_type_quotas={"H100": 1})]
+    plan = decide(snapshot, [], [an_ask("chat", 4, queue="team")], capped, T0).replicas[("ns", "chat")]
+    products = Counter("H100" if s.zone == "a" else "A100" for s in plan.start)
+    assert products["H100"] == 1  # the cap on H100 holds; the A100s take the rest of what it spreads
+    assert products["A100"] >= 1 and plan.unplaced == 4 - len(plan.start)

@@ -65,6 +65,7 @@ from aisched.policy.queueing import stored_queue
 from aisched.policy.scheduler import HeldGpus
 from aisched.policy.serving import doomed_interrupted
 from aisched.policy.serving_status import find_condition, observed_status, replica_failure, set_service_condition
+from aisched.policy.shared_room import SharePart
 from aisched.policy.tenancy import Refusal
 from aisched.settings import Settings
 from aisched.sources.prometheus import PrometheusSource
@@ -369,9 +370,15 @@ class InferenceServiceController:
         return [*replicas_held(pods, self.inventory.nodes), *self.placement.asks.held(self.inventory.nodes)]
 
     def _as_held(self, pod: ServingPod) -> ServingPod:
-        """POD charged what the inventory says it holds: a share as its claim is allocated, not as annotated."""
+        """POD charged what the inventory says it holds: a share as its claim is allocated, not as annotated;
+        and the part of a GPU, or the MIG instance, its going would free (for a lending queue to reclaim)."""
         record = self.inventory.pods.get((pod.namespace, pod.name))
-        return pod if record is None else dataclasses.replace(pod, gpu_milli=record.gpu_milli)
+        if record is None:
+            return pod
+        share, node = record.share, record.node
+        part = SharePart(node, share.device, share.milli, share.memory_mib, splits=False) if share and node else None
+        mig = record.mig_profiles[0] if len(record.mig_profiles) == 1 and not record.claimed else None
+        return dataclasses.replace(pod, gpu_milli=record.gpu_milli, part=part, mig_profile=mig)
 
     def _replica_confirmed(self, key: PodKey) -> None:
         """The watch shows a replica we made (the inventory counts it now) or its end: its promise goes."""

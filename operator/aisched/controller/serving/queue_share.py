@@ -4,8 +4,9 @@ The scheduling cycle charges a queue what its services' replicas hold (`replicas
 a cycle) beside its training gangs, and decides new replicas within what is left, in the same
 ledger as its gangs (`policy.decision`). So one tenant's InferenceService cannot take GPUs its
 queue does not have, and a queue's training jobs get only what its serving left. A running
-replica holding whole GPUs on its node is handed to the cycle on its own (`HeldReplica`): what
-its queue borrows, a lending queue may take back (`policy.scheduler.preemption`).
+replica bound to its node (whole GPUs, an allocated part of a GPU, or a MIG instance) is handed to
+the cycle on its own (`HeldReplica`): what its queue borrows, a lending queue may take back
+(`policy.scheduler.preemption`).
 """
 
 from __future__ import annotations
@@ -39,16 +40,20 @@ def replicas_held(pods_by_owner: Iterable[tuple[ReplicaOwner, ServingPod]], node
             continue
         record = nodes.get(node)
         product = record.gpu_product if record is not None else None
-        # Only a whole-GPU replica kube-scheduler bound, and not on its way out: what going frees is known.
-        whole = pod.gpu_milli is None or pod.gpu_milli == pod.gpus * 1000
-        if (
-            pod.node is not None
-            and pod.gpus > 0
-            and whole
-            and pod.serving_candidate
-            and pod.name not in owner.reclaiming
-        ):
-            replica = HeldReplica(f"{pod.namespace}/{pod.service}", pod.name, pod.node, pod.gpus, owner.priority)
+        # Only a replica kube-scheduler bound, and not on its way out, whose going frees what is known: its
+        # whole GPUs, its allocated part of one GPU, or its one MIG instance.
+        whole = pod.gpus > 0 and (pod.gpu_milli is None or pod.gpu_milli == pod.gpus * 1000)
+        shared = pod.part is not None or pod.mig_profile is not None
+        if pod.node is not None and (whole or shared) and pod.serving_candidate and pod.name not in owner.reclaiming:
+            replica = HeldReplica(
+                f"{pod.namespace}/{pod.service}",
+                pod.name,
+                pod.node,
+                pod.gpus if whole and not shared else 0,
+                owner.priority,
+                part=pod.part,
+                mig_profile=pod.mig_profile,
+            )
             each.append(HeldGpus(owner.queue, pod.held_milli, product, replica))
             continue
         key = (owner.queue, product)

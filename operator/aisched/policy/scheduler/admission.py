@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from aisched.policy.placement import GangRequest, Placement, Unplaceable
+from aisched.policy.placement import GangRequest, Placement, Unplaceable, products_by_rank
 from aisched.policy.queueing import MILLI, QUEUE_NOT_FOUND, QUOTA_EXCEEDED
 from aisched.policy.scheduler.attempt import Attempt
 from aisched.policy.scheduler.jobs import JobRequest
@@ -117,6 +117,8 @@ def within_type_quota(
     Products without room for `fewest` replicas were excluded before placing, so the trimmed
     gang still has at least `fewest` replicas.
     """
+    if placement.gpu_type is None and job.spread is not None:
+        return _within_each_type_quota(cycle, job, placement)
     product = placement.gpu_type
     cap = cycle.ledger.quotas[job.queue].gpu_type_quotas.get(product) if product else None
     if cap is None or product is None:
@@ -127,3 +129,20 @@ def within_type_quota(
     replicas = max(fewest, room // job.replica_milli)
     trimmed = cycle.place_most(replace(request, replicas=replicas, gpu_types=frozenset({product})), fewest)
     return trimmed if isinstance(trimmed, Placement) else placement
+
+
+def _within_each_type_quota(cycle: CycleState, job: JobRequest, placement: Placement) -> Placement:
+    """A service's replicas spread over several products, trimmed to what its queue's cap on each allows.
+
+    Products without room for one replica were excluded before placing: one of each is always kept."""
+    caps = cycle.ledger.quotas[job.queue].gpu_type_quotas
+    used = cycle.ledger.used_by_type[job.queue]
+    left = {p: (cap * MILLI - used[p]) // job.replica_milli for p, cap in caps.items()}
+    kept = []
+    for rank, product in enumerate(products_by_rank(placement, cycle.snapshot)):
+        if product is not None and product in left:
+            if left[product] <= 0:
+                continue
+            left[product] -= 1
+        kept.append(rank)
+    return placement if len(kept) == placement.replicas else placement.keeping(kept, cycle.snapshot)

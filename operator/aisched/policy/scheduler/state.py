@@ -7,13 +7,22 @@ primitives they share (placing a gang, admitting one) live here.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
 from aisched.api.queue import DEFAULT_QUEUE
 from aisched.policy.cluster import ClusterSnapshot
-from aisched.policy.placement import GangRequest, Placement, Unplaceable, hold, place_gang, tightest_possible_level
+from aisched.policy.placement import (
+    GangRequest,
+    Placement,
+    Unplaceable,
+    hold,
+    place_gang,
+    products_by_rank,
+    tightest_possible_level,
+)
 from aisched.policy.queueing import MILLI, QueueQuota, QuotaLedger
 from aisched.policy.saturating_time import time_after
 from aisched.policy.scheduler.jobs import JobRequest
@@ -32,6 +41,7 @@ from aisched.policy.scheduler.service import (
     ran_long_enough,
     service_band,
 )
+from aisched.policy.shared_room import SharePart
 from aisched.policy.topology import DomainId, Level
 
 
@@ -47,8 +57,9 @@ class RunningGang:
 
 @dataclass(frozen=True, slots=True)
 class HeldReplica:
-    """One running InferenceService replica holding whole GPUs on one node: what a lending queue may
-    take back when its service's queue borrows (`preemption`)."""
+    """One running InferenceService replica on one node, holding whole GPUs, a fraction's part of one GPU
+    (PART) or a MIG instance (MIG_PROFILE): what a lending queue may take back when its service's queue
+    borrows (`preemption`), knowing what its going frees."""
 
     service: str
     """namespace/name of the InferenceService."""
@@ -58,6 +69,14 @@ class HeldReplica:
     priority: int
     created: datetime | None = None
     """When its pod was made; None: not known (newest, ties to the later name)."""
+    part: SharePart | None = None
+    """The part of a GPU it holds, as its claim is allocated (the device known): going gives it back."""
+    mig_profile: str | None = None
+    """The MIG instance it holds: going frees one of this profile on its node."""
+
+    @property
+    def shared(self) -> bool:
+        return self.part is not None or self.mig_profile is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,7 +266,11 @@ class CycleState:
 
     def admit(self, job: JobRequest, placement: Placement, preempting: tuple[str, ...] = ()) -> None:
         hold(self.snapshot, placement)
-        self.ledger.charge(job.queue, job.charge(placement.replicas), placement.gpu_type)
+        if placement.gpu_type is None and job.spread is not None:  # a service's replicas over several products
+            for product, count in Counter(products_by_rank(placement, self.snapshot)).items():
+                self.ledger.charge(job.queue, job.charge(count), product)
+        else:
+            self.ledger.charge(job.queue, job.charge(placement.replicas), placement.gpu_type)
         self.admitted.append(Admission(job.key, placement, preempting))
         end = time_after(self.now, job.expected_duration) if job.expected_duration else None
         self.running[job.key] = RunningGang(job, placement, end, admitted_now=True)
@@ -296,16 +319,25 @@ def _service_replicas(held: Sequence[HeldGpus], snapshot: ClusterSnapshot, now: 
     found: dict[str, RunningGang] = {}
     for entry in held:
         replica = entry.replica
-        if replica is None or replica.node not in snapshot or replica.gpus <= 0:
+        if replica is None or not (replica.gpus > 0 or replica.shared):
+            continue
+        on_mig = replica.mig_profile is not None and replica.node in snapshot.shared.mig_nodes
+        if replica.node not in snapshot and not on_mig:
             continue
         created = replica.created or now
-        placement = Placement.of_nodes((replica.node,), replica.gpus, snapshot)
+        gpus = 1 if replica.shared else replica.gpus
+        placement = replace(
+            Placement.of_nodes((replica.node,), gpus, snapshot),
+            gpu_type=entry.gpu_type,  # as charged: what it gives back goes to the same product's quota
+            parts=(replica.part,) if replica.part is not None else (),
+            mig_profile=replica.mig_profile,
+        )
         job = JobRequest(
             key=f"{replica.service}{REPLICA_KEY_MARK}{replica.pod}",
             queue=entry.queue,
             priority=replica.priority,
             created=created,
-            gpus_per_replica=replica.gpus,
+            gpus_per_replica=gpus,
             replicas=1,
             placement=placement,
             started=created,

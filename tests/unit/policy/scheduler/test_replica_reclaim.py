@@ -4,13 +4,16 @@ reclaimed by the lending queue's job, in the same cycle and the same plan as a b
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import timedelta
 
-from aisched.policy.cluster import ClusterSnapshot
+from aisched.policy.cluster import ClusterSnapshot, local_node
 from aisched.policy.decision import decide
 from aisched.policy.job_messages import admitted_message
 from aisched.policy.queueing import QueueQuota
 from aisched.policy.scheduler import HeldGpus, HeldReplica, ReclaimedReplica, schedule
+from aisched.policy.shared_room import SharedRoom, SharePart, ShareShape
+from aisched.policy.topology import LOCAL_TOPOLOGY
 from tests.unit.policy.gangs import rack_nodes
 from tests.unit.policy.scheduler.cycles import T0, keys, pending, run_on
 
@@ -115,3 +118,39 @@ def test_the_decision_names_the_lending_queue_to_the_service_and_no_service_to_t
     assert len(admission.preempting) == 2 and all(key.startswith("ns-b/") for key in admission.preempting)
     message = admitted_message(admission.placement, admission.preempting, admission.key)
     assert "chat" not in message and "ns-b" not in message, message
+
+
+def test_the_lender_takes_back_fraction_replicas_by_the_parts_of_gpus_they_hold() -> None:
+    # A borrower's replicas hold 50% of each GPU of one 2-GPU node (4 replicas, 2 GPUs of compute) on a
+    # nominal quota of 1: it borrows 1 GPU. The lender's job of one whole GPU takes back the two on gpu-1.
+    node = local_node("n1", 2, zone="z", rack="r", nvlink_domain="n1", used_gpus=2, gpu_product="H100")
+    snapshot = ClusterSnapshot([node], LOCAL_TOPOLOGY)
+    snapshot.shared = SharedRoom({"n1": {"gpu-0": (0, 0), "gpu-1": (0, 0)}}, {"n1": 80_000})
+    held = []
+    for index, device in enumerate(["gpu-0", "gpu-0", "gpu-1", "gpu-1"]):
+        part = SharePart("n1", device, 500, 40_000, splits=False)
+        replica = HeldReplica("ns-b/chat", f"chat-{index}", "n1", 0, 0, part=part)
+        held.append(HeldGpus("borrower", 500, "H100", replica))
+    quotas = [QueueQuota("lender", 1, cohort="c"), QueueQuota("borrower", 1, cohort="c")]
+    result = schedule(snapshot, [pending("ns-a/train", 1, queue="lender")], quotas, T0, held_elsewhere=held)
+    assert keys(result)[0] == ["ns-a/train"]
+    assert sorted(r.pod for r in result.reclaimed) == ["chat-2", "chat-3"]  # the newest two: all of gpu-1
+    assert result.queues["borrower"].used_gpus == 1
+
+
+def test_the_lender_takes_back_a_mig_replica_for_a_job_of_the_same_instance() -> None:
+    mig = local_node("m1", 0, zone="z", rack="r", nvlink_domain="m1", gpu_product="H100")
+    snapshot = ClusterSnapshot([], LOCAL_TOPOLOGY)
+    snapshot.shared = SharedRoom(mig_nodes=[mig], mig_free={"m1": {"1g.10gb": 0}})
+    held = [
+        HeldGpus("borrower", 143, "H100", HeldReplica("ns-b/chat", f"chat-{i}", "m1", 0, 0, mig_profile="1g.10gb"))
+        for i in range(7)
+    ]
+    quotas = [QueueQuota("lender", 1, cohort="c"), QueueQuota("borrower", 0, cohort="c")]
+    job = replace(
+        pending("ns-a/tiny", 1, queue="lender"), share=ShareShape(mig_profile="1g.10gb"), milli_per_replica=143
+    )
+    result = schedule(snapshot, [job], quotas, T0, held_elsewhere=held)
+    assert keys(result)[0] == ["ns-a/tiny"]
+    assert [r.pod for r in result.reclaimed] == ["chat-6"]
+    assert result.admitted[0].placement.mig_profile == "1g.10gb"
