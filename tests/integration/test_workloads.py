@@ -13,6 +13,7 @@ import json
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from aisched.policy.workloads.model import (
     ADMISSION_GATE,
@@ -22,7 +23,17 @@ from aisched.policy.workloads.model import (
     PRIORITY_ANNOTATION,
     QUEUE_LABEL,
 )
-from aisched.testing.cluster import TIMEOUT, LocalCluster, apply, get_object, list_objects, wait_for, wait_phase
+from aisched.testing.cluster import (
+    INTERRUPTION_TAINTS,
+    TIMEOUT,
+    LocalCluster,
+    apply,
+    get_object,
+    list_objects,
+    taint_for_interruption,
+    wait_for,
+    wait_phase,
+)
 from tests.builders import a_training_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator", "held_kinds")]
@@ -229,3 +240,30 @@ def test_a_statefulset_model_server_gets_each_replica_placed(
     apply(cluster, namespace, server)
     pods = running_pods(cluster, namespace, "app=tgi", 2)
     assert all(p["spec"]["nodeSelector"]["kubernetes.io/hostname"] == p["spec"]["nodeName"] for p in pods)
+
+
+def test_a_job_on_a_node_that_announces_its_end_is_suspended_and_resumes_on_nodes_that_stay(
+    cluster: LocalCluster, namespace: str, kinds_queue: str, api_client: client.ApiClient
+) -> None:
+    apply(cluster, namespace, indexed_job("spotty", kinds_queue, pods=2, gpus=1))
+    first = job_pods_running(cluster, namespace, "spotty", 2)
+    doomed = first[0]["spec"]["nodeName"]
+    taint_for_interruption(api_client, doomed)
+    try:
+
+        def admitted_elsewhere() -> list[str] | None:
+            job = get_object(cluster, "job", "spotty", namespace)
+            record = (job["metadata"].get("annotations") or {}).get(PLACEMENT_ANNOTATION)
+            nodes: list[str] = json.loads(record)["nodes"] if record else []
+            return nodes if nodes and doomed not in nodes and not job["spec"].get("suspend") else None
+
+        nodes = wait_for(admitted_elsewhere, TIMEOUT, "the Job admitted again off the node that ends")
+        events = events_of(cluster, namespace, "spotty")
+        assert any(e.startswith("NodeInterrupted") and doomed in e for e in events), events
+        again = job_pods_running(cluster, namespace, "spotty", 2)
+        assert {p["metadata"]["uid"] for p in again}.isdisjoint({p["metadata"]["uid"] for p in first})
+        assert sorted(p["spec"]["nodeName"] for p in again) == sorted(nodes)
+    finally:
+        key, _ = INTERRUPTION_TAINTS["aws"]
+        cluster.kubectl("taint", "node", doomed, f"{key}-")
+        cluster.kubectl("uncordon", doomed)

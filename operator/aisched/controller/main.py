@@ -28,6 +28,7 @@ from aisched.controller.relist import relist, sync_caches
 from aisched.controller.serving import InferenceServiceController
 from aisched.controller.training import TrainingJobController
 from aisched.controller.workloads.controller import WorkloadController
+from aisched.controller.workloads.deferral import WorkloadDeferral
 from aisched.kube.client import KubeClient, load_api_client
 from aisched.kube.inventory import Inventory
 from aisched.kube.leader import KubeLeaseStore, LeaseElector
@@ -205,13 +206,14 @@ def assemble(
     inventory = Inventory(settings)
     state = ClusterState(inventory)  # no controller's: each kind's decides from it, and counts its own in it
     carbon_client = httpx.AsyncClient()
+    carbon = build_carbon_source(settings.carbon, carbon_client)  # one cache and breaker for every kind's reads
     provisioner = NodeProvisioner.from_settings(settings, kube, inventory) if settings.provisioning.enabled else None
     jobs = TrainingJobController(
         settings,
         kube,
         state,
         metrics=metrics,
-        carbon=build_carbon_source(settings.carbon, carbon_client),
+        carbon=carbon,
         energy=_gpu_energy(settings),
         provisioner=provisioner,
     )
@@ -240,6 +242,7 @@ def assemble(
         metrics=metrics.workload,
         pods_ready_seconds=settings.workload_pods_ready_seconds,
         kinds=frozenset(settings.workload_kinds),
+        deferral=WorkloadDeferral(carbon, settings.carbon, metrics=metrics.carbon),
     )
     # One cycle decides every kind, in this order: the services' replicas are promised first, then the
     # TrainingJobs' part is carried out, then the other kinds'. The training loop's passes drive it.

@@ -15,7 +15,7 @@ class CarbonMetrics:
         r = registry
         self.deferrals = Counter(
             f"{PREFIX}_deferrals",
-            f"TrainingJobs deferred to a cleaner time, by mode ({one_of(CARBON_MODES)}).",
+            f"Workloads (TrainingJobs and other kinds) deferred to a cleaner time, by mode ({one_of(CARBON_MODES)}).",
             ["mode"],
             registry=r,
         )

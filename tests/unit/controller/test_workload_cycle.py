@@ -498,3 +498,57 @@ async def test_a_template_resized_while_it_runs_stops_the_workload_and_its_new_p
     cycle.book.object_seen(JOB, a_running_job())
     (request,) = cycle.ask(snapshot(), NOW).requests
     assert request.placement is not None and request.placement.total_gpus == 2
+
+
+@pytest.mark.asyncio
+async def test_a_job_on_a_node_that_announces_its_end_stops_and_resumes_first_of_its_priority_elsewhere(
+    parts: Any,
+) -> None:
+    cycle, api, events, _in_flight = parts
+    record = {"nodes": ["n1", "n2"], "gpusPerPod": 2, "queue": "team", "admittedAt": NOW.isoformat(), "generation": 1}
+    job = a_job(annotations={PLACEMENT_ANNOTATION: json.dumps(record)})
+    job["spec"]["suspend"] = False
+    cycle.book.object_seen(JOB, job)
+    asked = cycle.ask(snapshot(), NOW, doomed=frozenset({"n2"}))
+    assert not asked.requests
+    await cycle.carry_out(asked, ScheduleResult(), NOW)
+    ((_kind, _ns, _name, patch),) = api.patches
+    assert patch == {"metadata": {"annotations": {PLACEMENT_ANNOTATION: None}}, "spec": {"suspend": True}}
+    reason, message = events.said[-1]
+    assert reason == "NodeInterrupted" and "n2" in message and "checkpoint" in message
+    # Its controller suspended it and its pods are gone: it asks again, off the doomed node, ahead of newcomers.
+    suspended = a_job()
+    cycle.book.object_seen(JOB, suspended)
+    (request,) = cycle.ask(snapshot(), NOW, doomed=frozenset({"n2"})).requests
+    assert request.set_back and request.excluded_nodes == {"n2"} and request.placement is None
+    placement = Placement.of_nodes(("n1", "n1"), 2, snapshot())
+    again = cycle.ask(snapshot(), NOW, doomed=frozenset({"n2"}))
+    await cycle.carry_out(again, ScheduleResult(admitted=(Admission(request.key, placement),)), NOW)
+    assert not cycle._set_back  # admitted again: a later interruption sets it back anew, not this one
+
+
+@pytest.mark.asyncio
+async def test_a_model_servers_replica_on_a_node_that_announces_its_end_is_deleted_to_be_made_elsewhere(
+    parts: Any,
+) -> None:
+    cycle, _api, events, _in_flight = parts
+    labels = {"app": "vllm"}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "vllm", "namespace": "ns", "uid": "u", "labels": {QUEUE_LABEL: "team"}},
+        "spec": {"replicas": 2, "selector": {"matchLabels": labels}, "template": a_job()["spec"]["template"]},
+    }
+    cycle.book.object_seen(WorkloadKind.DEPLOYMENT, deployment)
+    for name, node in (("vllm-abc-1", "n1"), ("vllm-abc-2", "n2")):
+        pod = a_pod(name, "x", 0, node=node, gated=False)
+        pod["metadata"]["labels"]["pod-template-hash"] = "abc"
+        pod["metadata"]["ownerReferences"] = [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "vllm-abc", "controller": True}
+        ]
+        cycle.book.pod_seen(pod)
+    asked = cycle.ask(snapshot(), NOW, doomed=frozenset({"n2"}))
+    assert sum(h.milli for h in asked.held) == 4000  # both charged until the one going is gone
+    await cycle.carry_out(asked, ScheduleResult(), NOW)
+    assert events.deleted == ["vllm-abc-2"]
+    assert events.said[-1][0] == "ReplicaInterrupted"

@@ -27,6 +27,9 @@ class CycleView:
     snapshot: ClusterSnapshot
     now: datetime
     quotas: Sequence[QueueQuota]
+    doomed: frozenset[str] = frozenset()
+    """Nodes whose work must move (an interruption notice, NotReady past its grace): none is placed there,
+    and what runs there is stopped to be resumed elsewhere, as each kind allows."""
 
 
 @dataclass(frozen=True, slots=True)

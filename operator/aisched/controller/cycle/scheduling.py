@@ -61,7 +61,7 @@ class SchedulingCycle:
         Returns how long it took to decide, its writes left out (`aisched_scheduling_cycle_seconds`)."""
         now = self.clock()
         cycle_started, cpu_started = time.perf_counter(), time.thread_time()
-        view = CycleView(self.state.snapshot(), now, self.queue_status.quotas())
+        view = CycleView(self.state.snapshot(), now, self.queue_status.quotas(), self.state.inventory.doomed_nodes(now))
         asked = [(kind, await kind.asked(view)) for kind in self.kinds]
         requests = [request for _, one in asked for request in one.requests]
         started = time.perf_counter()

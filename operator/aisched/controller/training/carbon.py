@@ -49,21 +49,12 @@ from aisched.policy.job_status import (
 )
 from aisched.policy.lifecycle import Step, Verb
 from aisched.settings import Settings
-from aisched.sources.carbon import CachedCarbonSource, CarbonSourceError
+from aisched.sources.carbon import CARBON_SOURCE_NAMES, CachedCarbonSource, CarbonSourceError
 from aisched.sources.energy import GpuEnergySource
 from aisched.sources.prometheus import PrometheusError
 
 log = logging.getLogger(__name__)
 Phase = TrainingJobPhase
-# Settings' provider names -> the source label values of aisched_carbon_source_errors_total.
-CARBON_SOURCE_NAMES = {
-    "electricitymaps": "ElectricityMaps",
-    "watttime": "WattTime",
-    "nationalgrid": "NationalGrid",
-    "prometheus": "Prometheus",
-    "file": "File",
-    "none": "File",
-}
 
 
 @dataclass(kw_only=True)

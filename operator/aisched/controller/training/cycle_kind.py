@@ -102,7 +102,7 @@ class TrainingCycleKind:
     async def asked(self, view: CycleView) -> Asked[TrainingAsked]:
         """Every waiting job (unless deferred, waiting for capacity or set aside) and every placed one; and what
         the workers of deleted jobs still hold."""
-        parsed, requests, capacity_of, writes = await self._requests(view.snapshot, view.now)
+        parsed, requests, capacity_of, writes = await self._requests(view.snapshot, view.now, view.doomed)
         return Asked(TrainingAsked(parsed, capacity_of, writes), requests=requests, held=self._departed_workers())
 
     async def decided(self, asked: Asked[TrainingAsked], decided: Decided, view: CycleView) -> None:
@@ -125,12 +125,11 @@ class TrainingCycleKind:
         await self.guard.set_aside(obj, job, error, view.now)
 
     async def _requests(
-        self, snapshot: ClusterSnapshot, now: datetime
+        self, snapshot: ClusterSnapshot, now: datetime, doomed: frozenset[str]
     ) -> tuple[CycleJobs, list[JobRequest], dict[str, CapacityDecision], CycleWrites]:
         """What the scheduler is asked: every waiting job (unless deferred, waiting for capacity or set
         aside) and every placed one, with the jobs by key, the capacity chosen for each waiting job,
         and the status writes of the jobs that sit the cycle out, for the caller to make."""
-        doomed = self.inventory.doomed_nodes(now)
         self.capacity.begin_cycle()
         self._requests_made.begin_cycle()
         parsed: CycleJobs = {}

@@ -17,6 +17,7 @@ from aisched.controller.cluster_state import ClusterState
 from aisched.controller.concurrency import at_most
 from aisched.controller.workloads.book import WorkloadBook, WorkloadEntry
 from aisched.controller.workloads.cycle import WorkloadCycle, admission_promise
+from aisched.controller.workloads.deferral import WorkloadDeferral
 from aisched.controller.workloads.placing import pod_promise
 from aisched.controller.workloads.pods import WorkloadPod, WorkloadRef, read_workload_pod
 from aisched.kube.client import KubeClient
@@ -64,6 +65,7 @@ class WorkloadController:
         metrics: WorkloadMetrics | None = None,
         pods_ready_seconds: float = 300.0,
         kinds: frozenset[WorkloadKind] = frozenset(WorkloadKind),
+        deferral: WorkloadDeferral | None = None,
     ) -> None:
         self.kinds = kinds
         """The kinds scheduled (`settings.workload_kinds`): the others are watched, listed and read not at all."""
@@ -78,6 +80,7 @@ class WorkloadController:
             tenancy=state.tenancy,
             queue_object=queue_object,
             metrics=metrics,
+            deferral=deferral,
             pods_ready_seconds=pods_ready_seconds,
         )
         self.wake_cycle = wake_cycle

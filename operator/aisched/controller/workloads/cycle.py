@@ -31,6 +31,7 @@ from aisched.controller.cycle.kind import Asked, CycleView, Decided
 from aisched.controller.in_flight import InFlightPlacements, Promised
 from aisched.controller.tenancy import TenancyBook
 from aisched.controller.workloads.book import WorkloadBook, WorkloadEntry
+from aisched.controller.workloads.deferral import WorkloadDeferral
 from aisched.controller.workloads.placing import PodPlacer, fits_its_set
 from aisched.controller.workloads.pods import WorkloadRef
 from aisched.controller.workloads.readiness import PodsReadyWatch
@@ -84,20 +85,30 @@ class CycleAsk:
     stuck: tuple[tuple[str, str], ...] = ()
     """Pods a replica kind or a pod group was placed with that never bound within the bound: deleted (their
     controller makes them again, gated), their promise given back."""
+    interrupted: tuple[tuple[WorkloadEntry, str], ...] = ()
+    """A model server's replicas on nodes that announced their end: deleted, with their termination grace to
+    drain; their controller makes them again, gated, for the cycle to place elsewhere."""
 
 
 @dataclass
 class _Asking:
     now: datetime
+    doomed: frozenset[str] = frozenset()
     requests: list[JobRequest] = field(default_factory=list)
     held: list[HeldGpus] = field(default_factory=list)
     stops: list[Stop] = field(default_factory=list)
     at_once: list[WorkloadEntry] = field(default_factory=list)
     stuck: list[tuple[str, str]] = field(default_factory=list)
+    interrupted: list[tuple[WorkloadEntry, str]] = field(default_factory=list)
 
     def frozen(self) -> CycleAsk:
         return CycleAsk(
-            tuple(self.requests), tuple(self.held), tuple(self.stops), tuple(self.at_once), tuple(self.stuck)
+            tuple(self.requests),
+            tuple(self.held),
+            tuple(self.stops),
+            tuple(self.at_once),
+            tuple(self.stuck),
+            tuple(self.interrupted),
         )
 
 
@@ -110,6 +121,8 @@ class WorkloadCycle:
     tenancy: TenancyBook
     queue_object: Callable[[str], Mapping[str, Any] | None]
     metrics: WorkloadMetrics | None = None
+    deferral: WorkloadDeferral | None = None
+    """Carbon-aware deferral of the held workloads that ask for it (None: no workload's start waits)."""
     pods_ready_seconds: float = 300.0
     """How long an admitted workload's pods may take to exist and bind (`settings.workload_pods_ready_seconds`)."""
     _admitting: dict[str, AdmittedRecord] = field(default_factory=dict)
@@ -119,6 +132,11 @@ class WorkloadCycle:
     teller: Teller = field(init=False)
     readiness: PodsReadyWatch = field(init=False)
     running: RunningWorkloads = field(default_factory=RunningWorkloads)
+    _deferring: set[str] = field(default_factory=set)
+    """Workloads whose start a carbon plan put off, each counted once (`aisched_carbon_deferrals_total`)."""
+    _set_back: set[str] = field(default_factory=set)
+    """Workloads stopped because a node of theirs announced its end: when they ask again, they resume ahead of
+    newcomers of their priority, as an interrupted TrainingJob does (`JobRequest.set_back`)."""
 
     def __post_init__(self) -> None:
         self.placer = PodPlacer(
@@ -145,7 +163,13 @@ class WorkloadCycle:
     name = "workloads of other kinds"
 
     async def asked(self, view: CycleView) -> Asked[CycleAsk]:
-        ask = self.ask(view.snapshot, view.now)
+        if self.deferral is not None:
+            deferral = self.deferral
+            held = (e.read for e in self.book if isinstance(e.read, Workload) and e.read.carbon is not None)
+            await deferral.prepare(
+                (deferral.region_of(w) for w in held if w.suspended and w.admitted is None), view.now
+            )
+        ask = self.ask(view.snapshot, view.now, view.doomed)
         return Asked(ask, requests=ask.requests, held=ask.held)
 
     async def decided(self, asked: Asked[CycleAsk], decided: Decided, view: CycleView) -> None:
@@ -157,9 +181,10 @@ class WorkloadCycle:
 
     # -- asked of the cycle ----------------------------------------------------------------
 
-    def ask(self, snapshot: ClusterSnapshot, now: datetime) -> CycleAsk:
-        """What every workload asks of this cycle, and the stops due before it decides."""
-        asking = _Asking(now, stuck=self.placer.stuck(now))
+    def ask(self, snapshot: ClusterSnapshot, now: datetime, doomed: frozenset[str] = frozenset()) -> CycleAsk:
+        """What every workload asks of this cycle, and the stops due before it decides; none is placed on a
+        DOOMED node, and what runs on one is stopped to resume elsewhere."""
+        asking = _Asking(now, doomed, stuck=self.placer.stuck(now))
         for entry in self.book:
             workload = entry.read
             running = entry.recorded or _any_placed(entry)
@@ -217,34 +242,71 @@ class WorkloadCycle:
             if workload.suspended and self.record_of(workload) is None:
                 asking.at_once.append(entry)
         elif entry.kind in _REPLICA_KINDS:
-            self._replicas(entry, workload, snapshot, asking.requests, asking.held)
+            self._replicas(entry, workload, snapshot, asking)
         elif entry.kind is WorkloadKind.POD_GROUP:
-            self._group(entry, workload, snapshot, asking.requests)
+            self._group(entry, workload, snapshot, asking)
         elif (record := self.record_of(workload)) is not None:
-            if workload.suspended and workload.admitted is not None:
-                # Suspended by its own user while admitted: its pods go, and so does its charge.
-                asking.stops.append(Stop(entry, "Suspended", "suspended while it ran: its admission is given back"))
-                return
-            if not admitted_as(workload, record):
-                asking.stops.append(Stop(entry, "ResizedWhileRunning", _resized(workload, record)))
-                return
-            if self._pods_overdue(entry, workload, record, asking):
-                return
-            asking.requests.append(self.running.ask(entry, workload, record, snapshot))
+            self._admitted(entry, workload, record, snapshot, asking)
         elif workload.suspended:
-            if any(not p.done for p in entry.pods.values()):  # not while its last run's pods still stop
-                return
-            if self.readiness.waiting_out(entry.ref, asking.now):
-                return
-            request = as_request(workload, topology=snapshot.topology, placement=None)
-            # Elastic at admission where the kind can be told its size: a Job's parallelism.
-            asking.requests.append(request if entry.kind is WorkloadKind.BATCH_JOB else fixed(request))
+            self._held(entry, workload, snapshot, asking)
         else:  # labelled, running, and never admitted: made before the policy was in force, or with it off
             message = (
                 "it was not suspended when it was made (is the chart's workload-gate admission policy "
                 "installed, Kubernetes 1.36+?): suspended, to wait for admission"
             )
             asking.stops.append(Stop(entry, "NotHeld", message))
+
+    def _admitted(
+        self,
+        entry: WorkloadEntry,
+        workload: Workload,
+        record: AdmittedRecord,
+        snapshot: ClusterSnapshot,
+        asking: _Asking,
+    ) -> None:
+        """An admitted gang: charged where its record says, unless it must stop first."""
+        if workload.suspended and workload.admitted is not None:
+            # Suspended by its own user while admitted: its pods go, and so does its charge.
+            asking.stops.append(Stop(entry, "Suspended", "suspended while it ran: its admission is given back"))
+        elif not admitted_as(workload, record):
+            asking.stops.append(Stop(entry, "ResizedWhileRunning", _resized(workload, record)))
+        elif lost := sorted(set(record.nodes) & asking.doomed):
+            # Its pods get their termination grace to checkpoint (a torchrun job saves on SIGTERM) as its
+            # controller deletes them; it waits again, first of its priority, for nodes that stay.
+            self._set_back.add(workload.key)
+            asking.stops.append(Stop(entry, "NodeInterrupted", _interrupted(lost)))
+        elif not self._pods_overdue(entry, workload, record, asking):
+            asking.requests.append(self.running.ask(entry, workload, record, snapshot))
+
+    def _held(self, entry: WorkloadEntry, workload: Workload, snapshot: ClusterSnapshot, asking: _Asking) -> None:
+        """A held (suspended) gang asks to be admitted, once its last run's pods are gone."""
+        if any(not p.done for p in entry.pods.values()):  # not while its last run's pods still stop
+            return
+        if self.readiness.waiting_out(entry.ref, asking.now):
+            return
+        request = as_request(workload, topology=snapshot.topology, placement=None, excluded_nodes=asking.doomed)
+        if self._deferred(entry, workload, request, asking.now):
+            return
+        if workload.key in self._set_back:
+            request = replace(request, set_back=True)
+        # Elastic at admission where the kind can be told its size: a Job's parallelism.
+        asking.requests.append(request if entry.kind is WorkloadKind.BATCH_JOB else fixed(request))
+
+    def _deferred(self, entry: WorkloadEntry, workload: Workload, request: JobRequest, now: datetime) -> bool:
+        """A held workload that asks for carbon-aware deferral waits for its planned start (`deferral.py`)."""
+        if self.deferral is None or workload.carbon is None:
+            return False
+        plan = self.deferral.plan(workload, request, now)
+        missing = self.deferral.missing.get(self.deferral.region_of(workload))
+        if plan is None or not plan.is_deferred(now):
+            if missing is not None:
+                self.say(entry, "Warning", "CarbonForecastUnavailable", missing)
+            return False
+        if workload.key not in self._deferring:
+            self._deferring.add(workload.key)
+            self.deferral.record_deferral()
+        self.say(entry, "Normal", "Deferred", f"start deferred to {plan.start:%Y-%m-%d %H:%M} UTC for a cleaner grid")
+        return True
 
     def record_of(self, workload: Workload) -> AdmittedRecord | None:
         """Where WORKLOAD's current run goes: the record on its object, or the one written and not seen yet."""
@@ -270,35 +332,30 @@ class WorkloadCycle:
             asking.stops.append(Stop(entry, "PodsNotReady", message))
         return message is not None
 
-    def _replicas(
-        self,
-        entry: WorkloadEntry,
-        workload: Workload,
-        snapshot: ClusterSnapshot,
-        requests: list[JobRequest],
-        held: list[HeldGpus],
-    ) -> None:
-        """A model server's replicas: those placed are charged to its queue; the gated ones ask, any number."""
+    def _replicas(self, entry: WorkloadEntry, workload: Workload, snapshot: ClusterSnapshot, asking: _Asking) -> None:
+        """A model server's replicas: those placed are charged to its queue (those on a node that announced
+        its end go, to be made again elsewhere); the gated ones ask, any number."""
         per_pod = workload.gpu_pod_sets[0].gpus_per_pod
         for pod in entry.live_pods:
             if not pod.gated or self.placer.placing(pod):
-                held.append(HeldGpus(workload.queue, max(per_pod, pod.gpus) * MILLI))
+                asking.held.append(HeldGpus(workload.queue, max(per_pod, pod.gpus) * MILLI))
+                if not pod.gated and pod.node in asking.doomed and not pod.terminating:
+                    asking.interrupted.append((entry, pod.name))
         waiting = [p for p in entry.live_pods if p.gated and not self.placer.placing(p) and fits_its_set(p, workload)]
         if waiting:
-            request = as_request(workload, topology=snapshot.topology, placement=None)
-            requests.append(_as_replicas(request, len(waiting)))
+            request = as_request(workload, topology=snapshot.topology, placement=None, excluded_nodes=asking.doomed)
+            asking.requests.append(_as_replicas(request, len(waiting)))
 
-    def _group(
-        self, entry: WorkloadEntry, workload: Workload, snapshot: ClusterSnapshot, requests: list[JobRequest]
-    ) -> None:
+    def _group(self, entry: WorkloadEntry, workload: Workload, snapshot: ClusterSnapshot, asking: _Asking) -> None:
         """A plain pod group: placed once all its pods exist, charged on the nodes its placed pods took."""
         nodes = tuple(node for p in entry.live_pods if (node := self.placer.node_of(p)) is not None)
         if nodes:
             placement = Placement.of_nodes(nodes, workload.gpu_pod_sets[0].gpus_per_pod, snapshot)
-            requests.append(as_request(workload, topology=snapshot.topology, placement=placement))
+            asking.requests.append(as_request(workload, topology=snapshot.topology, placement=placement))
             return
         if len([p for p in entry.live_pods if p.gated]) >= workload.gpu_pods:
-            requests.append(as_request(workload, topology=snapshot.topology, placement=None))
+            request = as_request(workload, topology=snapshot.topology, placement=None, excluded_nodes=asking.doomed)
+            asking.requests.append(request)
 
     # -- the decisions carried out ---------------------------------------------------------
 
@@ -316,6 +373,9 @@ class WorkloadCycle:
                 "pod %s/%s was placed and never bound within the bound: deleted, to be placed again", namespace, name
             )
             await self.kube.delete_pod(namespace, name)
+        for entry, pod in ask.interrupted:
+            delete = functools.partial(self._replace_interrupted, entry, pod)
+            writes.append((entry, delete))
         for preemption in result.preempted:
             if (preempted := by_key.get(preemption.key)) is not None:
                 preempt = functools.partial(self.stop, preempted, preemption.reason, preemption.message)
@@ -329,6 +389,12 @@ class WorkloadCycle:
             if (left := by_key.get(waiting.key)) is not None:
                 self.say(left, "Normal", waiting.reason, waiting.message)
         await at_most(CONCURRENT_WRITES, [functools.partial(_guarded, entry, write) for entry, write in writes])
+
+    async def _replace_interrupted(self, entry: WorkloadEntry, pod: str) -> None:
+        await self.kube.delete_pod(entry.ref[1], pod)
+        self.say(
+            entry, "Warning", "ReplicaInterrupted", f"replica {pod}'s node announced its end: made again elsewhere"
+        )
 
     def _count(self, entry: WorkloadEntry, *, admitted: bool) -> None:
         if self.metrics is None or not isinstance(entry.read, Workload):
@@ -355,6 +421,8 @@ class WorkloadCycle:
             admitted_at=now,
             generation=generation,
         )
+        self._set_back.discard(workload.key)
+        self._deferring.discard(workload.key)
         promise = admission_promise(workload.key)
         if placement is not None:  # promised at once: the watch shows the record only later
             self.in_flight.promise(promise, Promised.of(placement))
@@ -405,6 +473,8 @@ class WorkloadCycle:
     def forget(self, ref: WorkloadRef) -> None:
         kind, namespace, name = ref
         self._admitting.pop(f"{namespace}/{name}@{kind.value}", None)
+        self._set_back.discard(f"{namespace}/{name}@{kind.value}")
+        self._deferring.discard(f"{namespace}/{name}@{kind.value}")
         self.teller.forget(ref)
         self.readiness.forget(ref)
         self.running.forget(ref)
@@ -426,6 +496,13 @@ def _resized(workload: Workload, record: AdmittedRecord) -> str:
     return (
         f"its pods' GPUs were changed from {was} to {now} per pod while it ran: stopped, to be admitted "
         "again at its new size (it is charged what it was admitted with until its pods are gone)"
+    )
+
+
+def _interrupted(nodes: list[str]) -> str:
+    return (
+        f"node(s) {', '.join(nodes)} of its pods announced their end (a spot interruption, or lost): suspended, "
+        "its pods given their termination grace to checkpoint; it resumes when admitted again, ahead of newcomers"
     )
 
 

@@ -76,6 +76,7 @@ def workload_of(kind: WorkloadKind, names: tuple[str, str, str], meta: WorkloadM
         preferred_level=meta.preferred_level,
         capacity_types=meta.capacity_types,
         expected_duration_seconds=meta.expected_duration_seconds,
+        carbon=meta.carbon,
         suspended=reading.suspended,
         finished=reading.finished,
         admitted=meta.admitted,

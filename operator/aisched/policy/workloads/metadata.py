@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -27,6 +27,9 @@ from aisched.policy.workloads.fields import (
     timestamp,
 )
 from aisched.policy.workloads.model import (
+    CARBON_DEFERRABLE_ANNOTATION,
+    CARBON_MAX_DELAY_ANNOTATION,
+    CARBON_REGION_ANNOTATION,
     EXPECTED_DURATION_ANNOTATION,
     PLACEMENT_ANNOTATION,
     PREFERRED_LEVEL_ANNOTATION,
@@ -35,6 +38,7 @@ from aisched.policy.workloads.model import (
     REQUIRED_LEVEL_ANNOTATION,
     SPOT_ANNOTATION,
     AdmittedRecord,
+    CarbonAsk,
 )
 
 LONG_AGO: Final = datetime.min.replace(tzinfo=UTC)
@@ -42,6 +46,8 @@ LONG_AGO: Final = datetime.min.replace(tzinfo=UTC)
 MAX_PRIORITY: Final = 1_000_000_000
 MAX_EXPECTED_SECONDS: Final = 10**12
 MAX_ADMITTED_NODES: Final = 100_000
+MAX_CARBON_DELAY_SECONDS: Final = 30 * 86400  # as TrainingJob's carbon.maxDelaySeconds
+MAX_REGION_CHARS: Final = 64
 # A topology level's name, as `aisched.api.common.TopologyLevelName` and the cluster's topology write it.
 _LEVEL_NAME: Final = re.compile(r"^[A-Za-z][A-Za-z0-9-]{0,62}$")
 
@@ -57,6 +63,7 @@ class WorkloadMeta:
     preferred_level: str | None = None
     capacity_types: tuple[CapacityType, ...] = (CapacityType.ON_DEMAND,)
     expected_duration_seconds: int | None = None
+    carbon: CarbonAsk | None = None
     admitted: AdmittedRecord | None = None
 
 
@@ -105,6 +112,7 @@ def read_meta(obj: Mapping[str, Any], queue: Any, *, where: str = "metadata") ->
         raise FieldError(f"{path(SPOT_ANNOTATION)} must be one of {', '.join(SpotPolicy)}, not {shown(spot)}")
     duration = annotation(EXPECTED_DURATION_ANNOTATION)
     placement = annotation(PLACEMENT_ANNOTATION)
+    carbon = _carbon(annotation, path, duration)
     return WorkloadMeta(
         queue=queue,
         priority=0
@@ -119,8 +127,35 @@ def read_meta(obj: Mapping[str, Any], queue: Any, *, where: str = "metadata") ->
             if duration is None
             else integer_text(duration, path(EXPECTED_DURATION_ANNOTATION), 1, MAX_EXPECTED_SECONDS)
         ),
+        carbon=carbon,
         admitted=read_admitted(placement) if placement is not None else None,
     )
+
+
+def _carbon(
+    annotation: Callable[[str], str | None], path: Callable[[str], str], duration: str | None
+) -> CarbonAsk | None:
+    """The carbon-aware deferral its annotations ask for: a deferrable start needs a bound on its delay and an
+    expected duration (what the cleanest window is chosen for)."""
+    deferrable = annotation(CARBON_DEFERRABLE_ANNOTATION)
+    delay, region = annotation(CARBON_MAX_DELAY_ANNOTATION), annotation(CARBON_REGION_ANNOTATION)
+    if deferrable is None or deferrable == "false":
+        if delay is not None or region is not None:
+            deferrable_path = path(CARBON_DEFERRABLE_ANNOTATION)
+            raise FieldError(f'a carbon delay or region needs {deferrable_path}: "true"')
+        return None
+    if deferrable != "true":
+        raise FieldError(f'{path(CARBON_DEFERRABLE_ANNOTATION)} must be "true" or "false", not {shown(deferrable)}')
+    if delay is None:
+        raise FieldError(f"a deferrable workload needs {path(CARBON_MAX_DELAY_ANNOTATION)}: the latest it may start")
+    if duration is None:
+        raise FieldError(
+            f"a deferrable workload needs {path(EXPECTED_DURATION_ANNOTATION)}: the window it is planned in"
+        )
+    if region is not None and not (0 < len(region) <= MAX_REGION_CHARS and region.isprintable()):
+        raise FieldError(f"{path(CARBON_REGION_ANNOTATION)} must be 1 to {MAX_REGION_CHARS} printable characters")
+    seconds = integer_text(delay, path(CARBON_MAX_DELAY_ANNOTATION), 0, MAX_CARBON_DELAY_SECONDS)
+    return CarbonAsk(seconds, region)
 
 
 def _created(value: Any, where: str) -> datetime:

@@ -36,6 +36,11 @@ REQUIRED_LEVEL_ANNOTATION: Final = "scheduling.aisched.io/required-topology"
 PREFERRED_LEVEL_ANNOTATION: Final = "scheduling.aisched.io/preferred-topology"
 SPOT_ANNOTATION: Final = "scheduling.aisched.io/spot-policy"
 EXPECTED_DURATION_ANNOTATION: Final = "scheduling.aisched.io/expected-duration-seconds"
+# Carbon-aware deferral, as TrainingJob's `spec.carbon` says it: the start may wait for a cleaner grid,
+# for at most the delay given (a start planned on the forecast of the region given, or the operator's).
+CARBON_DEFERRABLE_ANNOTATION: Final = "scheduling.aisched.io/carbon-deferrable"
+CARBON_MAX_DELAY_ANNOTATION: Final = "scheduling.aisched.io/carbon-max-delay-seconds"
+CARBON_REGION_ANNOTATION: Final = "scheduling.aisched.io/carbon-region"
 # A batch Job that can start with fewer of its `parallelism` pods (an elastic gang): the fewest it runs with.
 MIN_PODS_ANNOTATION: Final = "scheduling.aisched.io/min-pods"
 # The gate every pod of a workload is made with (the chart's MutatingAdmissionPolicy), lifted by
@@ -80,6 +85,16 @@ class PodSet:
 
 
 @dataclass(frozen=True, slots=True)
+class CarbonAsk:
+    """A workload's start may wait for a cleaner grid (`CARBON_DEFERRABLE_ANNOTATION`)."""
+
+    max_delay_seconds: int
+    """The latest start, after its creation."""
+    region: str | None = None
+    """The grid region whose forecast it is planned on; None: the operator's (`settings.carbon.region`)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Workload:
     """One workload of any kind, as the cycle orders, charges and places it."""
 
@@ -98,6 +113,8 @@ class Workload:
     preferred_level: str | None = None
     capacity_types: tuple[CapacityType, ...] = (CapacityType.ON_DEMAND,)
     expected_duration_seconds: int | None = None
+    carbon: CarbonAsk | None = None
+    """Carbon-aware deferral of its start, when it asks for it."""
     suspended: bool = False
     """The object is suspended (the kinds that have `suspend`): no pods exist or are made."""
     finished: bool = False

@@ -14,6 +14,7 @@ import httpx
 from aisched.policy.circuit import Breaker
 from aisched.settings import CarbonSettings
 from aisched.sources.carbon.base import (
+    CARBON_SOURCE_NAMES,
     CarbonSource,
     CarbonSourceDataError,
     CarbonSourceError,
@@ -29,6 +30,7 @@ from aisched.sources.carbon.prometheus import PrometheusSource
 from aisched.sources.carbon.watttime import WattTimeSource
 
 __all__ = [
+    "CARBON_SOURCE_NAMES",
     "CachedCarbonSource",
     "CarbonSource",
     "CarbonSourceDataError",

@@ -36,6 +36,17 @@ class CarbonSource(Protocol):
         ...
 
 
+# Settings' provider names -> the source label values of aisched_carbon_source_errors_total.
+CARBON_SOURCE_NAMES = {
+    "electricitymaps": "ElectricityMaps",
+    "watttime": "WattTime",
+    "nationalgrid": "NationalGrid",
+    "prometheus": "Prometheus",
+    "file": "File",
+    "none": "File",
+}
+
+
 class CarbonSourceError(Exception):
     """A carbon source could not answer; says which source, what was asked and what went wrong."""
 

@@ -1,0 +1,81 @@
+"""Carbon-aware deferral of other kinds' workloads: a held one that asks for it starts when the grid is cleanest.
+
+A Job, PyTorchJob or RayJob annotated `scheduling.aisched.io/carbon-deferrable: "true"` (with a
+bound on its delay and its expected duration) is planned as a deferrable TrainingJob is
+(`policy.carbon.plan_start`, the same settings): on its region's forecast, in one run (a workload's
+chunks would need a checkpoint contract its kind does not have), by its latest start. While the plan
+says later, it sits the cycles out and its events say until when; with no forecast it starts in time.
+
+Forecasts are read once a cycle, before the workloads are asked (`prepare`), through the operator's
+one carbon source: its cache, deadline and circuit breaker hold for these reads too.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+from aisched.metrics.carbon import CarbonMetrics
+from aisched.policy.carbon import DeferrableJob, Forecast, PlanOptions, plan_start
+from aisched.policy.carbon.plan import CarbonPlan
+from aisched.policy.job_messages import carbon_forecast_missing_message
+from aisched.policy.scheduler import JobRequest
+from aisched.policy.workloads.model import Workload
+from aisched.settings import CarbonSettings
+from aisched.sources.carbon import CARBON_SOURCE_NAMES, CachedCarbonSource, CarbonSourceError
+
+log = logging.getLogger(__name__)
+
+
+class WorkloadDeferral:
+    def __init__(
+        self, source: CachedCarbonSource | None, settings: CarbonSettings, *, metrics: CarbonMetrics | None = None
+    ) -> None:
+        self._source = source
+        self._settings = settings
+        self._metrics = metrics
+        self._forecasts: dict[str, Forecast | None] = {}
+        self.missing: dict[str, str] = {}
+        """Why a region has no forecast this cycle, for the events of the workloads planned on it."""
+
+    def region_of(self, workload: Workload) -> str:
+        carbon = workload.carbon
+        return carbon.region if carbon is not None and carbon.region else self._settings.region
+
+    async def prepare(self, regions: Iterable[str], now: datetime) -> None:
+        """This cycle's forecast of each of REGIONS (none where the source fails or there is no source)."""
+        self._forecasts, self.missing = {}, {}
+        horizon = timedelta(seconds=self._settings.forecast_horizon_seconds)
+        for region in sorted(set(regions)):
+            forecast = None
+            if self._source is not None:
+                try:
+                    forecast = await self._source.forecast(region, now, now + horizon)
+                except CarbonSourceError as error:
+                    log.warning("no carbon forecast for %s: %s; deferrable workloads start in time", region, error)
+                    self.missing[region] = carbon_forecast_missing_message(region, str(error))
+                    if self._metrics is not None:
+                        self._metrics.record_carbon_source_error(CARBON_SOURCE_NAMES[self._settings.provider])
+            self._forecasts[region] = forecast
+
+    def plan(self, workload: Workload, request: JobRequest, now: datetime) -> CarbonPlan | None:
+        """When WORKLOAD (held, asking REQUEST) is to start; None: it asks for no deferral."""
+        carbon = workload.carbon
+        if carbon is None or workload.expected_duration_seconds is None:
+            return None
+        gpus = request.replicas * (request.replica_milli / 1000)
+        job = DeferrableJob(
+            timedelta(seconds=workload.expected_duration_seconds),
+            power_w=self._settings.power_per_gpu(request.gpu_type) * gpus,
+            max_delay=timedelta(seconds=carbon.max_delay_seconds),
+            submitted_at=workload.created,
+        )
+        options = PlanOptions(
+            min_saving_fraction=self._settings.min_saving_fraction, forecast_error=self._settings.forecast_error
+        )
+        return plan_start(self._forecasts.get(self.region_of(workload)), now, job, options)
+
+    def record_deferral(self) -> None:
+        if self._metrics is not None:
+            self._metrics.record_deferral("Forecast")
