@@ -105,6 +105,14 @@ def a_pod(
     }
 
 
+def a_job_admitted_on(nodes: list[str]) -> dict[str, Any]:
+    """A Job the operator admitted onto NODES (its record on it) and unsuspended."""
+    record = {"nodes": nodes, "gpusPerPod": 2, "queue": "team", "admittedAt": NOW.isoformat(), "generation": 1}
+    job = a_job(pods=len(nodes), annotations={PLACEMENT_ANNOTATION: json.dumps(record)})
+    job["spec"]["suspend"] = False
+    return job
+
+
 @pytest.fixture
 def parts() -> tuple[WorkloadCycle, RecordingApi, Events, InFlightPlacements]:
     api, events, in_flight = RecordingApi(), Events(), InFlightPlacements()
@@ -150,10 +158,7 @@ async def test_the_recorded_gang_holds_its_nodes_until_its_pods_bind_and_its_gat
     parts: Any,
 ) -> None:
     cycle, api, _events, _in_flight = parts
-    record = {"nodes": ["n1", "n2"], "gpusPerPod": 2, "queue": "team", "admittedAt": NOW.isoformat(), "generation": 1}
-    job = a_job(annotations={PLACEMENT_ANNOTATION: json.dumps(record)})
-    job["spec"]["suspend"] = False
-    cycle.book.object_seen(JOB, job)
+    cycle.book.object_seen(JOB, a_job_admitted_on(["n1", "n2"]))
     assert cycle.uncreated_holds().whole == {"n1": 2, "n2": 2}
     (request,) = cycle.ask(snapshot(), NOW).requests
     assert request.placement is not None and request.placement.nodes == ("n1", "n2")
@@ -505,10 +510,7 @@ async def test_a_job_on_a_node_that_announces_its_end_stops_and_resumes_first_of
     parts: Any,
 ) -> None:
     cycle, api, events, _in_flight = parts
-    record = {"nodes": ["n1", "n2"], "gpusPerPod": 2, "queue": "team", "admittedAt": NOW.isoformat(), "generation": 1}
-    job = a_job(annotations={PLACEMENT_ANNOTATION: json.dumps(record)})
-    job["spec"]["suspend"] = False
-    cycle.book.object_seen(JOB, job)
+    cycle.book.object_seen(JOB, a_job_admitted_on(["n1", "n2"]))
     asked = cycle.ask(snapshot(), NOW, doomed=frozenset({"n2"}))
     assert not asked.requests
     await cycle.carry_out(asked, ScheduleResult(), NOW)
