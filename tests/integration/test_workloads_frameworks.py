@@ -13,6 +13,7 @@ import copy
 import json
 import os
 import signal
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -211,3 +212,34 @@ def test_a_rayclusters_workers_resized_while_it_runs_stop_it_and_no_bigger_pod_r
     pods = running_pods(cluster, namespace, f"{RAY_PODS}=grown", 2)
     workers = [p for p in pods if p["spec"]["containers"][0].get("resources", {}).get("limits")]
     assert [w["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] for w in workers] == ["4"]
+
+
+def test_a_raycluster_scaled_up_while_it_runs_grows_within_its_queues_quota(
+    cluster: LocalCluster, namespace: str, kinds_queue: str
+) -> None:
+    """Ray's autoscaler grows a running cluster by raising a worker group's `replicas` (here written as it
+    writes it). On a 4-GPU queue, a cluster admitted with one 1-GPU worker scaled to 5 runs 4 workers: each new
+    one placed as quota allows, none beyond it; the fifth stays gated, pending, as the autoscaler expects."""
+    ray = gpu_raycluster("elastic", kinds_queue, workers=1, gpus=1)
+    group = ray["spec"]["workerGroupSpecs"][0]
+    group["minReplicas"], group["maxReplicas"] = 1, 5
+    apply(cluster, namespace, ray)
+    running_pods(cluster, namespace, f"{RAY_PODS}=elastic", 2)  # the head and the worker it was admitted with
+    patch = [{"op": "replace", "path": "/spec/workerGroupSpecs/0/replicas", "value": 5}]
+    scaled = cluster.kubectl("patch", "raycluster", "elastic", "-n", namespace, "--type=json", "-p", json.dumps(patch))
+    assert scaled.returncode == 0, scaled.stderr
+    workers = f"{RAY_PODS}=elastic,ray.io/node-type=worker"
+
+    def four_run_and_one_waits() -> list[dict[str, Any]] | None:
+        pods = pods_of(cluster, namespace, workers)
+        placed = [p for p in pods if not gated(p)]
+        return pods if len(pods) == 5 and len(placed) == 4 and running(placed) else None
+
+    wait_for(four_run_and_one_waits, TIMEOUT, "four workers to run and the fifth to wait gated")
+    for pod in [p for p in pods_of(cluster, namespace, workers) if not gated(p)]:
+        assert pod["spec"]["nodeSelector"]["kubernetes.io/hostname"] == pod["spec"]["nodeName"]
+    ray_now = get_object(cluster, "raycluster", "elastic", namespace)
+    assert not ray_now["spec"].get("suspend")  # it grew in place: never stopped to be admitted again
+    # Still gated cycles later: the quota holds it, it is no pod the operator has yet to reach.
+    time.sleep(6)
+    assert len([p for p in pods_of(cluster, namespace, workers) if gated(p)]) == 1

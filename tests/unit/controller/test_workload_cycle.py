@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from aisched.api.sharing import GpuShare
 from aisched.controller.cluster_state import ClusterState
 from aisched.controller.in_flight import InFlightPlacements, Promised
 from aisched.controller.tenancy import TenancyBook
@@ -24,6 +25,7 @@ from aisched.policy.cluster import ClusterSnapshot, local_node
 from aisched.policy.placement import Placement
 from aisched.policy.scheduler import ScheduleResult
 from aisched.policy.scheduler.results import Admission, Preemption
+from aisched.policy.sharing.charge import replica_milli
 from aisched.policy.workloads.model import (
     ADMISSION_GATE,
     MIN_PODS_ANNOTATION,
@@ -38,6 +40,7 @@ from tests.builders import a_queue
 from tests.unit.controller.kube_double import KubeDouble
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+MIG = "nvidia.com/mig-1g.10gb"
 JOB = WorkloadKind.BATCH_JOB
 
 
@@ -554,3 +557,25 @@ async def test_a_model_servers_replica_on_a_node_that_announces_its_end_is_delet
     await cycle.carry_out(asked, ScheduleResult(), NOW)
     assert events.deleted == ["vllm-abc-2"]
     assert events.said[-1][0] == "ReplicaInterrupted"
+
+
+def test_a_model_servers_placed_mig_replica_is_charged_its_instances_share(parts: Any) -> None:
+    """A replica that asks a MIG instance asks no whole GPU: it is charged what its instance is of a GPU, not 0."""
+    cycle, _api, _events, _in_flight = parts
+    template = {"spec": {"containers": [{"name": "m", "image": "x", "resources": {"limits": {MIG: "1"}}}]}}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "vllm", "namespace": "ns", "uid": "u", "labels": {QUEUE_LABEL: "team"}},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "vllm"}}, "template": template},
+    }
+    cycle.book.object_seen(WorkloadKind.DEPLOYMENT, deployment)
+    pod = a_pod("vllm-abc-1", "x", 0, node="n1", gated=False)
+    pod["spec"]["containers"] = template["spec"]["containers"]
+    pod["metadata"]["labels"]["pod-template-hash"] = "abc"
+    pod["metadata"]["ownerReferences"] = [
+        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "vllm-abc", "controller": True}
+    ]
+    cycle.book.pod_seen(pod)
+    (held,) = cycle.ask(snapshot(), NOW).held
+    assert held.milli == replica_milli(GpuShare(mig_profile="1g.10gb"), 1) > 0

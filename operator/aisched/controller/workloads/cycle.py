@@ -30,9 +30,22 @@ from aisched.controller.concurrency import at_most
 from aisched.controller.cycle.kind import Asked, CycleView, Decided
 from aisched.controller.in_flight import InFlightPlacements, Promised
 from aisched.controller.tenancy import TenancyBook
+from aisched.controller.workloads.asking import (
+    GROWTH_MARK,
+    Asking,
+    CycleAsk,
+    Stop,
+    any_placed,
+    ask_group,
+    ask_growth,
+    ask_replicas,
+    interrupted,
+    resized,
+    workload_key,
+)
 from aisched.controller.workloads.book import WorkloadBook, WorkloadEntry
 from aisched.controller.workloads.deferral import WorkloadDeferral
-from aisched.controller.workloads.placing import PodPlacer, fits_its_set
+from aisched.controller.workloads.placing import PodPlacer
 from aisched.controller.workloads.pods import WorkloadRef
 from aisched.controller.workloads.readiness import PodsReadyWatch
 from aisched.controller.workloads.running import RunningWorkloads, admitted_as, fixed, gpu_pods
@@ -42,8 +55,8 @@ from aisched.kube.workload_api import KIND_APIS, WorkloadApi
 from aisched.metrics.workload import WorkloadMetrics
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.placement import Placement
-from aisched.policy.queueing import MILLI, QUEUE_NOT_FOUND
-from aisched.policy.scheduler import HeldGpus, JobRequest, ScheduleResult
+from aisched.policy.queueing import QUEUE_NOT_FOUND
+from aisched.policy.scheduler import JobRequest, ScheduleResult
 from aisched.policy.workloads.model import (
     PLACEMENT_ANNOTATION,
     AdmittedRecord,
@@ -64,52 +77,6 @@ _REPLICA_KINDS = frozenset({WorkloadKind.DEPLOYMENT, WorkloadKind.STATEFUL_SET})
 def admission_promise(key: str) -> tuple[str, str]:
     """The in-flight record's key for a workload's admission, until the watch shows its record."""
     return ("Workload", key)
-
-
-@dataclass(frozen=True, slots=True)
-class Stop:
-    entry: WorkloadEntry
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class CycleAsk:
-    """What the workloads ask of one cycle."""
-
-    requests: tuple[JobRequest, ...]
-    held: tuple[HeldGpus, ...]
-    stops: tuple[Stop, ...]
-    at_once: tuple[WorkloadEntry, ...]
-    """Held workloads that ask no GPU: nothing to decide, admitted as they come."""
-    stuck: tuple[tuple[str, str], ...] = ()
-    """Pods a replica kind or a pod group was placed with that never bound within the bound: deleted (their
-    controller makes them again, gated), their promise given back."""
-    interrupted: tuple[tuple[WorkloadEntry, str], ...] = ()
-    """A model server's replicas on nodes that announced their end: deleted, with their termination grace to
-    drain; their controller makes them again, gated, for the cycle to place elsewhere."""
-
-
-@dataclass
-class _Asking:
-    now: datetime
-    doomed: frozenset[str] = frozenset()
-    requests: list[JobRequest] = field(default_factory=list)
-    held: list[HeldGpus] = field(default_factory=list)
-    stops: list[Stop] = field(default_factory=list)
-    at_once: list[WorkloadEntry] = field(default_factory=list)
-    stuck: list[tuple[str, str]] = field(default_factory=list)
-    interrupted: list[tuple[WorkloadEntry, str]] = field(default_factory=list)
-
-    def frozen(self) -> CycleAsk:
-        return CycleAsk(
-            tuple(self.requests),
-            tuple(self.held),
-            tuple(self.stops),
-            tuple(self.at_once),
-            tuple(self.stuck),
-            tuple(self.interrupted),
-        )
 
 
 @dataclass(kw_only=True)
@@ -184,10 +151,10 @@ class WorkloadCycle:
     def ask(self, snapshot: ClusterSnapshot, now: datetime, doomed: frozenset[str] = frozenset()) -> CycleAsk:
         """What every workload asks of this cycle, and the stops due before it decides; none is placed on a
         DOOMED node, and what runs on one is stopped to resume elsewhere."""
-        asking = _Asking(now, doomed, stuck=self.placer.stuck(now))
+        asking = Asking(now, doomed, stuck=self.placer.stuck(now))
         for entry in self.book:
             workload = entry.read
-            running = entry.recorded or _any_placed(entry)
+            running = entry.recorded or any_placed(entry)
             if isinstance(workload, Refusal):
                 # One that runs and can no longer be read (its annotations, a pod group's size, edited under
                 # it) stops: it is charged nothing while refused, so it must hold nothing either.
@@ -202,18 +169,22 @@ class WorkloadCycle:
             elif not workload.finished and self._may_run(entry, workload, asking):
                 self._ask_one(entry, workload, snapshot, asking)
         if self.metrics is not None:
-            counts = Counter((r.key.rpartition("@")[2], "Running" if r.running else "Waiting") for r in asking.requests)
+            counts = Counter(
+                (workload_key(r.key).rpartition("@")[2], "Running" if r.running else "Waiting")
+                for r in asking.requests
+                if not r.key.endswith(GROWTH_MARK)  # its gang is counted once
+            )
             self.metrics.record_kind_workloads(counts)
         return asking.frozen()
 
-    def _may_run(self, entry: WorkloadEntry, workload: Workload, asking: _Asking) -> bool:
+    def _may_run(self, entry: WorkloadEntry, workload: Workload, asking: Asking) -> bool:
         """Its queue takes it (a running one that it no longer does, or whose queue label changed, stops)."""
         if workload.admitted is not None and workload.admitted.queue != workload.queue:
             was, now = workload.admitted.queue, workload.queue
             message = f"its queue label changed from {was} to {now} while it ran: stopped, to wait in {now}"
             asking.stops.append(Stop(entry, "QueueChanged", message))
             return False
-        running = self.record_of(workload) is not None or _any_placed(entry)
+        running = self.record_of(workload) is not None or any_placed(entry)
         if running and self.queue_object(workload.queue) is None:
             # Its queue is gone (or it was relabelled for one that does not exist): the Queues are listed
             # whole before the first cycle, so this is no queue not read yet. It must not run charged to none.
@@ -237,14 +208,14 @@ class WorkloadCycle:
             return False
         return True
 
-    def _ask_one(self, entry: WorkloadEntry, workload: Workload, snapshot: ClusterSnapshot, asking: _Asking) -> None:
+    def _ask_one(self, entry: WorkloadEntry, workload: Workload, snapshot: ClusterSnapshot, asking: Asking) -> None:
         if not workload.gpu_pods:  # asks no GPU: nothing to decide
             if workload.suspended and self.record_of(workload) is None:
                 asking.at_once.append(entry)
         elif entry.kind in _REPLICA_KINDS:
-            self._replicas(entry, workload, snapshot, asking)
+            ask_replicas(self.placer, entry, workload, snapshot, asking)
         elif entry.kind is WorkloadKind.POD_GROUP:
-            self._group(entry, workload, snapshot, asking)
+            ask_group(self.placer, entry, workload, snapshot, asking)
         elif (record := self.record_of(workload)) is not None:
             self._admitted(entry, workload, record, snapshot, asking)
         elif workload.suspended:
@@ -262,23 +233,24 @@ class WorkloadCycle:
         workload: Workload,
         record: AdmittedRecord,
         snapshot: ClusterSnapshot,
-        asking: _Asking,
+        asking: Asking,
     ) -> None:
         """An admitted gang: charged where its record says, unless it must stop first."""
         if workload.suspended and workload.admitted is not None:
             # Suspended by its own user while admitted: its pods go, and so does its charge.
             asking.stops.append(Stop(entry, "Suspended", "suspended while it ran: its admission is given back"))
         elif not admitted_as(workload, record):
-            asking.stops.append(Stop(entry, "ResizedWhileRunning", _resized(workload, record)))
+            asking.stops.append(Stop(entry, "ResizedWhileRunning", resized(workload, record)))
         elif lost := sorted(set(record.nodes) & asking.doomed):
             # Its pods get their termination grace to checkpoint (a torchrun job saves on SIGTERM) as its
             # controller deletes them; it waits again, first of its priority, for nodes that stay.
             self._set_back.add(workload.key)
-            asking.stops.append(Stop(entry, "NodeInterrupted", _interrupted(lost)))
+            asking.stops.append(Stop(entry, "NodeInterrupted", interrupted(lost)))
         elif not self._pods_overdue(entry, workload, record, asking):
             asking.requests.append(self.running.ask(entry, workload, record, snapshot))
+            ask_growth(self.placer, entry, workload, snapshot, asking, record=record)
 
-    def _held(self, entry: WorkloadEntry, workload: Workload, snapshot: ClusterSnapshot, asking: _Asking) -> None:
+    def _held(self, entry: WorkloadEntry, workload: Workload, snapshot: ClusterSnapshot, asking: Asking) -> None:
         """A held (suspended) gang asks to be admitted, once its last run's pods are gone."""
         if any(not p.done for p in entry.pods.values()):  # not while its last run's pods still stop
             return
@@ -321,7 +293,7 @@ class WorkloadCycle:
         if pending is not None and workload.admitted is not None and workload.admitted.generation >= pending.generation:
             del self._admitting[workload.key]
 
-    def _pods_overdue(self, entry: WorkloadEntry, workload: Workload, record: AdmittedRecord, asking: _Asking) -> bool:
+    def _pods_overdue(self, entry: WorkloadEntry, workload: Workload, record: AdmittedRecord, asking: Asking) -> bool:
         """Its pods have not all come up within the bound since it was admitted: it stops (`readiness.py`)."""
 
         def bound() -> int:
@@ -331,31 +303,6 @@ class WorkloadCycle:
         if message is not None:
             asking.stops.append(Stop(entry, "PodsNotReady", message))
         return message is not None
-
-    def _replicas(self, entry: WorkloadEntry, workload: Workload, snapshot: ClusterSnapshot, asking: _Asking) -> None:
-        """A model server's replicas: those placed are charged to its queue (those on a node that announced
-        its end go, to be made again elsewhere); the gated ones ask, any number."""
-        per_pod = workload.gpu_pod_sets[0].gpus_per_pod
-        for pod in entry.live_pods:
-            if not pod.gated or self.placer.placing(pod):
-                asking.held.append(HeldGpus(workload.queue, max(per_pod, pod.gpus) * MILLI))
-                if not pod.gated and pod.node in asking.doomed and not pod.terminating:
-                    asking.interrupted.append((entry, pod.name))
-        waiting = [p for p in entry.live_pods if p.gated and not self.placer.placing(p) and fits_its_set(p, workload)]
-        if waiting:
-            request = as_request(workload, topology=snapshot.topology, placement=None, excluded_nodes=asking.doomed)
-            asking.requests.append(_as_replicas(request, len(waiting)))
-
-    def _group(self, entry: WorkloadEntry, workload: Workload, snapshot: ClusterSnapshot, asking: _Asking) -> None:
-        """A plain pod group: placed once all its pods exist, charged on the nodes its placed pods took."""
-        nodes = tuple(node for p in entry.live_pods if (node := self.placer.node_of(p)) is not None)
-        if nodes:
-            placement = Placement.of_nodes(nodes, workload.gpu_pod_sets[0].gpus_per_pod, snapshot)
-            asking.requests.append(as_request(workload, topology=snapshot.topology, placement=placement))
-            return
-        if len([p for p in entry.live_pods if p.gated]) >= workload.gpu_pods:
-            request = as_request(workload, topology=snapshot.topology, placement=None, excluded_nodes=asking.doomed)
-            asking.requests.append(request)
 
     # -- the decisions carried out ---------------------------------------------------------
 
@@ -382,11 +329,15 @@ class WorkloadCycle:
                 writes.append((preempted, preempt))
                 self._count(preempted, admitted=False)
         for admission in result.admitted:
-            if (admitted := by_key.get(admission.key)) is not None:
+            if admission.key.endswith(GROWTH_MARK):  # pods a running gang grew by: placed, its record unchanged
+                if (grown := by_key.get(workload_key(admission.key))) is not None:
+                    place = functools.partial(self.placer.place_pods, grown, admission.placement.nodes, now=now)
+                    writes.append((grown, place))
+            elif (admitted := by_key.get(admission.key)) is not None:
                 writes.append((admitted, functools.partial(self._admit, admitted, admission.placement, now)))
                 self._count(admitted, admitted=True)
         for waiting in result.waiting:
-            if (left := by_key.get(waiting.key)) is not None:
+            if (left := by_key.get(workload_key(waiting.key))) is not None:
                 self.say(left, "Normal", waiting.reason, waiting.message)
         await at_most(CONCURRENT_WRITES, [functools.partial(_guarded, entry, write) for entry, write in writes])
 
@@ -487,30 +438,3 @@ async def _guarded(entry: WorkloadEntry, write: Callable[[], Awaitable[None]]) -
     except Exception:
         kind, namespace, name = entry.ref
         log.exception("carrying out the cycle's decision for %s %s/%s failed", kind.value, namespace, name)
-
-
-def _resized(workload: Workload, record: AdmittedRecord) -> str:
-    shape = workload.gpu_pod_sets[0] if workload.gpu_pod_sets else None
-    now = "no GPU" if shape is None else (shape.mig_profile or f"{shape.gpus_per_pod} GPU(s)")
-    was = record.mig_profile or f"{record.gpus_per_pod} GPU(s)"
-    return (
-        f"its pods' GPUs were changed from {was} to {now} per pod while it ran: stopped, to be admitted "
-        "again at its new size (it is charged what it was admitted with until its pods are gone)"
-    )
-
-
-def _interrupted(nodes: list[str]) -> str:
-    return (
-        f"node(s) {', '.join(nodes)} of its pods announced their end (a spot interruption, or lost): suspended, "
-        "its pods given their termination grace to checkpoint; it resumes when admitted again, ahead of newcomers"
-    )
-
-
-def _any_placed(entry: WorkloadEntry) -> bool:
-    """Some live pod of ENTRY runs ungated (the operator placed it): whatever its object says now, it holds GPUs."""
-    return any(p.live and not p.gated and p.gpus != 0 for p in entry.pods.values())
-
-
-def _as_replicas(request: JobRequest, waiting: int) -> JobRequest:
-    """REQUEST as a model server's new replicas: any count from one to WAITING, none preempting."""
-    return replace(request, replicas=waiting, min_replicas=1, max_replicas=waiting, replica_set=True)

@@ -75,7 +75,8 @@ class PodPlacer:
     ) -> None:
         """Pin the admitted workload's gated pods to their nodes and lift their gates: once every GPU pod
         of its first run exists (the gang binds together), then each replacement as it comes. NODES: the
-        nodes the cycle gave a replica kind's or a pod group's gated pods (they have no record)."""
+        nodes the cycle gave a replica kind's or a pod group's gated pods, or the pods a running gang grew by
+        (no record holds them)."""
         workload = entry.read
         if not isinstance(workload, Workload):
             return
@@ -85,6 +86,7 @@ class PodPlacer:
         live = [p for p in entry.live_pods if fits_its_set(p, workload)]
         gpu_pods = [p for p in live if p.pod_set.lower() in gpu_sets or len(workload.pod_sets) == 1]
         record = self.record_of(workload)
+        promised = nodes is not None  # nodes no record holds: promised until each pod binds
         if nodes is None:
             if record is None or not admitted_as(workload, record):
                 return  # no record, or its template was resized since: the cycle stops it, nothing is placed
@@ -101,7 +103,7 @@ class PodPlacer:
         places: list[tuple[WorkloadPod, str | None]] = []
         for pod in targets:
             if pod.gated and (node := assigned.get(pod.name)) is not None and self.node_of(pod) is None:
-                if record is None:  # a replica's or a group's pod: promised until it binds
+                if promised:  # a replica's, a group's or a grown gang's pod: promised until it binds
                     self.in_flight.promise(pod_promise(pod.namespace, pod.name), Promised({node: per_pod}))
                     if now is not None:
                         self._promised_at[(pod.namespace, pod.name)] = now
