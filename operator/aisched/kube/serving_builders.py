@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
@@ -70,6 +71,9 @@ class ServingPod:
     """The part of a GPU its claim is allocated on its node (a fraction), as the inventory reads it."""
     mig_profile: str | None = None
     """The one MIG instance it asks of the device plugin (a MIG replica)."""
+    boot_seconds: float | None = None
+    """From its binding to its first readiness, once ready (`status.conditions`, the scheduler's and the kubelet's
+    writes): how long the replica took to load its model and serve. None while it is not ready."""
 
     @property
     def held_milli(self) -> int:
@@ -220,4 +224,22 @@ def serving_pod_from_object(obj: dict[str, Any], gpu_resource: str = "nvidia.com
         unschedulable_since=datetime.fromisoformat(since) if unschedulable and since else None,
         resource_version=metadata.get("resourceVersion") or "",
         gpu_milli=read_pod(obj, gpu_resource).gpu_milli,
+        boot_seconds=_boot_seconds(scheduled, conditions.get("Ready", {})),
     )
+
+
+MAX_BOOT_SECONDS: Final = 3_600.0
+"""A boot read as longer (a pod that went unready and back: its Ready condition's time is its last) is taken as this."""
+
+
+def _boot_seconds(scheduled: Mapping[str, Any], ready: Mapping[str, Any]) -> float | None:
+    """Seconds from SCHEDULED's transition to READY's, both True; None when either is not, or unreadable."""
+    if scheduled.get("status") != "True" or ready.get("status") != "True":
+        return None
+    try:
+        start = datetime.fromisoformat(str(scheduled.get("lastTransitionTime")))
+        end = datetime.fromisoformat(str(ready.get("lastTransitionTime")))
+        seconds = (end - start).total_seconds()
+    except (TypeError, ValueError):  # a time with no zone against one with, or no time
+        return None
+    return min(seconds, MAX_BOOT_SECONDS) if seconds >= 0 else None

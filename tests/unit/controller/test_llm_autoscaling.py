@@ -7,6 +7,7 @@ queries the autoscaler sends are the ones checked; the kube double fails on any 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, cast
 from urllib.parse import parse_qs
@@ -140,3 +141,21 @@ async def test_a_stale_reading_holds_the_count(kube: KubeDouble) -> None:
     later = NOW + timedelta(seconds=Settings().autoscaler.metric_max_age_seconds + 1)
     assert await decide_once(autoscaler(kube, servers), llm_service(2), pods(2), later) == 2
     assert ("scale_custom", "chat") not in kube.calls
+
+
+async def test_the_cold_start_is_learned_from_the_replicas_own_boots_each_counted_once(kube: KubeDouble) -> None:
+    """The spec's coldStartSeconds is the prior until a replica has booted; then the boots it saw lead the
+    forecast, each replica's counted once however many readings see it ready."""
+    servers = Servers({"vllm:num_requests_waiting": 0, "vllm:num_requests_running": 4, "vllm:kv_cache_usage_perc": 1})
+    scaler = autoscaler(kube, servers)
+    service = llm_service(2, coldStartSeconds=300)
+    fleet = pods(2)
+    await decide_once(scaler, service, fleet, NOW)
+    memory = scaler.llm_scalers.memory(("ml", "chat"))
+    assert memory is not None and memory.cold_start.seconds() == 300.0  # none with a boot read: the prior
+    booted = [replace(pod, boot_seconds=boot) for pod, boot in zip(fleet, (40.0, 50.0), strict=True)]
+    for _ in range(3):
+        await decide_once(scaler, service, booted, NOW)
+    memory = scaler.llm_scalers.memory(("ml", "chat"))
+    assert memory is not None and memory.cold_start.durations_s == (40.0, 50.0)
+    assert memory.cold_start.seconds() == 50.0

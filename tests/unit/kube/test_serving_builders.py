@@ -190,3 +190,29 @@ def test_a_template_stored_before_the_reserved_key_rule_passes_none_of_the_opera
     pod = build_replica_pod(service, _slot())
     assert pod["metadata"]["labels"][SERVICE_NAME] == "chat" and pod["metadata"]["labels"]["team"] == "search"
     assert pod["metadata"]["annotations"] == {"a": "b"}
+
+
+def _conditions(scheduled_at: str | None, ready_at: str | None) -> list[dict[str, Any]]:
+    found = []
+    if scheduled_at is not None:
+        found.append({"type": "PodScheduled", "status": "True", "lastTransitionTime": scheduled_at})
+    if ready_at is not None:
+        found.append({"type": "Ready", "status": "True", "lastTransitionTime": ready_at})
+    return found
+
+
+def test_a_replicas_boot_is_read_from_its_binding_to_its_readiness_and_only_once_it_is_ready() -> None:
+    pod = build_replica_pod(_service(), _slot())
+
+    def boot(scheduled_at: str | None, ready_at: str | None) -> float | None:
+        seen = serving_pod_from_object(_as_seen(pod, node="h100-1", conditions=_conditions(scheduled_at, ready_at)))
+        assert seen is not None
+        return seen.boot_seconds
+
+    assert boot("2026-01-01T00:00:00Z", "2026-01-01T00:02:30Z") == 150.0
+    assert boot("2026-01-01T00:00:00Z", None) is None  # still loading its model
+    assert boot(None, "2026-01-01T00:02:30Z") is None
+    assert boot("2026-01-01T00:05:00Z", "2026-01-01T00:02:30Z") is None  # a clock that ran backwards
+    assert boot("2026-01-01T00:00:00Z", "2026-01-03T00:00:00Z") == 3600.0  # bounded: it went unready and back
+    assert boot("2026-01-01T00:00:00Z", "yesterday") is None
+    assert boot("2026-01-01T00:00:00", "2026-01-01T00:02:30Z") is None  # one time with a zone, one without

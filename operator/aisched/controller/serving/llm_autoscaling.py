@@ -2,15 +2,16 @@
 
 The memory (recent recommendations, the load history, the learned capacity) lives in the operator
 only: a restarted operator starts it afresh, as it does its first decision of a new service. The cold
-start is the spec's `coldStartSeconds`: the controller's pod records carry no creation or readiness
-times to learn it from.
+start is learned from the service's own replicas, each boot (binding to first readiness, as the pod's
+conditions say) counted once; the spec's `coldStartSeconds` is the prior until one has booted, and a
+restarted operator learns again from the ready pods it finds.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from aisched.api.inference_service import AutoscalingSpec, LlmMetricSpec
@@ -76,9 +77,12 @@ class LlmScalers:
     """Each LLM-mode service's scaling memory, forgotten with the service."""
 
     _memory: dict[ServiceKey, ScalingMemory] = field(default_factory=dict)
+    _booted: dict[ServiceKey, frozenset[str]] = field(default_factory=dict)
+    """The replicas whose boot each service's cold start has counted, of those it still has."""
 
     def forget(self, key: ServiceKey) -> None:
         self._memory.pop(key, None)
+        self._booted.pop(key, None)
 
     def memory(self, key: ServiceKey) -> ScalingMemory | None:
         return self._memory.get(key)
@@ -102,16 +106,22 @@ class LlmScalers:
         if signals is None:
             return None
         memory = self._memory.get(key) or ScalingMemory(cold_start=ColdStartEstimate(prior_s=llm.cold_start_seconds))
-        if memory.cold_start.prior_s != llm.cold_start_seconds:  # the spec was edited
-            memory = ScalingMemory(
-                memory.recommendations,
-                memory.load,
-                ColdStartEstimate(memory.cold_start.durations_s, llm.cold_start_seconds),
-                memory.rate_per_replica,
-                memory.last_arrival_at,
-            )
+        # The spec's prior (edited, perhaps) and the boots of the replicas that came up since the last reading.
+        prior = replace(memory.cold_start, prior_s=llm.cold_start_seconds)
+        memory = replace(memory, cold_start=self._boots_seen(key, prior, reading.pods))
         spec = llm_scaling_spec(autoscaling, llm, sync_period_s)
         decision, self._memory[key] = decide_llm_replicas(
             spec, signals, memory, autoscaling.max_replicas, now.timestamp()
         )
         return decision
+
+    def _boots_seen(
+        self, key: ServiceKey, estimate: ColdStartEstimate, pods: Sequence[ServingPod]
+    ) -> ColdStartEstimate:
+        """ESTIMATE with the boot of each of PODS ready since the last reading (each pod counted once)."""
+        counted = self._booted.get(key, frozenset())
+        for pod in pods:
+            if pod.boot_seconds is not None and pod.name not in counted:
+                estimate = estimate.observe(pod.boot_seconds)
+        self._booted[key] = frozenset(p.name for p in pods if p.boot_seconds is not None)
+        return estimate
