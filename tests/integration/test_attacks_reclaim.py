@@ -5,7 +5,8 @@ for both. The borrower takes the whole rack, 8 GPUs of it on the lender's idle q
 lender's 8-GPU job, within its own nominal quota, asks for them back. From a borrowing gang that
 took 3 s; from a borrowing InferenceService's replicas it never happened (the job was still Queued
 after 150 s): replicas were no preemption victims. Both now go within the same bound, and the
-service's status names the lending queue and nothing else of the other tenant's.
+service's status names the lending queue and nothing else of the other tenant's. So do a model
+server Deployment's replicas, told in its events.
 """
 
 from __future__ import annotations
@@ -17,8 +18,11 @@ from collections.abc import Callable, Iterator
 import pytest
 from kubernetes import client
 
+from aisched.policy.workloads.model import QUEUE_LABEL
 from aisched.testing.cluster import TIMEOUT, LocalCluster, apply, get_object, list_objects, wait_for, wait_phase
+from aisched.testing.workload_policies import workload_policies
 from tests.builders import a_queue, a_training_job, an_inference_service
+from tests.integration.test_workloads import events_of, gated, pod_spec
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator")]
 GB200 = "NVIDIA-GB200"
@@ -121,3 +125,41 @@ def test_a_lender_takes_back_what_a_service_borrows_within_the_same_bound_and_th
     # window to watch for something that must not happen, not a wait for a condition.
     time.sleep(5)
     assert len(_running_pods(cluster, borrower_namespace, selector)) == 2
+
+
+def test_a_lender_takes_back_what_a_model_server_deployment_borrows_within_the_same_bound(
+    cluster: LocalCluster, namespace: str, borrower_namespace: str, cohort: tuple[str, str]
+) -> None:
+    """The same borrowing, by a vLLM Deployment labelled for the borrower's queue (the chart's workload policies
+    in force in its namespace): two of its replicas go, and are made again gated, to wait for quota."""
+    lender, borrower = cohort
+    labels = {"app": "vllm"}
+    template = {"metadata": {"labels": labels}, "spec": pod_spec(4) | {"restartPolicy": "Always"}}
+    template["spec"]["nodeSelector"] = {"nvidia.com/gpu.product": GB200}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "vllm", "labels": {QUEUE_LABEL: borrower}},
+        "spec": {"replicas": 4, "selector": {"matchLabels": labels}, "template": template},
+    }
+    with workload_policies(cluster, borrower_namespace):
+        apply(cluster, borrower_namespace, deployment)
+        wait_for(
+            lambda: len(_running_pods(cluster, borrower_namespace, "app=vllm")) == 4,
+            TIMEOUT,
+            "the Deployment to borrow the rack: 16 GPUs on a quota of 8",
+        )
+        seconds = _lender_job(cluster, namespace, lender)
+        assert seconds < RECLAIM_BOUND_SECONDS, f"reclaimed in {seconds:.1f} s"
+        assert len(_running_pods(cluster, borrower_namespace, "app=vllm")) == 2, "only what was borrowed goes"
+        reclaimed = [e for e in events_of(cluster, borrower_namespace, "vllm") if e.startswith("Reclaimed")]
+        assert reclaimed and all(f"lending queue {lender}" in e and namespace not in e for e in reclaimed)
+        # Made again by its ReplicaSet, they wait gated: the cohort has no idle quota left. A window to watch
+        # for something that must not happen, not a wait for a condition.
+        time.sleep(5)
+        pods = [
+            p
+            for p in list_objects(cluster, "pods", borrower_namespace, "app=vllm")
+            if not p["metadata"].get("deletionTimestamp")
+        ]
+        assert len(_running_pods(cluster, borrower_namespace, "app=vllm")) == 2 and sum(gated(p) for p in pods) == 2

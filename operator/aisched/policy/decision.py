@@ -180,6 +180,8 @@ def _granted(ask: ReplicaAsk, placement: Placement, snapshot: ClusterSnapshot) -
 def _reclaims(reclaimed: Sequence[ReclaimedReplica]) -> dict[ServiceKey, ReplicaReclaim]:
     by_service: dict[ServiceKey, ReplicaReclaim] = {}
     for replica in reclaimed:
+        if "@" in replica.service:  # another kind's replica (`namespace/name@kind`): its own kind retires it
+            continue
         namespace, _, name = replica.service.partition("/")
         before = by_service.get((namespace, name), ReplicaReclaim((), ()))
         lenders = before.lenders if replica.lender in before.lenders else (*before.lenders, replica.lender)

@@ -12,7 +12,7 @@ from aisched.controller.workloads.asking import GROWTH_MARK
 from aisched.controller.workloads.cycle import WorkloadCycle
 from aisched.policy.placement import Placement
 from aisched.policy.queueing import MILLI, QueueQuota
-from aisched.policy.scheduler import HeldGpus, ScheduleResult, schedule
+from aisched.policy.scheduler import JobRequest, ScheduleResult, schedule
 from aisched.policy.scheduler.results import Admission
 from aisched.policy.workloads.model import ADMISSION_GATE, PLACEMENT_ANNOTATION, QUEUE_LABEL, WorkloadKind
 from tests.unit.controller.test_workload_cycle import NOW, parts, snapshot
@@ -100,14 +100,18 @@ async def test_workers_a_running_raycluster_grows_by_are_asked_as_replicas_and_p
     assert in_flight.by_node() == {"n1": 2}  # promised until it binds
     placing = cycle.ask(snapshot(), NOW)
     assert [r.key for r in placing.requests] == [KEY]
-    assert placing.held == (HeldGpus("team", 2 * MILLI),)  # charged from the moment it is placed
+    assert [(h.queue, h.milli, h.replica) for h in placing.held] == [("team", 2 * MILLI, None)]  # charged at once
 
 
 def test_a_grown_worker_that_binds_stays_charged_and_one_scaled_away_frees_its_charge(parts: Any) -> None:
     cycle, _api, _events, _in_flight = parts
     grown_cluster(cycle, workers=3, placed={"ray-gpu-0": "n1", "ray-gpu-1": "n2", "ray-gpu-2": "n1"})
     asked = cycle.ask(snapshot(), NOW)
-    assert [r.key for r in asked.requests] == [KEY] and asked.held == (HeldGpus("team", 2 * MILLI),)
+    assert [r.key for r in asked.requests] == [KEY]
+    (held,) = asked.held
+    assert (held.queue, held.milli) == ("team", 2 * MILLI)
+    # Bound, it is offered on its own: what its queue borrows through it, a lending queue may take back.
+    assert held.replica is not None and (held.replica.service, held.replica.pod) == (KEY, "ray-gpu-2")
     cycle.book.pod_gone("ns", "ray-gpu-2", a_worker("ray-gpu-2", node="n1"))  # the autoscaler scaled it away
     cycle.book.object_seen(RAY, a_raycluster(2, admitted_on=["n1", "n2"]))
     after = cycle.ask(snapshot(), NOW)
@@ -132,3 +136,64 @@ def test_the_queues_quota_bounds_what_a_cluster_grows_by(parts: Any) -> None:
     result = schedule(snapshot(), asked.requests, [QueueQuota("team", 8)], NOW, held_elsewhere=asked.held)
     (grown,) = [a for a in result.admitted if a.key.endswith(GROWTH_MARK)]
     assert len(grown.placement.nodes) == 2 and not result.preempted
+
+
+def test_a_worker_beyond_the_records_place_on_its_node_is_charged_though_another_place_is_free(parts: Any) -> None:
+    """The record holds n1 and n2; a worker on n2 was scaled away and the new one was placed beside the other on
+    n1. The record's n2 stays its gang's, and the second worker on n1 holds GPUs no record holds: it is charged."""
+    cycle, _api, _events, _in_flight = parts
+    grown_cluster(cycle, workers=2, placed={"ray-gpu-0": "n1", "ray-gpu-1": "n1"})
+    asked = cycle.ask(snapshot(), NOW)
+    assert [(h.milli, h.replica.pod if h.replica else None) for h in asked.held] == [(2 * MILLI, "ray-gpu-1")]
+
+
+def a_deployment_on(nodes: list[str], queue: str = "team") -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """A 2-GPU vLLM Deployment of QUEUE and its replicas' pods, bound one on each of NODES."""
+    worker = a_worker("x")["spec"]["containers"]
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "vllm", "namespace": "ns", "uid": "u", "labels": {QUEUE_LABEL: queue}},
+        "spec": {
+            "replicas": len(nodes),
+            "selector": {"matchLabels": {"app": "vllm"}},
+            "template": {"spec": {"containers": worker}},
+        },
+    }
+    pods = []
+    for i, node in enumerate(nodes):
+        pod = a_worker(f"vllm-abc-{i}", node=node)
+        pod["metadata"]["labels"] = {QUEUE_LABEL: queue, "pod-template-hash": "abc"}
+        pod["metadata"]["ownerReferences"] = [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "vllm-abc", "controller": True}
+        ]
+        pods.append(pod)
+    return deployment, pods
+
+
+@pytest.mark.asyncio
+async def test_a_model_servers_replicas_that_borrow_are_reclaimed_by_the_lending_queue(parts: Any) -> None:
+    """`team` (nominal 0) borrows all 16 GPUs of its cohort through 8 replicas; `lender`'s 4-GPU gang, within
+    its nominal 8, takes back two replicas: deleted (their controller makes them again, gated, to wait for
+    quota), told on the Deployment, and never offered again while their deletes are on their way."""
+    cycle, _api, events, _in_flight = parts
+    deployment, pods = a_deployment_on(["n1"] * 4 + ["n2"] * 4)
+    cycle.book.object_seen(WorkloadKind.DEPLOYMENT, deployment)
+    for pod in pods:
+        cycle.book.pod_seen(pod)
+    cluster = snapshot()
+    cluster.allocate({"n1": 8, "n2": 8})  # what the replicas hold, as the inventory says
+    asked = cycle.ask(cluster, NOW)
+    quotas = [QueueQuota("team", 0, cohort="c", borrowing_limit=16), QueueQuota("lender", 8, cohort="c")]
+    lender = JobRequest(key="ns/urgent", queue="lender", priority=0, created=NOW, gpus_per_replica=2, replicas=2)
+    result = schedule(cluster, [*asked.requests, lender], quotas, NOW, held_elsewhere=asked.held)
+    assert [a.key for a in result.admitted] == ["ns/urgent"]
+    reclaimed = sorted(r.pod for r in result.reclaimed)
+    assert len(reclaimed) == 2 and all(r.service == "ns/vllm@deployments.apps" for r in result.reclaimed)
+    await cycle.carry_out(asked, result, NOW)
+    assert sorted(events.deleted) == reclaimed
+    told = [message for reason, message in events.said if reason == "Reclaimed"]
+    assert len(told) == 2 and all("lending queue lender" in m and "urgent" not in m for m in told)
+    again = cycle.ask(cluster, NOW)
+    offered = {h.replica.pod for h in again.held if h.replica is not None}
+    assert offered.isdisjoint(reclaimed) and sum(h.milli for h in again.held) == 16 * MILLI  # charged till gone

@@ -9,17 +9,20 @@ no one; those placed are charged to the queue as held GPUs.
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Final
 
 from aisched.controller.workloads.book import WorkloadEntry
-from aisched.controller.workloads.placing import PodPlacer, fits_its_set
+from aisched.controller.workloads.placing import PodKey, PodPlacer, fits_its_set
+from aisched.controller.workloads.pods import WorkloadPod
 from aisched.controller.workloads.running import gpu_pods
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.placement import Placement
 from aisched.policy.queueing import MILLI
-from aisched.policy.scheduler import HeldGpus, JobRequest
+from aisched.policy.scheduler import HeldGpus, HeldReplica, JobRequest
 from aisched.policy.workloads.model import AdmittedRecord, Workload, WorkloadKind
 from aisched.policy.workloads.request import as_request
 
@@ -64,6 +67,8 @@ class Asking:
 
     now: datetime
     doomed: frozenset[str] = frozenset()
+    reclaiming: frozenset[PodKey] = frozenset()
+    """Pods a lending queue took back, their deletes sent and not seen yet: charged, never offered again."""
     requests: list[JobRequest] = field(default_factory=list)
     held: list[HeldGpus] = field(default_factory=list)
     stops: list[Stop] = field(default_factory=list)
@@ -91,7 +96,7 @@ def ask_replicas(
     for pod in entry.live_pods:
         if not pod.gated or placer.placing(pod):
             # What its set asks (a MIG instance's share included), or more should a pod ask more than that.
-            asking.held.append(HeldGpus(workload.queue, max(request.replica_milli, pod.gpus * MILLI)))
+            asking.held.append(held(workload, pod, max(request.replica_milli, pod.gpus * MILLI), snapshot, asking))
             if not pod.gated and pod.node in asking.doomed and not pod.terminating:
                 asking.interrupted.append((entry, pod.name))
     waiting = [p for p in entry.live_pods if p.gated and not placer.placing(p) and fits_its_set(p, workload)]
@@ -131,16 +136,49 @@ def ask_growth(
     if entry.kind not in GROWING_KINDS or not record.nodes:
         return
     pods = [p for p in gpu_pods(entry, workload) if p.live and fits_its_set(p, workload)]
-    placed = sum(1 for p in pods if not p.gated or placer.placing(p))
+    grown, free_slots = beyond_record(record.nodes, [(p, placer.node_of(p)) for p in pods])
     waiting = [p for p in pods if p.gated and not placer.placing(p)]
-    grown = placed - len(record.nodes)
-    if grown <= 0 and not waiting:
+    if not grown and not waiting:
         return
     request = as_request(workload, topology=snapshot.topology, placement=None, excluded_nodes=asking.doomed)
-    if grown > 0:
-        asking.held.append(HeldGpus(workload.queue, grown * request.replica_milli))
-    if waiting and grown >= 0:
+    asking.held.extend(held(workload, pod, request.replica_milli, snapshot, asking) for pod in grown)
+    if waiting and not free_slots:
         asking.requests.append(replace(as_replicas(request, len(waiting)), key=workload.key + GROWTH_MARK))
+
+
+def beyond_record(
+    nodes: Sequence[str], pods: Sequence[tuple[WorkloadPod, str | None]]
+) -> tuple[list[WorkloadPod], int]:
+    """The placed PODS (each with its node, None: not placed) beyond what the record NODES holds on each node, and
+    how many of the record's places no pod takes. On a node, the record's places go to its bound pods first, by
+    name: what a pod beyond them frees when it goes is no place of the record (which its gang's charge holds)."""
+    free = Counter(nodes)
+    beyond: list[WorkloadPod] = []
+    placed = [(pod, node) for pod, node in pods if node is not None]
+    for pod, node in sorted(placed, key=lambda x: (not x[0].bound, x[0].name)):
+        if free[node] > 0:
+            free[node] -= 1
+        else:
+            beyond.append(pod)
+    return beyond, sum(free.values())
+
+
+def held(workload: Workload, pod: WorkloadPod, milli: int, snapshot: ClusterSnapshot, asking: Asking) -> HeldGpus:
+    """What POD, placed one by one, holds for WORKLOAD's queue: once bound, on its own (`HeldReplica`), so that a
+    lending queue may take back what its queue borrows through it, as it may an InferenceService's replica."""
+    node = snapshot.node(pod.node) if pod.node is not None and pod.node in snapshot else None
+    product = node.gpu_product if node is not None else None
+    if node is None or not pod.bound or not pod.live or (pod.namespace, pod.name) in asking.reclaiming:
+        return HeldGpus(workload.queue, milli, product)
+    replica = HeldReplica(
+        workload.key,
+        pod.name,
+        node.name,
+        0 if pod.mig_profile is not None else max(pod.gpus, 0),
+        workload.priority,
+        mig_profile=pod.mig_profile,
+    )
+    return HeldGpus(workload.queue, milli, product, replica)
 
 
 def as_replicas(request: JobRequest, waiting: int) -> JobRequest:

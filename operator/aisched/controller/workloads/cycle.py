@@ -45,7 +45,7 @@ from aisched.controller.workloads.asking import (
 )
 from aisched.controller.workloads.book import WorkloadBook, WorkloadEntry
 from aisched.controller.workloads.deferral import WorkloadDeferral
-from aisched.controller.workloads.placing import PodPlacer
+from aisched.controller.workloads.placing import PodKey, PodPlacer
 from aisched.controller.workloads.pods import WorkloadRef
 from aisched.controller.workloads.readiness import PodsReadyWatch
 from aisched.controller.workloads.running import RunningWorkloads, admitted_as, fixed, gpu_pods
@@ -57,6 +57,7 @@ from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.placement import Placement
 from aisched.policy.queueing import QUEUE_NOT_FOUND
 from aisched.policy.scheduler import JobRequest, ScheduleResult
+from aisched.policy.scheduler.results import ReclaimedReplica
 from aisched.policy.workloads.model import (
     PLACEMENT_ANNOTATION,
     AdmittedRecord,
@@ -104,6 +105,8 @@ class WorkloadCycle:
     _set_back: set[str] = field(default_factory=set)
     """Workloads stopped because a node of theirs announced its end: when they ask again, they resume ahead of
     newcomers of their priority, as an interrupted TrainingJob does (`JobRequest.set_back`)."""
+    _reclaiming: set[PodKey] = field(default_factory=set)
+    """Pods a lending queue took back whose deletes were sent: never offered to a cycle again while they live."""
 
     def __post_init__(self) -> None:
         self.placer = PodPlacer(
@@ -151,7 +154,7 @@ class WorkloadCycle:
     def ask(self, snapshot: ClusterSnapshot, now: datetime, doomed: frozenset[str] = frozenset()) -> CycleAsk:
         """What every workload asks of this cycle, and the stops due before it decides; none is placed on a
         DOOMED node, and what runs on one is stopped to resume elsewhere."""
-        asking = Asking(now, doomed, stuck=self.placer.stuck(now))
+        asking = Asking(now, doomed, self._still_reclaiming(), stuck=self.placer.stuck(now))
         for entry in self.book:
             workload = entry.read
             running = entry.recorded or any_placed(entry)
@@ -307,39 +310,75 @@ class WorkloadCycle:
     # -- the decisions carried out ---------------------------------------------------------
 
     async def carry_out(self, ask: CycleAsk, result: ScheduleResult, now: datetime) -> None:
-        """The stops asked before the decision, then its preemptions, admissions and waits, each workload's
-        on its own: one whose write fails is logged, and the next cycle finds it as it was."""
-        by_key = self.book.by_key()
-        writes: list[tuple[WorkloadEntry, Callable[[], Awaitable[None]]]] = []
-        for asked in ask.stops:
-            writes.append((asked.entry, functools.partial(self.stop, asked.entry, asked.reason, asked.message)))
-        for entry in ask.at_once:
-            writes.append((entry, functools.partial(self._admit, entry, None, now)))
+        """The stops asked before the decision, then its preemptions, admissions, reclaims and waits, each
+        workload's on its own: one whose write fails is logged, and the next cycle finds it as it was."""
         for namespace, name in ask.stuck:
             log.warning(
                 "pod %s/%s was placed and never bound within the bound: deleted, to be placed again", namespace, name
             )
             await self.kube.delete_pod(namespace, name)
+        by_key = self.book.by_key()
+        for waiting in result.waiting:
+            if (left := by_key.get(workload_key(waiting.key))) is not None:
+                self.say(left, "Normal", waiting.reason, waiting.message)
+        writes = [*self._asked_writes(ask, now), *self._decided_writes(result, by_key, now)]
+        await at_most(CONCURRENT_WRITES, [functools.partial(_guarded, entry, write) for entry, write in writes])
+
+    def _asked_writes(self, ask: CycleAsk, now: datetime) -> list[_Write]:
+        """The stops due before the decision, the admissions of what asks no GPU, the interrupted replicas' deletes."""
+        writes: list[_Write] = []
+        for asked in ask.stops:
+            writes.append((asked.entry, functools.partial(self.stop, asked.entry, asked.reason, asked.message)))
+        for entry in ask.at_once:
+            writes.append((entry, functools.partial(self._admit, entry, None, now)))
         for entry, pod in ask.interrupted:
-            delete = functools.partial(self._replace_interrupted, entry, pod)
-            writes.append((entry, delete))
+            writes.append((entry, functools.partial(self._replace_interrupted, entry, pod)))
+        return writes
+
+    def _decided_writes(
+        self, result: ScheduleResult, by_key: Mapping[str, WorkloadEntry], now: datetime
+    ) -> list[_Write]:
+        """RESULT's preemptions, admissions (a running gang's growth placed, its record unchanged) and reclaims."""
+        writes: list[_Write] = []
         for preemption in result.preempted:
             if (preempted := by_key.get(preemption.key)) is not None:
-                preempt = functools.partial(self.stop, preempted, preemption.reason, preemption.message)
-                writes.append((preempted, preempt))
+                writes.append(
+                    (preempted, functools.partial(self.stop, preempted, preemption.reason, preemption.message))
+                )
                 self._count(preempted, admitted=False)
         for admission in result.admitted:
-            if admission.key.endswith(GROWTH_MARK):  # pods a running gang grew by: placed, its record unchanged
+            if admission.key.endswith(GROWTH_MARK):
                 if (grown := by_key.get(workload_key(admission.key))) is not None:
                     place = functools.partial(self.placer.place_pods, grown, admission.placement.nodes, now=now)
                     writes.append((grown, place))
             elif (admitted := by_key.get(admission.key)) is not None:
                 writes.append((admitted, functools.partial(self._admit, admitted, admission.placement, now)))
                 self._count(admitted, admitted=True)
-        for waiting in result.waiting:
-            if (left := by_key.get(workload_key(waiting.key))) is not None:
-                self.say(left, "Normal", waiting.reason, waiting.message)
-        await at_most(CONCURRENT_WRITES, [functools.partial(_guarded, entry, write) for entry, write in writes])
+        for reclaimed in result.reclaimed:  # the InferenceServices' go by the serving controller
+            if (owner := by_key.get(reclaimed.service)) is not None:
+                writes.append((owner, functools.partial(self._reclaim, owner, reclaimed)))
+        return writes
+
+    async def _reclaim(self, entry: WorkloadEntry, reclaimed: ReclaimedReplica) -> None:
+        """A replica (or a grown worker) whose queue borrows goes for the lending queue's job; its controller makes
+        it again, gated, and it waits for its queue's own quota."""
+        pod = (entry.ref[1], reclaimed.pod)
+        self._reclaiming.add(pod)
+        try:
+            await self.kube.delete_pod(*pod)
+        except Exception:
+            self._reclaiming.discard(pod)
+            raise
+        # The lending queue only: the job that takes the GPUs is another tenant's, and none of this one's business.
+        message = f"replica {reclaimed.pod} reclaimed by the lending queue {reclaimed.lender}"
+        self.say(entry, "Normal", "Reclaimed", message)
+
+    def _still_reclaiming(self) -> frozenset[PodKey]:
+        """The pods reclaimed whose deletes the watch has not shown yet (live in the book, not terminating)."""
+        if self._reclaiming:
+            live = {(p.namespace, p.name) for e in self.book for p in e.live_pods}
+            self._reclaiming &= live
+        return frozenset(self._reclaiming)
 
     async def _replace_interrupted(self, entry: WorkloadEntry, pod: str) -> None:
         await self.kube.delete_pod(entry.ref[1], pod)
@@ -429,6 +468,10 @@ class WorkloadCycle:
         self.teller.forget(ref)
         self.readiness.forget(ref)
         self.running.forget(ref)
+
+
+_Write = tuple[WorkloadEntry, Callable[[], Awaitable[None]]]
+"""One workload's write of a decision carried out."""
 
 
 async def _guarded(entry: WorkloadEntry, write: Callable[[], Awaitable[None]]) -> None:
