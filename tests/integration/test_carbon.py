@@ -13,11 +13,19 @@ import pytest
 import yaml
 from kubernetes import client
 
+from aisched.policy.workloads.model import (
+    CARBON_DEFERRABLE_ANNOTATION,
+    CARBON_MAX_DELAY_ANNOTATION,
+    CARBON_REGION_ANNOTATION,
+    EXPECTED_DURATION_ANNOTATION,
+    QUEUE_LABEL,
+)
 from aisched.testing.cluster import (
     FAKE_EXIT_CODE,
     FAKE_TERMINATION_MESSAGE,
     LocalCluster,
     get_object,
+    list_objects,
     make_pod_exit,
     running_pods,
     wait_for,
@@ -123,18 +131,74 @@ def test_a_deferrable_job_waits_for_the_clean_hour_while_an_interruptible_one_pa
         patient.result()
 
 
-def _a_deferrable_job_waits_for_the_clean_hour_then_runs(
-    cluster: LocalCluster, namespace: str, carbon_operator: CarbonSetup
-) -> None:
-    # A region of its own, clean from DEFERRAL_LEAD on (on a 10 s grid), rather than GB's minute
-    # a few after the module's operator started: the job waits seconds, not minutes.
+def _region_clean_soon(carbon_operator: CarbonSetup, region: str) -> datetime:
+    """REGION's forecast: dirty, then clean from DEFERRAL_LEAD on (on a 10 s grid); returns when it turns clean."""
     now = datetime.now(UTC).replace(microsecond=0)
     clean = now + DEFERRAL_LEAD + timedelta(seconds=10 - now.second % 10)
     rows = ["time,intensity"]
     for tick in range(-6, 720):
         moment = clean + timedelta(seconds=10 * tick) - DEFERRAL_LEAD
         rows.append(f"{moment.isoformat()},{40 if moment >= clean else 400}")
-    (carbon_operator.forecasts / "PATIENT.csv").write_text("\n".join(rows) + "\n")
+    (carbon_operator.forecasts / f"{region}.csv").write_text("\n".join(rows) + "\n")
+    return clean
+
+
+@pytest.mark.usefixtures("held_kinds")
+def test_a_deferrable_batch_job_stays_held_until_its_regions_clean_minute(
+    cluster: LocalCluster, namespace: str, kinds_queue: str, carbon_operator: CarbonSetup
+) -> None:
+    clean = _region_clean_soon(carbon_operator, "JOBS")
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": "sweep",
+            "labels": {QUEUE_LABEL: kinds_queue},
+            "annotations": {
+                CARBON_DEFERRABLE_ANNOTATION: "true",
+                CARBON_MAX_DELAY_ANNOTATION: "3600",
+                CARBON_REGION_ANNOTATION: "JOBS",
+                EXPECTED_DURATION_ANNOTATION: "600",
+            },
+        },
+        "spec": {
+            "parallelism": 1,
+            "completions": 1,
+            "backoffLimit": 0,
+            "template": {
+                "metadata": {"annotations": {"aisched.io/kwok-keep-running": "true"}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {"name": "main", "image": "python:3.11-slim", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+                    ],
+                },
+            },
+        },
+    }
+    _apply(cluster, namespace, job)
+
+    def events() -> list[str]:
+        found = list_objects(cluster, "events", namespace, "")
+        return [f"{e.get('reason')}: {e.get('message')}" for e in found if e["involvedObject"].get("name") == "sweep"]
+
+    said = wait_for(lambda: [e for e in events() if e.startswith("Deferred")], 60, "the Job's deferral")
+    assert f"{clean:%Y-%m-%d %H:%M}" in said[0], said
+    assert get_object(cluster, "job", "sweep", namespace)["spec"]["suspend"] is True
+    wait_for(
+        lambda: not get_object(cluster, "job", "sweep", namespace)["spec"].get("suspend"),
+        (clean - datetime.now(UTC)).total_seconds() + 45,
+        "the Job admitted at its clean minute",
+    )
+    assert datetime.now(UTC) >= clean - timedelta(seconds=1)
+
+
+def _a_deferrable_job_waits_for_the_clean_hour_then_runs(
+    cluster: LocalCluster, namespace: str, carbon_operator: CarbonSetup
+) -> None:
+    # A region of its own, clean from DEFERRAL_LEAD on (on a 10 s grid), rather than GB's minute
+    # a few after the module's operator started: the job waits seconds, not minutes.
+    clean = _region_clean_soon(carbon_operator, "PATIENT")
     _apply(cluster, namespace, _deferrable("patient", region="PATIENT"))
     status = wait_for(
         lambda: (s := _status(cluster, namespace, "patient")).get("phase") == "Deferred" and s,
