@@ -214,7 +214,16 @@ def each_kill_point(
         points.restart(armed_for=namespace, n=n)
         act(namespace, setup)
         path_done = functools.partial(done, namespace, setup)
-        outcome = wait_for(lambda: "killed" if points.ended() else ("done" if path_done() else None), TIMEOUT)  # noqa: B023
+        # The armed operator is a restarted one too: it relists everything before its first write, so it
+        # gets the restarted operator's bound (a 60 s bound was missed on a loaded machine: CI, 2026-12).
+        try:
+            outcome = wait_for(
+                lambda: "killed" if points.ended() else ("done" if path_done() else None),  # noqa: B023
+                TIMEOUT * 4 + RELIST_SECONDS,
+                f"the armed operator to end before write {n} or the path to complete",
+            )
+        except TimeoutError as error:
+            raise TimeoutError(f"{error}\n{points.describe(namespace)}") from None
         if outcome == "done":
             return n - 1
         points.restart()
