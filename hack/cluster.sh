@@ -50,8 +50,12 @@ CLIENT_QPS=200
 NODE_LEASE_SECONDS="${AISCHED_NODE_LEASE_SECONDS:-40}"
 NODE_GRACE_SECONDS=$((NODE_LEASE_SECONDS > 40 ? NODE_LEASE_SECONDS : 50))
 # Parts of one GPU shared by DRA claims (alpha in 1.35): the API server keeps the
-# fields, kube-scheduler counts what each claim consumes of a device.
-FEATURE_GATES="${AISCHED_FEATURE_GATES:-DRAConsumableCapacity=true}"
+# fields, kube-scheduler counts what each claim consumes of a device. GenericWorkload
+# (Beta in 1.37, off by default) serves PodGroups, and kube-scheduler's gang plugin
+# binds a PodGroup's pods all or none: the operator makes one per gang it places.
+FEATURE_GATES="${AISCHED_FEATURE_GATES:-DRAConsumableCapacity=true,GenericWorkload=true}"
+# Beta API versions are off unless asked for: PodGroup and Workload are scheduling.k8s.io/v1beta1.
+RUNTIME_CONFIG="${AISCHED_RUNTIME_CONFIG:-scheduling.k8s.io/v1beta1=true}"
 
 usage() { sed -n '2,/^[^#]/s/^# \{0,1\}//p' "${BASH_SOURCE[0]}" >&2; exit 2; }
 
@@ -263,7 +267,7 @@ start_apiserver() {
     --service-cluster-ip-range "${SERVICE_CIDR}" \
     --kubelet-client-certificate "${pki}/apiserver-kubelet-client.crt" --kubelet-client-key "${pki}/apiserver-kubelet-client.key" \
     --kubelet-preferred-address-types InternalIP,Hostname \
-    --allow-privileged --profiling=false --feature-gates "${FEATURE_GATES}"
+    --allow-privileged --profiling=false --feature-gates "${FEATURE_GATES}" --runtime-config "${RUNTIME_CONFIG}"
 }
 
 start_controller_manager() {

@@ -53,6 +53,12 @@ OPERATOR_PERMISSIONS: tuple[Permission, ...] = (
         "a GPU share's claim, one per pod (gpuShare); a departed replica's deleted; ours on AlreadyExists",
     ),
     _p("resource.k8s.io", "resourceclaims", "list watch", "what pods hold through DRA: their claims as allocated"),
+    _p(
+        "scheduling.k8s.io",
+        "podgroups",
+        "get create delete",
+        "a gang's PodGroup, one per run, where the cluster serves them; ours on AlreadyExists, an old run's remade",
+    ),
     _p("", "nodes", "list watch patch", "GPU capacity, topology, spot labels; a MIG repartition's cordon and label"),
     _p("", "events", "create", "explain decisions in kubectl describe"),
     _p("apiextensions.k8s.io", "customresourcedefinitions", "list watch", "kopf notices CRD changes"),
@@ -123,8 +129,13 @@ CLIENT_CALLS: dict[str, tuple[Need, ...]] = {
     "delete_namespaced_pod": (("", "pods", "delete"),),
     "patch_namespaced_pod": (("", "pods", "patch"),),
     "create_namespaced_service": (("", "services", "create"),),
-    # A pod's GPU share: its ResourceClaimTemplate (the only custom object the operator creates).
-    "create_namespaced_custom_object": (("resource.k8s.io", "resourceclaimtemplates", "create"),),
+    # A pod's GPU share: its ResourceClaimTemplate. A gang's PodGroup (kube/workload_api.py).
+    "create_namespaced_custom_object": (
+        ("resource.k8s.io", "resourceclaimtemplates", "create"),
+        ("scheduling.k8s.io", "podgroups", "create"),
+    ),
+    # A gang's PodGroup, when its create answers AlreadyExists: ours and this run's, or not.
+    "get_namespaced_custom_object": (("scheduling.k8s.io", "podgroups", "get"),),
     "patch_namespaced_service": (("", "services", "patch"),),  # server-side apply
     "create_namespaced_event": (("", "events", "create"),),
     "patch_namespaced_custom_object_status": (
@@ -135,6 +146,7 @@ CLIENT_CALLS: dict[str, tuple[Need, ...]] = {
     "delete_namespaced_custom_object": (
         ("aisched.io", "trainingjobs", "delete"),
         ("resource.k8s.io", "resourceclaimtemplates", "delete"),
+        ("scheduling.k8s.io", "podgroups", "delete"),  # an earlier run's, before the new run's is made
     ),
     # And other kinds' workloads: admitted (record, unsuspend) or stopped (suspend) in one patch.
     "patch_namespaced_custom_object": (("aisched.io", "inferenceservices", "patch"), *_WORKLOAD_NEEDS["patch"]),

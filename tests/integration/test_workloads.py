@@ -115,6 +115,12 @@ def test_an_indexed_job_runs_as_one_gang_where_the_operator_placed_it(
     assert all(p["spec"]["nodeSelector"]["kubernetes.io/hostname"] == p["spec"]["nodeName"] for p in pods)
     assert not any(gated(p) for p in pods)
     assert any("Admitted" in e for e in events_of(cluster, namespace, "gang"))
+    # The local cluster serves PodGroups (Kubernetes 1.37, GenericWorkload): the pods were named into one at
+    # creation, which the operator made for the gang's run, so kube-scheduler bound them all or none.
+    assert {p["spec"]["schedulingGroup"]["podGroupName"] for p in pods} == {"aisched-job-gang"}
+    group = get_object(cluster, "podgroups.scheduling.k8s.io", "aisched-job-gang", namespace)
+    assert group["spec"]["schedulingPolicy"] == {"gang": {"minCount": 2}}
+    assert [r["uid"] for r in group["metadata"]["ownerReferences"]] == [job["metadata"]["uid"]]
 
 
 def test_one_quota_holds_across_a_trainingjob_and_jobs(cluster: LocalCluster, namespace: str, kinds_queue: str) -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import yaml
+
 from aisched.policy.workloads.model import ADMISSION_GATE, QUEUE_LABEL, WorkloadKind
 from tests.paths import CHART
 from tests.tools.binaries import by_kind, helm, render
@@ -83,3 +85,17 @@ def test_the_guards_go_with_the_admission_policy_switch_the_holds_do_not() -> No
     objects = render("admissionPolicy.enabled=false")
     assert not by_kind(objects, "ValidatingAdmissionPolicy")
     assert held_resources(objects) == HELD_KINDS
+
+
+def _gate_expression(*args: str) -> str:
+    result = helm("template", "aisched", str(CHART), "--kube-version", "1.37.2", *args)
+    objects = [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+    (gate,) = [p for p in by_kind(objects, "MutatingAdmissionPolicy") if p["metadata"]["name"] == "aisched-gate-pods"]
+    return str(gate["spec"]["mutations"][0]["jsonPatch"]["expression"])
+
+
+def test_a_gangs_pods_are_named_into_its_pod_group_only_where_the_cluster_serves_them() -> None:
+    served = ("--api-versions", "scheduling.k8s.io/v1beta1/PodGroup")
+    assert "/spec/schedulingGroup" in _gate_expression(*served)
+    assert "/spec/schedulingGroup" not in _gate_expression()  # not served: a pod naming one would never bind
+    assert "/spec/schedulingGroup" not in _gate_expression(*served, "--set", "workloads.podGroups=false")

@@ -147,7 +147,7 @@ class KubeClient:
             functools.partial(method, *args, _request_timeout=self.request_timeout_seconds, **kwargs),
         )
 
-    async def _send(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> bytes:
+    async def send(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> bytes:
         """A write whose answer comes back as bytes: the client's model deserialization of it
         would cost more CPU than the request itself. Errors still raise ApiException."""
 
@@ -166,10 +166,10 @@ class KubeClient:
     # -- reads (relists that repair the watch-fed caches) -------------------
 
     async def list_nodes(self, convert: Callable[[dict[str, Any]], T], *, page_size: int) -> Listing[T]:
-        return await self._list(self.core.list_node, convert, page_size)
+        return await self.list_paged(self.core.list_node, convert, page_size)
 
     async def list_pods(self, convert: Callable[[dict[str, Any]], T], *, page_size: int) -> Listing[T]:
-        return await self._list(self.core.list_pod_for_all_namespaces, convert, page_size)
+        return await self.list_paged(self.core.list_pod_for_all_namespaces, convert, page_size)
 
     async def list_resource_claims(self, convert: Callable[[dict[str, Any]], T], *, page_size: int) -> Listing[T]:
         """Every DRA ResourceClaim (resource.k8s.io/v1), in every namespace: what pods hold through them.
@@ -178,7 +178,7 @@ class KubeClient:
         """
         method = functools.partial(self.custom.list_cluster_custom_object, "resource.k8s.io", "v1", "resourceclaims")
         try:
-            return await self._list(method, convert, page_size)
+            return await self.list_paged(method, convert, page_size)
         except ApiException as error:
             if error.status != 404:
                 raise
@@ -188,7 +188,7 @@ class KubeClient:
     async def list_custom(self, plural: str, convert: Callable[[dict[str, Any]], T], *, page_size: int) -> Listing[T]:
         """Every object of one of our kinds, in every namespace."""
         method = functools.partial(self.custom.list_cluster_custom_object, GROUP, VERSION, plural)
-        return await self._list(method, convert, page_size)
+        return await self.list_paged(method, convert, page_size)
 
     async def list_custom_metadata(
         self, plural: str, convert: Callable[[dict[str, Any]], T], *, page_size: int
@@ -219,7 +219,7 @@ class KubeClient:
                 _request_timeout=kwargs.get("_request_timeout"),
             )
 
-        return await self._list(method, convert, page_size)
+        return await self.list_paged(method, convert, page_size)
 
     async def get_custom(self, plural: str, namespace: str, name: str) -> dict[str, Any] | None:
         """One of our objects as the API server has it now; None when it is gone.
@@ -239,7 +239,7 @@ class KubeClient:
         found: dict[str, Any] | None = items[0] if items else None
         return found
 
-    async def _list(self, method: Any, convert: Callable[[dict[str, Any]], T], page_size: int) -> Listing[T]:
+    async def list_paged(self, method: Any, convert: Callable[[dict[str, Any]], T], page_size: int) -> Listing[T]:
         """Every object, PAGE_SIZE at a time, each page CONVERTed before the next is read.
 
         Only the converted items are held, never the whole list's JSON. A continue
@@ -303,13 +303,13 @@ class KubeClient:
     async def _create(self, obj: dict[str, Any]) -> None:
         namespace = obj["metadata"]["namespace"]
         if obj["kind"] == "Pod":
-            await self._send(self.core.create_namespaced_pod, namespace, obj)
+            await self.send(self.core.create_namespaced_pod, namespace, obj)
         elif obj["kind"] == "ResourceClaimTemplate":  # a GPU share's (kube/claims.py)
             group, version = obj["apiVersion"].split("/")
             create = self.custom.create_namespaced_custom_object
-            await self._send(create, group, version, namespace, "resourceclaimtemplates", obj)
+            await self.send(create, group, version, namespace, "resourceclaimtemplates", obj)
         else:
-            await self._send(self.core.create_namespaced_service, namespace, obj)
+            await self.send(self.core.create_namespaced_service, namespace, obj)
 
     async def _existing(self, obj: dict[str, Any]) -> dict[str, Any] | None:
         """The object of OBJ's kind, namespace and name as the API server has it now; None when there is none.
@@ -334,20 +334,20 @@ class KubeClient:
     async def delete_pod(self, namespace: str, name: str, grace_seconds: int | None = None) -> None:
         body = client.V1DeleteOptions(grace_period_seconds=grace_seconds)
         try:
-            await self._send(self.core.delete_namespaced_pod, name, namespace, body=body)
+            await self.send(self.core.delete_namespaced_pod, name, namespace, body=body)
         except ApiException as error:
             if error.status != 404:
                 raise
 
     async def patch_node(self, name: str, patch: dict[str, Any]) -> None:
         """Merge PATCH into Node NAME: a MIG repartition's cordon and its config label (controller/mig.py)."""
-        await self._send(self.core.patch_node, name, patch)
+        await self.send(self.core.patch_node, name, patch)
 
     async def release_scheduling_gates(self, namespace: str, name: str) -> None:
         # Removing every gate hands the pod to kube-scheduler.
         patch = [{"op": "replace", "path": "/spec/schedulingGates", "value": []}]
         try:
-            await self._send(
+            await self.send(
                 self.core.patch_namespaced_pod, name, namespace, patch, _content_type="application/json-patch+json"
             )
         except ApiException as error:
@@ -359,7 +359,7 @@ class KubeClient:
         # Strategic merge removes our entry only: finalizers other controllers added stay.
         patch = {"metadata": {"$deleteFromPrimitiveList/finalizers": [labels.REPORT_FINALIZER]}}
         try:
-            await self._send(
+            await self.send(
                 self.core.patch_namespaced_pod,
                 name,
                 namespace,
@@ -379,11 +379,11 @@ class KubeClient:
         body = {"status": status}
         try:
             if namespace is None:
-                data = await self._send(
+                data = await self.send(
                     self.custom.patch_cluster_custom_object_status, GROUP, VERSION, plural, name, body
                 )
             else:
-                data = await self._send(
+                data = await self.send(
                     self.custom.patch_namespaced_custom_object_status,
                     GROUP,
                     VERSION,
@@ -414,12 +414,12 @@ class KubeClient:
         return items
 
     async def create_cluster_object(self, group: str, version: str, plural: str, obj: dict[str, Any]) -> None:
-        await self._send(self.custom.create_cluster_custom_object, group, version, plural, obj)
+        await self.send(self.custom.create_cluster_custom_object, group, version, plural, obj)
 
     async def delete_claim_template(self, namespace: str, name: str) -> None:
         """A departed pod's ResourceClaimTemplate (kube/claims.py); one already gone is no error."""
         try:
-            await self._send(
+            await self.send(
                 self.custom.delete_namespaced_custom_object,
                 "resource.k8s.io",
                 "v1",
@@ -433,14 +433,14 @@ class KubeClient:
 
     async def delete_cluster_object(self, group: str, version: str, plural: str, name: str) -> None:
         try:
-            await self._send(self.custom.delete_cluster_custom_object, group, version, plural, name)
+            await self.send(self.custom.delete_cluster_custom_object, group, version, plural, name)
         except ApiException as error:
             if error.status != 404:
                 raise
 
     async def delete_custom(self, plural: str, namespace: str, name: str) -> None:
         try:
-            await self._send(
+            await self.send(
                 self.custom.delete_namespaced_custom_object,
                 GROUP,
                 VERSION,
@@ -457,7 +457,7 @@ class KubeClient:
         """Set spec.replicas through the scale subresource, the path `kubectl scale` and HPA take."""
         body = {"spec": {"replicas": replicas}}
         try:
-            await self._send(
+            await self.send(
                 self.custom.patch_namespaced_custom_object_scale,
                 GROUP,
                 VERSION,
@@ -474,7 +474,7 @@ class KubeClient:
     async def annotate_custom(self, plural: str, namespace: str, name: str, annotations: dict[str, str]) -> None:
         body = {"metadata": {"annotations": annotations}}
         try:
-            await self._send(
+            await self.send(
                 self.custom.patch_namespaced_custom_object,
                 GROUP,
                 VERSION,
@@ -502,7 +502,7 @@ class KubeClient:
         owner = metadata["ownerReferences"][0]["uid"]
         ours = [{"op": "test", "path": "/metadata/ownerReferences/0/uid", "value": owner}]
         try:
-            await self._send(
+            await self.send(
                 self.core.patch_namespaced_service, name, namespace, ours, _content_type="application/json-patch+json"
             )
         except ApiException as error:
@@ -512,7 +512,7 @@ class KubeClient:
             if error.status == 422:  # the test failed: no owner, or another
                 return False
             raise
-        await self._send(
+        await self.send(
             self.core.patch_namespaced_service,
             name,
             namespace,
@@ -532,7 +532,7 @@ class KubeClient:
 
     async def _create_event(self, event: dict[str, Any]) -> None:
         try:
-            await self._send(self.core.create_namespaced_event, event["metadata"]["namespace"], event)
+            await self.send(self.core.create_namespaced_event, event["metadata"]["namespace"], event)
         except ApiException as error:
             log.warning(
                 "could not post event %s on %s: %s", event["reason"], event["involvedObject"]["name"], error.reason

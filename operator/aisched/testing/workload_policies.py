@@ -41,6 +41,11 @@ def _render(cluster: LocalCluster, set_values: tuple[str, ...], show_only: str) 
     """What `helm template` renders of the chart's SHOW_ONLY template, with SET_VALUES."""
     args = ["template", "aisched", str(CHART), "--namespace", "aisched-system", "--show-only", show_only]
     args += ["--kube-version", pinned_version("KUBERNETES_VERSION")]
+    # What `helm install` learns of the cluster itself: whether it serves PodGroups (the gate policy names a
+    # gang's pods into one only then).
+    served = cluster.kubectl("get", "--raw", "/apis/scheduling.k8s.io/v1beta1")
+    if served.returncode == 0 and '"podgroups"' in served.stdout:
+        args += ["--api-versions", "scheduling.k8s.io/v1beta1/PodGroup"]
     for item in set_values:
         args += ["--set", item]
     return [doc for doc in yaml.safe_load_all(_ok(cluster.run("helm", *args))) if doc]

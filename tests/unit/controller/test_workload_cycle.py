@@ -21,6 +21,7 @@ from aisched.controller.workloads.controller import WorkloadController
 from aisched.controller.workloads.cycle import WorkloadCycle, admission_promise
 from aisched.controller.workloads.pods import read_workload_pod
 from aisched.kube.inventory import Inventory
+from aisched.kube.workload_api import PodGroupOwner, PodGroupTakenError
 from aisched.policy.cluster import ClusterSnapshot, local_node
 from aisched.policy.placement import Placement
 from aisched.policy.scheduler import ScheduleResult
@@ -579,3 +580,59 @@ def test_a_model_servers_placed_mig_replica_is_charged_its_instances_share(parts
     cycle.book.pod_seen(pod)
     (held,) = cycle.ask(snapshot(), NOW).held
     assert held.milli == replica_milli(GpuShare(mig_profile="1g.10gb"), 1) > 0
+
+
+class RecordingGroups:
+    def __init__(self, *, taken: bool = False) -> None:
+        self.made: list[tuple[str, int, int]] = []
+        self.taken = taken
+
+    async def ensure(self, namespace: str, name: str, *, min_count: int, owner: PodGroupOwner, run: int) -> bool:
+        if self.taken:
+            raise PodGroupTakenError(f"PodGroup {name} exists and was not made by aisched")
+        assert (owner.kind, owner.name) == ("Job", "train")
+        self.made.append((name, min_count, run))
+        return True
+
+
+def in_group(pod: dict[str, Any]) -> dict[str, Any]:
+    pod["spec"]["schedulingGroup"] = {"podGroupName": "aisched-job-train"}
+    return pod
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("taken", [False, True])
+async def test_a_gangs_pod_group_is_made_for_its_run_before_its_gates_come_off_and_never_taken_over(
+    taken: bool,
+) -> None:
+    """Pods named into a PodGroup at creation (the chart's policy, where the cluster serves them): the operator
+    makes it once for the run, with as many pods as it places together, before any gate is lifted; one someone
+    else made first leaves the gang gated and says so."""
+    api, events, groups = RecordingApi(), Events(), RecordingGroups(taken=taken)
+    queues = {"team": a_queue("team", nominal_gpus=8).obj()}
+    cycle = WorkloadCycle(
+        book=WorkloadBook(),
+        api=api,  # type: ignore[arg-type]
+        kube=events,  # type: ignore[arg-type]
+        in_flight=InFlightPlacements(),
+        tenancy=TenancyBook(),
+        queue_object=queues.get,
+        pod_groups=groups,  # type: ignore[arg-type]
+    )
+    cycle.book.object_seen(JOB, a_job_admitted_on(["n1", "n2"]))
+    cycle.book.pod_seen(in_group(a_pod("train-0", "train", 0)))
+    entry = cycle.book.pod_seen(in_group(a_pod("train-1", "train", 1)))
+    assert entry is not None
+    await cycle.placer.place_pods(entry)
+    if taken:
+        assert api.placed == [] and events.said[-1][0] == "PodGroupTaken"
+        return
+    assert groups.made == [("aisched-job-train", 2, 1)]
+    assert sorted(api.placed) == [("train-0", "n1"), ("train-1", "n2")]
+    # A replacement of the same run: its group stands, nothing is made again.
+    cycle.book.pod_seen(in_group(a_pod("train-0", "train", 0, node="n1", gated=False)))
+    cycle.book.pod_gone("ns", "train-1", a_pod("train-1", "train", 1))
+    again = cycle.book.pod_seen(in_group(a_pod("train-1b", "train", 1)))
+    assert again is not None
+    await cycle.placer.place_pods(again)
+    assert groups.made == [("aisched-job-train", 2, 1)] and ("train-1b", "n2") in api.placed

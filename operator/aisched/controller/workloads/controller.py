@@ -22,7 +22,7 @@ from aisched.controller.workloads.placing import pod_promise
 from aisched.controller.workloads.pods import WorkloadPod, WorkloadRef, read_workload_pod
 from aisched.kube.client import KubeClient
 from aisched.kube.versions import VersionLedger
-from aisched.kube.workload_api import KIND_APIS, WorkloadApi
+from aisched.kube.workload_api import KIND_APIS, PodGroups, WorkloadApi
 from aisched.metrics.workload import WorkloadMetrics
 from aisched.policy.workloads.model import Workload, WorkloadKind
 
@@ -82,6 +82,7 @@ class WorkloadController:
             metrics=metrics,
             deferral=deferral,
             pods_ready_seconds=pods_ready_seconds,
+            pod_groups=PodGroups(kube),
         )
         self.wake_cycle = wake_cycle
         state.holds_from(self.cycle.uncreated_holds)

@@ -51,7 +51,7 @@ from aisched.controller.workloads.readiness import PodsReadyWatch
 from aisched.controller.workloads.running import RunningWorkloads, admitted_as, fixed, gpu_pods
 from aisched.controller.workloads.telling import Teller
 from aisched.kube.client import KubeClient
-from aisched.kube.workload_api import KIND_APIS, WorkloadApi
+from aisched.kube.workload_api import KIND_APIS, PodGroups, WorkloadApi
 from aisched.metrics.workload import WorkloadMetrics
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.placement import Placement
@@ -93,6 +93,8 @@ class WorkloadCycle:
     """Carbon-aware deferral of the held workloads that ask for it (None: no workload's start waits)."""
     pods_ready_seconds: float = 300.0
     """How long an admitted workload's pods may take to exist and bind (`settings.workload_pods_ready_seconds`)."""
+    pod_groups: PodGroups | None = None
+    """Kubernetes' PodGroups, made for the gangs whose pods name one (None: never made)."""
     _admitting: dict[str, AdmittedRecord] = field(default_factory=dict)
     """Admissions written and not seen yet, by workload key: until the watch shows its record, the workload
     is charged and placed by this one, never asked for (and admitted) a second time."""
@@ -110,7 +112,12 @@ class WorkloadCycle:
 
     def __post_init__(self) -> None:
         self.placer = PodPlacer(
-            api=self.api, in_flight=self.in_flight, record_of=self.record_of, pods_ready_seconds=self.pods_ready_seconds
+            api=self.api,
+            in_flight=self.in_flight,
+            record_of=self.record_of,
+            pods_ready_seconds=self.pods_ready_seconds,
+            pod_groups=self.pod_groups,
+            refused=lambda entry, message: self.say(entry, "Warning", "PodGroupTaken", message),
         )
         self.teller = Teller(self.kube)
         self.readiness = PodsReadyWatch(self.pods_ready_seconds)
@@ -468,6 +475,7 @@ class WorkloadCycle:
         self.teller.forget(ref)
         self.readiness.forget(ref)
         self.running.forget(ref)
+        self.placer.forget(ref)
 
 
 _Write = tuple[WorkloadEntry, Callable[[], Awaitable[None]]]

@@ -11,6 +11,7 @@ is never placed twice.
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -18,9 +19,9 @@ from datetime import datetime, timedelta
 from aisched.controller.concurrency import at_most
 from aisched.controller.in_flight import InFlightPlacements, Promised
 from aisched.controller.workloads.book import WorkloadEntry
-from aisched.controller.workloads.pods import WorkloadPod
+from aisched.controller.workloads.pods import WorkloadPod, WorkloadRef
 from aisched.controller.workloads.running import admitted_as
-from aisched.kube.workload_api import WorkloadApi
+from aisched.kube.workload_api import KIND_APIS, PodGroupOwner, PodGroups, PodGroupTakenError, WorkloadApi
 from aisched.policy.workloads.model import AdmittedRecord, PodSet, Workload, WorkloadKind
 from aisched.policy.workloads.pod_nodes import PodSlot, assign_nodes
 
@@ -41,6 +42,12 @@ class PodPlacer:
     record_of: Callable[[Workload], AdmittedRecord | None]
     """Where a workload's current run goes: its object's record, or the one written and not seen yet."""
     pods_ready_seconds: float = 300.0
+    pod_groups: PodGroups | None = None
+    """Kubernetes' PodGroups, for the gangs whose pods were named into one at creation (None: never made)."""
+    refused: Callable[[WorkloadEntry, str], None] = lambda entry, message: None
+    """Told when a gang's pods cannot be placed as they are (a PodGroup of their name is someone else's)."""
+    _groups_made: dict[WorkloadRef, dict[str, int]] = field(default_factory=dict)
+    """The PodGroups made, by workload and name, with the admission each was made for: made once a run."""
     _placing: dict[PodKey, str | None] = field(default_factory=dict)
     """Pods whose pin-and-ungate was sent and is not seen yet, with the node each was given: never placed twice."""
     _promised_at: dict[PodKey, datetime] = field(default_factory=dict)
@@ -111,11 +118,45 @@ class PodPlacer:
         if record is not None or entry.kind is WorkloadKind.POD_GROUP:
             # The pods of no GPUs (a Ray head, a launcher) start with the gang, wherever kube-scheduler puts them.
             places.extend((pod, None) for pod in live if pod.gated and pod not in gpu_pods and not self.placing(pod))
+        if record is not None and not await self._pod_groups_ready(entry, workload, record, places):
+            return
         # Each is remembered as placing before any write is sent: a pass that overlaps this one places none twice.
         for pod, node in places:
             self._placing[(pod.namespace, pod.name)] = node
         # A gang's pods are pinned and ungated together, not one API round trip after another.
         await at_most(GANG_WRITES, [functools.partial(self._place_one, pod, node) for pod, node in places])
+
+    async def _pod_groups_ready(
+        self,
+        entry: WorkloadEntry,
+        workload: Workload,
+        record: AdmittedRecord,
+        places: Sequence[tuple[WorkloadPod, str | None]],
+    ) -> bool:
+        """The PodGroups the gang's pods to place were named into exist for this run, made with as many pods
+        as are placed together, so that kube-scheduler binds them all or none. False: they stay gated."""
+        named = Counter(pod.pod_group for pod, _ in places if pod.pod_group is not None)
+        if not named or self.pod_groups is None:
+            return True
+        api = KIND_APIS[workload.kind]
+        owner = PodGroupOwner(api.api_version, api.kind, workload.name, workload.uid)
+        made = self._groups_made.setdefault(entry.ref, {})
+        for name, pods in sorted(named.items()):
+            if made.get(name) == record.generation:
+                continue
+            try:
+                await self.pod_groups.ensure(
+                    workload.namespace, name, min_count=pods, owner=owner, run=record.generation
+                )
+            except PodGroupTakenError as error:
+                self.refused(entry, str(error))
+                return False
+            made[name] = record.generation
+        return True
+
+    def forget(self, ref: WorkloadRef) -> None:
+        """The workload is gone, and its PodGroups with it (their owner): a namesake's are made afresh."""
+        self._groups_made.pop(ref, None)
 
     async def _place_one(self, pod: WorkloadPod, node: str | None) -> None:
         key = (pod.namespace, pod.name)

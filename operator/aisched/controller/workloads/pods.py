@@ -58,6 +58,8 @@ class WorkloadPod:
     gpus: int = 0
     """Whole GPUs it asks, as kube-scheduler sums them; -1 when its spec cannot be read (it is never placed)."""
     mig_profile: str | None = None
+    pod_group: str | None = None
+    """The PodGroup it was named into at creation (`spec.schedulingGroup`, the chart's policy), if any."""
 
     @property
     def live(self) -> bool:
@@ -96,7 +98,13 @@ def read_workload_pod(obj: Mapping[str, Any]) -> WorkloadPod | None:
         has_node_selector=bool(selector),
         gpus=gpus,
         mig_profile=mig_profile,
+        pod_group=_pod_group(spec),
     )
+
+
+def _pod_group(spec: Mapping[str, Any]) -> str | None:
+    name = _map(spec.get("schedulingGroup")).get("podGroupName")
+    return name if isinstance(name, str) and name else None
 
 
 def _owner_workload(
