@@ -16,9 +16,10 @@ from aisched.api.sharing import GpuShare
 from aisched.controller.cluster_state import ClusterState
 from aisched.controller.in_flight import InFlightPlacements, Promised
 from aisched.controller.tenancy import TenancyBook
+from aisched.controller.workloads.admitting import admission_promise
 from aisched.controller.workloads.book import WorkloadBook
 from aisched.controller.workloads.controller import WorkloadController
-from aisched.controller.workloads.cycle import WorkloadCycle, admission_promise
+from aisched.controller.workloads.cycle import WorkloadCycle
 from aisched.controller.workloads.pods import read_workload_pod
 from aisched.kube.inventory import Inventory
 from aisched.kube.workload_api import PodGroupOwner, PodGroupTakenError

@@ -15,8 +15,9 @@ from typing import Any
 
 from aisched.controller.cluster_state import ClusterState
 from aisched.controller.concurrency import at_most
+from aisched.controller.workloads.admitting import admission_promise
 from aisched.controller.workloads.book import WorkloadBook, WorkloadEntry
-from aisched.controller.workloads.cycle import WorkloadCycle, admission_promise
+from aisched.controller.workloads.cycle import WorkloadCycle
 from aisched.controller.workloads.deferral import WorkloadDeferral
 from aisched.controller.workloads.placing import pod_promise
 from aisched.controller.workloads.pods import WorkloadPod, WorkloadRef, read_workload_pod
@@ -118,7 +119,7 @@ class WorkloadController:
             return
         if isinstance(entry.read, Workload) and entry.read.admitted is not None:
             self.in_flight.settle(admission_promise(entry.read.key))  # its record holds its GPUs now
-            self.cycle.admission_seen(entry.read)
+            self.cycle.admissions.seen(entry.read)
             self._place(entry)
         self.wake_cycle()
 

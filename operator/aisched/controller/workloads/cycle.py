@@ -3,21 +3,19 @@
 Each cycle reads every workload of the book (`book.py`) into a request to the one scheduler
 (`policy.scheduler`), beside the TrainingJobs and the InferenceServices' replicas: a held (suspended,
 or gated) workload asks to be admitted; an admitted one is charged where its record says its pods
-go; a model server's placed replicas are charged to its queue as held GPUs. The scheduler's answer
-for them is carried out here: an admission is recorded on the object in the same write that lets
-its pods be made (`AdmittedRecord`, unsuspend), a preemption suspends it again (its controller then
-deletes its pods), and a workload left waiting is told why by an event.
+go; a model server's placed replicas (and a RayCluster's grown workers) are charged to its queue as
+held GPUs (`asking.py`). The scheduler's answer for them is carried out here: an admission is
+recorded on the object in the same write that lets its pods be made, a preemption suspends it again
+(its controller then deletes its pods; `admitting.py` writes both), a replica a lending queue takes
+back is deleted, and a workload left waiting is told why by an event.
 
-What is admitted is promised at once (`in_flight`) until the watch shows the record that holds it,
-so no GPU is handed out twice between the decision and its write. A workload whose queue label
-changed or went while it runs, or that its namespace may no longer use, is stopped: it never runs
-uncharged.
+A workload whose queue label changed or went while it runs, or that its namespace may no longer
+use, is stopped: it never runs uncharged.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
@@ -28,8 +26,9 @@ from typing import Any
 from aisched.controller.cluster_state import UncreatedHolds
 from aisched.controller.concurrency import at_most
 from aisched.controller.cycle.kind import Asked, CycleView, Decided
-from aisched.controller.in_flight import InFlightPlacements, Promised
+from aisched.controller.in_flight import InFlightPlacements
 from aisched.controller.tenancy import TenancyBook
+from aisched.controller.workloads.admitting import Admissions
 from aisched.controller.workloads.asking import (
     GROWTH_MARK,
     Asking,
@@ -51,7 +50,7 @@ from aisched.controller.workloads.readiness import PodsReadyWatch
 from aisched.controller.workloads.running import RunningWorkloads, admitted_as, fixed, gpu_pods
 from aisched.controller.workloads.telling import Teller
 from aisched.kube.client import KubeClient
-from aisched.kube.workload_api import KIND_APIS, PodGroups, WorkloadApi
+from aisched.kube.workload_api import PodGroups, WorkloadApi
 from aisched.metrics.workload import WorkloadMetrics
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.placement import Placement
@@ -59,7 +58,6 @@ from aisched.policy.queueing import QUEUE_NOT_FOUND
 from aisched.policy.scheduler import JobRequest, ScheduleResult
 from aisched.policy.scheduler.results import ReclaimedReplica
 from aisched.policy.workloads.model import (
-    PLACEMENT_ANNOTATION,
     AdmittedRecord,
     Refusal,
     Workload,
@@ -73,11 +71,6 @@ log = logging.getLogger(__name__)
 CONCURRENT_WRITES = 16
 # Kinds whose object cannot be suspended: their gated pods are admitted one by one, as they come.
 _REPLICA_KINDS = frozenset({WorkloadKind.DEPLOYMENT, WorkloadKind.STATEFUL_SET})
-
-
-def admission_promise(key: str) -> tuple[str, str]:
-    """The in-flight record's key for a workload's admission, until the watch shows its record."""
-    return ("Workload", key)
 
 
 @dataclass(kw_only=True)
@@ -95,9 +88,7 @@ class WorkloadCycle:
     """How long an admitted workload's pods may take to exist and bind (`settings.workload_pods_ready_seconds`)."""
     pod_groups: PodGroups | None = None
     """Kubernetes' PodGroups, made for the gangs whose pods name one (None: never made)."""
-    _admitting: dict[str, AdmittedRecord] = field(default_factory=dict)
-    """Admissions written and not seen yet, by workload key: until the watch shows its record, the workload
-    is charged and placed by this one, never asked for (and admitted) a second time."""
+    admissions: Admissions = field(init=False)
     placer: PodPlacer = field(init=False)
     teller: Teller = field(init=False)
     readiness: PodsReadyWatch = field(init=False)
@@ -120,6 +111,7 @@ class WorkloadCycle:
             refused=lambda entry, message: self.say(entry, "Warning", "PodGroupTaken", message),
         )
         self.teller = Teller(self.kube)
+        self.admissions = Admissions(api=self.api, kube=self.kube, in_flight=self.in_flight, say=self.say)
         self.readiness = PodsReadyWatch(self.pods_ready_seconds)
 
     # -- what the workloads hold before their pods do -------------------------------------------
@@ -291,17 +283,7 @@ class WorkloadCycle:
         return True
 
     def record_of(self, workload: Workload) -> AdmittedRecord | None:
-        """Where WORKLOAD's current run goes: the record on its object, or the one written and not seen yet."""
-        pending = self._admitting.get(workload.key)
-        if pending is not None and (workload.admitted is None or workload.admitted.generation < pending.generation):
-            return pending
-        return workload.admitted
-
-    def admission_seen(self, workload: Workload) -> None:
-        """The watch shows WORKLOAD's object: a record as new as the one written holds it now."""
-        pending = self._admitting.get(workload.key)
-        if pending is not None and workload.admitted is not None and workload.admitted.generation >= pending.generation:
-            del self._admitting[workload.key]
+        return self.admissions.record_of(workload)
 
     def _pods_overdue(self, entry: WorkloadEntry, workload: Workload, record: AdmittedRecord, asking: Asking) -> bool:
         """Its pods have not all come up within the bound since it was admitted: it stops (`readiness.py`)."""
@@ -400,76 +382,23 @@ class WorkloadCycle:
         record(entry.kind.value, entry.read.queue)
 
     async def _admit(self, entry: WorkloadEntry, placement: Placement | None, now: datetime) -> None:
-        """Record PLACEMENT on its object and let its pods be made, in one write (None: it asks no GPU)."""
-        workload = entry.read
-        if not isinstance(workload, Workload):
-            return
-        kind, namespace, name = entry.ref
-        if kind in _REPLICA_KINDS or kind is WorkloadKind.POD_GROUP:
+        """Its admission carried out: a replica kind's or a pod group's pods placed, another kind's record written."""
+        if entry.kind in _REPLICA_KINDS or entry.kind is WorkloadKind.POD_GROUP:
             await self.placer.place_pods(entry, placement.nodes if placement is not None else (), now=now)
-            return
-        earlier = self.record_of(workload)
-        generation = (earlier.generation if earlier is not None else 0) + 1
-        record = AdmittedRecord(
-            nodes=placement.nodes if placement is not None else (),
-            gpus_per_pod=placement.gpus_per_replica if placement is not None else 0,
-            mig_profile=placement.mig_profile if placement is not None else None,
-            queue=workload.queue,
-            admitted_at=now,
-            generation=generation,
-        )
-        self._set_back.discard(workload.key)
-        self._deferring.discard(workload.key)
-        promise = admission_promise(workload.key)
-        if placement is not None:  # promised at once: the watch shows the record only later
-            self.in_flight.promise(promise, Promised.of(placement))
-        self._admitting[workload.key] = record
-        metadata: dict[str, Any] = {
-            "annotations": {PLACEMENT_ANNOTATION: json.dumps(record.to_json(), separators=(",", ":"))}
-        }
-        if entry.version:  # a precondition: a spec edited since the decision read it is refused (409), not admitted
-            metadata["resourceVersion"] = entry.version
-        patch: dict[str, Any] = {"metadata": metadata, **KIND_APIS[kind].suspend_patch(False)}
-        if kind is WorkloadKind.BATCH_JOB and placement is not None and len(placement.nodes) < workload.gpu_pods:
-            patch["spec"]["parallelism"] = len(placement.nodes)  # an elastic Job admitted at fewer pods
-        try:
-            if not await self.api.patch_object(kind, namespace, name, patch):
-                self.in_flight.settle(promise)
-                self._admitting.pop(workload.key, None)
-                return
-        except Exception:
-            self.in_flight.settle(promise)
-            self._admitting.pop(workload.key, None)
-            raise
-        nodes = record.nodes
-        self.say(
-            entry,
-            "Normal",
-            "Admitted",
-            f"admitted to queue {workload.queue}: {len(nodes)} GPU pod(s) on {len(set(nodes))} node(s)",
-        )
+        elif isinstance(entry.read, Workload):
+            self._set_back.discard(entry.read.key)
+            self._deferring.discard(entry.read.key)
+            await self.admissions.admit(entry, placement, now)
 
     async def stop(self, entry: WorkloadEntry, reason: str, message: str) -> None:
-        """Suspend it and drop its record (its controller deletes its pods); a kind with no suspend: its pods go."""
-        kind, namespace, name = entry.ref
-        if isinstance(entry.read, Workload):
-            self._admitting.pop(entry.read.key, None)
-        api = KIND_APIS.get(kind)
-        if api is not None and api.suspend_path is not None:
-            patch = {"metadata": {"annotations": {PLACEMENT_ANNOTATION: None}}, **api.suspend_patch(True)}
-            await self.api.patch_object(kind, namespace, name, patch)
-        else:
-            for pod in entry.live_pods:
-                if not pod.gated:
-                    await self.kube.delete_pod(namespace, pod.name)
-        self.say(entry, "Warning" if reason not in ("Preempted",) else "Normal", reason, message)
+        await self.admissions.stop(entry, reason, message)
 
     def say(self, entry: WorkloadEntry, event_type: str, reason: str, message: str) -> None:
         self.teller.say(entry, event_type, reason, message)
 
     def forget(self, ref: WorkloadRef) -> None:
         kind, namespace, name = ref
-        self._admitting.pop(f"{namespace}/{name}@{kind.value}", None)
+        self.admissions.forget(f"{namespace}/{name}@{kind.value}")
         self._set_back.discard(f"{namespace}/{name}@{kind.value}")
         self._deferring.discard(f"{namespace}/{name}@{kind.value}")
         self.teller.forget(ref)
