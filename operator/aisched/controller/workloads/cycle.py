@@ -54,8 +54,8 @@ from aisched.kube.workload_api import PodGroups, WorkloadApi
 from aisched.metrics.workload import WorkloadMetrics
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.placement import Placement
-from aisched.policy.queueing import QUEUE_NOT_FOUND
-from aisched.policy.scheduler import JobRequest, ScheduleResult
+from aisched.policy.queueing import MILLI, QUEUE_NOT_FOUND
+from aisched.policy.scheduler import HeldGpus, JobRequest, ScheduleResult
 from aisched.policy.scheduler.results import ReclaimedReplica
 from aisched.policy.workloads.model import (
     AdmittedRecord,
@@ -169,7 +169,9 @@ class WorkloadCycle:
                     message = "its queue label was removed while it ran: stopped"
                     asking.stops.append(Stop(entry, "QueueLabelRemoved", message))
             elif not workload.finished and self._may_run(entry, workload, asking):
+                before = (len(asking.requests), len(asking.held))
                 self._ask_one(entry, workload, snapshot, asking)
+                _charge_what_its_pods_hold(entry, workload, asking, before)
         if self.metrics is not None:
             counts = Counter(
                 (workload_key(r.key).rpartition("@")[2], "Running" if r.running else "Waiting")
@@ -418,3 +420,20 @@ async def _guarded(entry: WorkloadEntry, write: Callable[[], Awaitable[None]]) -
     except Exception:
         kind, namespace, name = entry.ref
         log.exception("carrying out the cycle's decision for %s %s/%s failed", kind.value, namespace, name)
+
+
+def _charge_what_its_pods_hold(
+    entry: WorkloadEntry, workload: Workload, asking: Asking, before: tuple[int, int]
+) -> None:
+    """Its queue is charged at least the whole GPUs its bound, unfinished pods hold, as kube-scheduler counts them:
+    what its ask since BEFORE (requests, held) charges, topped up. A pod on its way out holds its GPUs until it is
+    gone, and a tenant sets how long that is (its termination grace): a replica deleted, a stopped gang's pods
+    draining, a replacement beside its terminating predecessor are all charged until they go."""
+    holding = sum(max(p.gpus, 0) * MILLI for p in entry.pods.values() if p.bound and not p.done)
+    if not holding:
+        return
+    requests, held = before
+    charged = sum(r.placement.total_gpus * MILLI for r in asking.requests[requests:] if r.placement is not None)
+    charged += sum(h.milli for h in asking.held[held:])
+    if holding > charged:
+        asking.held.append(HeldGpus(workload.queue, holding - charged))

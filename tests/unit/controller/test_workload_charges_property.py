@@ -1,0 +1,177 @@
+"""For any interleaving of pod writes, a queue is charged at least what the API server says its pods hold.
+
+Issue #37's per-queue half of the holdings property, for the workloads whose pods come and go one by
+one: a model server's replicas (a Deployment) and the workers a running RayCluster grows by. Its
+controller and the operator write the pods (made gated, placed, bound by kube-scheduler, finished,
+deleted, terminating); the tenant's hand shows in how many there are and when. After every write the
+cycle's ask must charge each queue (its running gangs' placements plus the GPUs held one by one) at
+least the GPUs that bound, unfinished pods of its workloads hold, as kube-scheduler counts them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from aisched.controller.in_flight import InFlightPlacements
+from aisched.controller.tenancy import TenancyBook
+from aisched.controller.workloads.book import WorkloadBook
+from aisched.controller.workloads.cycle import WorkloadCycle
+from aisched.policy.cluster import ClusterSnapshot, local_node
+from aisched.policy.queueing import MILLI
+from aisched.policy.workloads.model import ADMISSION_GATE, PLACEMENT_ANNOTATION, QUEUE_LABEL, WorkloadKind
+from tests.builders import a_queue
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+NODES = ("n1", "n2", "n3")
+PODS = tuple(f"p{i}" for i in range(6))
+GPUS = 2
+RECORD_NODES = ("n1", "n2")
+"""Where the RayCluster was admitted: one worker on each."""
+
+
+@dataclass(frozen=True)
+class PodWrite:
+    owner: str  # "vllm" (a Deployment of queue a) or "ray" (a RayCluster of queue b)
+    name: str
+    state: str  # "gated", "pinned" (ungated, node set, not bound yet), "bound", "succeeded", "terminating"
+    node: str
+
+
+@dataclass(frozen=True)
+class PodDelete:
+    owner: str
+    name: str
+
+
+pod_writes = st.builds(
+    PodWrite,
+    owner=st.sampled_from(("vllm", "ray")),
+    name=st.sampled_from(PODS),
+    state=st.sampled_from(("gated", "pinned", "bound", "succeeded", "terminating")),
+    node=st.sampled_from(NODES),
+)
+deletes = st.builds(PodDelete, owner=st.sampled_from(("vllm", "ray")), name=st.sampled_from(PODS))
+writes = st.lists(st.one_of(pod_writes, deletes), min_size=1, max_size=25)
+
+
+def template() -> dict[str, Any]:
+    return {"spec": {"containers": [{"name": "m", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}
+
+
+def deployment() -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "vllm", "namespace": "ns", "uid": "u1", "labels": {QUEUE_LABEL: "a"}},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "vllm"}}, "template": template()},
+    }
+
+
+def raycluster() -> dict[str, Any]:
+    record = {
+        "nodes": list(RECORD_NODES),
+        "gpusPerPod": GPUS,
+        "queue": "b",
+        "admittedAt": NOW.isoformat(),
+        "generation": 1,
+    }
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayCluster",
+        "metadata": {
+            "name": "ray",
+            "namespace": "ns",
+            "uid": "u2",
+            "labels": {QUEUE_LABEL: "b"},
+            "annotations": {PLACEMENT_ANNOTATION: json.dumps(record)},
+        },
+        "spec": {
+            "enableInTreeAutoscaling": True,
+            "headGroupSpec": {"template": {"spec": {"containers": [{"name": "head", "image": "x"}]}}},
+            "workerGroupSpecs": [
+                {"groupName": "gpu", "replicas": 4, "minReplicas": 1, "maxReplicas": 8, "template": template()}
+            ],
+        },
+    }
+
+
+def pod_object(write: PodWrite) -> dict[str, Any]:
+    spec: dict[str, Any] = template()["spec"]
+    metadata: dict[str, Any] = {"name": f"{write.owner}-{write.name}", "namespace": "ns"}
+    if write.owner == "vllm":
+        metadata["name"] = f"vllm-abc-{write.name}"
+        metadata["labels"] = {QUEUE_LABEL: "a", "pod-template-hash": "abc"}
+        metadata["ownerReferences"] = [
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "vllm-abc", "controller": True}
+        ]
+    else:
+        metadata["labels"] = {QUEUE_LABEL: "b", "ray.io/node-type": "worker", "ray.io/group": "gpu"}
+        metadata["ownerReferences"] = [
+            {"apiVersion": "ray.io/v1", "kind": "RayCluster", "name": "ray", "controller": True}
+        ]
+    status: dict[str, Any] = {"phase": "Pending"}
+    if write.state == "gated":
+        spec["schedulingGates"] = [{"name": ADMISSION_GATE}]
+    else:
+        spec["nodeSelector"] = {"kubernetes.io/hostname": write.node}
+    if write.state in ("bound", "succeeded", "terminating"):
+        spec["nodeName"] = write.node
+        status = {"phase": "Succeeded" if write.state == "succeeded" else "Running"}
+    if write.state == "terminating":
+        metadata["deletionTimestamp"] = NOW.isoformat()
+    return {"metadata": metadata, "spec": spec, "status": status}
+
+
+def held_as_the_api_server_says(pods: dict[str, dict[str, Any]]) -> dict[str, int]:
+    """Per queue, in thousandths: the GPUs of its workloads' pods bound to a node and not finished (a pod on its
+    way out holds its GPUs until it is gone)."""
+    held = {"a": 0, "b": 0}
+    for pod in pods.values():
+        if pod["spec"].get("nodeName") and pod["status"]["phase"] not in ("Succeeded", "Failed"):
+            held[pod["metadata"]["labels"][QUEUE_LABEL]] += GPUS * MILLI
+    return held
+
+
+@settings(max_examples=150, deadline=None)
+@given(writes)
+def test_any_interleaving_of_pod_writes_leaves_each_queue_charged_at_least_what_its_pods_hold(
+    sequence: list[PodWrite | PodDelete],
+) -> None:
+    queues = {name: a_queue(name, nominal_gpus=32).obj() for name in ("a", "b")}
+    cycle = WorkloadCycle(
+        book=WorkloadBook(),
+        api=None,  # type: ignore[arg-type]  # nothing is written: only what each cycle asks is read
+        kube=None,  # type: ignore[arg-type]
+        in_flight=InFlightPlacements(),
+        tenancy=TenancyBook(),
+        queue_object=queues.get,
+    )
+    cycle.book.object_seen(WorkloadKind.DEPLOYMENT, deployment())
+    cycle.book.object_seen(WorkloadKind.RAY_CLUSTER, raycluster())
+    snapshot = ClusterSnapshot([local_node(n, 8, rack="r1", zone="z") for n in NODES])
+    pods: dict[str, dict[str, Any]] = {}
+    for write in sequence:
+        if isinstance(write, PodWrite):
+            obj = pod_object(write)
+            pods[obj["metadata"]["name"]] = obj
+            cycle.book.pod_seen(obj)
+        else:
+            name = f"vllm-abc-{write.name}" if write.owner == "vllm" else f"ray-{write.name}"
+            if name in pods:
+                cycle.book.pod_gone("ns", name, pods.pop(name))
+        asked = cycle.ask(snapshot, NOW)
+        assert not asked.stops  # nothing here is a reason to stop either workload
+        charged = {"a": 0, "b": 0}
+        for part in asked.held:
+            charged[part.queue] += part.milli
+        for request in asked.requests:
+            if request.placement is not None:  # the RayCluster's gang, where its record says
+                charged[request.queue] += request.placement.total_gpus * MILLI
+        holding = held_as_the_api_server_says(pods)
+        assert all(charged[q] >= holding[q] for q in holding), (write, charged, holding)
