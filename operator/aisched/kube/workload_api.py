@@ -18,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 
 from aisched.kube.client import KubeClient, Listing
 from aisched.kube.labels import HOSTNAME
+from aisched.kube.ownership import names_owner
 from aisched.policy.workloads.model import ADMISSION_GATE, WorkloadKind
 
 T = TypeVar("T")
@@ -137,18 +138,12 @@ POD_GROUP_API: Final = ("scheduling.k8s.io", "v1beta1", "podgroups")
 POD_GROUP_RUN_ANNOTATION: Final = "aisched.io/admission-generation"
 """On a PodGroup the operator made: the admission it was made for (`AdmittedRecord.generation`)."""
 POD_GROUP_MANAGED_LABEL: Final = "aisched.io/pod-group"
-"""On a PodGroup the operator made: never one a tenant made first under the name its pods ask for."""
+"""On a PodGroup the operator made, for people to find them; what makes one the operator's is its owner."""
 
 
 POD_GROUP_ATTEMPTS: Final = 50
 POD_GROUP_RETRY_SECONDS: Final = 0.2
 """An earlier run's PodGroup being deleted is waited for this long between tries (10 s in all)."""
-
-
-def _made_for(metadata: Mapping[str, Any], uid: str) -> bool:
-    """The PodGroup of METADATA is one the operator made for the workload of UID (its label, its owner)."""
-    labelled = (metadata.get("labels") or {}).get(POD_GROUP_MANAGED_LABEL) == "true"
-    return labelled and any(ref.get("uid") == uid for ref in metadata.get("ownerReferences") or [])
 
 
 class PodGroupTakenError(Exception):
@@ -213,7 +208,7 @@ class PodGroups:
             found = await self._get(namespace, name)
             if found is not None:
                 metadata = found.get("metadata") or {}
-                if not _made_for(metadata, owner.uid):
+                if not names_owner(found, body):
                     raise PodGroupTakenError(
                         f"PodGroup {name} exists and was not made by aisched for this workload: its pods stay held"
                     )

@@ -24,7 +24,7 @@ from aisched.policy.placement import Placement
 from aisched.policy.queueing import MILLI
 from aisched.policy.scheduler import HeldGpus, HeldReplica, JobRequest
 from aisched.policy.workloads.model import AdmittedRecord, Workload, WorkloadKind
-from aisched.policy.workloads.request import as_request
+from aisched.policy.workloads.request import as_request, pod_milli
 
 GROWTH_MARK: Final = "~growth"
 """Ends the key of a running gang's request for the pods it grew by: apart from the gang's own request."""
@@ -92,15 +92,16 @@ def ask_replicas(
 ) -> None:
     """A model server's replicas: those placed are charged to its queue (those on a node that announced its
     end go, to be made again elsewhere); the gated ones ask, any number."""
-    request = as_request(workload, topology=snapshot.topology, placement=None, excluded_nodes=asking.doomed)
+    per_pod = pod_milli(workload)
     for pod in entry.live_pods:
         if not pod.gated or placer.placing(pod):
             # What its set asks (a MIG instance's share included), or more should a pod ask more than that.
-            asking.held.append(held(workload, pod, max(request.replica_milli, pod.gpus * MILLI), snapshot, asking))
+            asking.held.append(held(workload, pod, max(per_pod, pod.gpus * MILLI), snapshot, asking))
             if not pod.gated and pod.node in asking.doomed and not pod.terminating:
                 asking.interrupted.append((entry, pod.name))
     waiting = [p for p in entry.live_pods if p.gated and not placer.placing(p) and fits_its_set(p, workload)]
     if waiting:
+        request = as_request(workload, topology=snapshot.topology, placement=None, excluded_nodes=asking.doomed)
         asking.requests.append(as_replicas(request, len(waiting)))
 
 
@@ -138,11 +139,9 @@ def ask_growth(
     pods = [p for p in gpu_pods(entry, workload) if p.live and fits_its_set(p, workload)]
     grown, free_slots = beyond_record(record.nodes, [(p, placer.node_of(p)) for p in pods])
     waiting = [p for p in pods if p.gated and not placer.placing(p)]
-    if not grown and not waiting:
-        return
-    request = as_request(workload, topology=snapshot.topology, placement=None, excluded_nodes=asking.doomed)
-    asking.held.extend(held(workload, pod, request.replica_milli, snapshot, asking) for pod in grown)
+    asking.held.extend(held(workload, pod, pod_milli(workload), snapshot, asking) for pod in grown)
     if waiting and not free_slots:
+        request = as_request(workload, topology=snapshot.topology, placement=None, excluded_nodes=asking.doomed)
         asking.requests.append(replace(as_replicas(request, len(waiting)), key=workload.key + GROWTH_MARK))
 
 

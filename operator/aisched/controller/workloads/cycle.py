@@ -171,7 +171,7 @@ class WorkloadCycle:
             elif not workload.finished and self._may_run(entry, workload, asking):
                 before = (len(asking.requests), len(asking.held))
                 self._ask_one(entry, workload, snapshot, asking)
-                _charge_what_its_pods_hold(entry, workload, asking, before)
+                _charge_what_its_pods_hold(workload, self.running.holding(entry), asking, before)
         if self.metrics is not None:
             counts = Counter(
                 (workload_key(r.key).rpartition("@")[2], "Running" if r.running else "Waiting")
@@ -422,14 +422,12 @@ async def _guarded(entry: WorkloadEntry, write: Callable[[], Awaitable[None]]) -
         log.exception("carrying out the cycle's decision for %s %s/%s failed", kind.value, namespace, name)
 
 
-def _charge_what_its_pods_hold(
-    entry: WorkloadEntry, workload: Workload, asking: Asking, before: tuple[int, int]
-) -> None:
+def _charge_what_its_pods_hold(workload: Workload, holding: int, asking: Asking, before: tuple[int, int]) -> None:
     """Its queue is charged at least the whole GPUs its bound, unfinished pods hold, as kube-scheduler counts them:
     what its ask since BEFORE (requests, held) charges, topped up. A pod on its way out holds its GPUs until it is
     gone, and a tenant sets how long that is (its termination grace): a replica deleted, a stopped gang's pods
-    draining, a replacement beside its terminating predecessor are all charged until they go."""
-    holding = sum(max(p.gpus, 0) * MILLI for p in entry.pods.values() if p.bound and not p.done)
+    draining, a replacement beside its terminating predecessor are all charged until they go. HOLDING: what its
+    pods hold (`RunningWorkloads.holding`), in thousandths."""
     if not holding:
         return
     requests, held = before

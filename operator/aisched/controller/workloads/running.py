@@ -15,6 +15,7 @@ from aisched.controller.workloads.book import WorkloadEntry
 from aisched.controller.workloads.pods import WorkloadPod, WorkloadRef
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.placement import Placement
+from aisched.policy.queueing import MILLI
 from aisched.policy.scheduler import JobRequest
 from aisched.policy.workloads.model import AdmittedRecord, Workload
 from aisched.policy.workloads.request import as_request
@@ -24,6 +25,7 @@ from aisched.policy.workloads.request import as_request
 class RunningWorkloads:
     _asks: dict[WorkloadRef, tuple[Workload, AdmittedRecord, object, JobRequest]] = field(default_factory=dict)
     _holds: dict[WorkloadRef, tuple[int, AdmittedRecord, dict[str, int]]] = field(default_factory=dict)
+    _holding: dict[WorkloadRef, tuple[int, int]] = field(default_factory=dict)
 
     def ask(
         self, entry: WorkloadEntry, workload: Workload, record: AdmittedRecord, snapshot: ClusterSnapshot
@@ -51,9 +53,20 @@ class RunningWorkloads:
         self._holds[entry.ref] = (entry.revision, record, held)
         return held
 
+    def holding(self, entry: WorkloadEntry) -> int:
+        """Whole GPUs, in thousandths, that ENTRY's bound, unfinished pods hold (terminating ones too), as
+        kube-scheduler counts them: what its queue is charged at least (kept while its pods do not change)."""
+        kept = self._holding.get(entry.ref)
+        if kept is not None and kept[0] == entry.revision:
+            return kept[1]
+        held = sum(max(p.gpus, 0) * MILLI for p in entry.pods.values() if p.bound and not p.done)
+        self._holding[entry.ref] = (entry.revision, held)
+        return held
+
     def forget(self, ref: WorkloadRef) -> None:
         self._asks.pop(ref, None)
         self._holds.pop(ref, None)
+        self._holding.pop(ref, None)
 
 
 def admitted_as(workload: Workload, record: AdmittedRecord) -> bool:

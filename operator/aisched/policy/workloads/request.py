@@ -12,6 +12,7 @@ from __future__ import annotations
 from aisched.api.sharing import GpuShare
 from aisched.policy.cluster_description import GPU_PRODUCT_LABEL
 from aisched.policy.placement import Placement
+from aisched.policy.queueing import MILLI
 from aisched.policy.saturating_time import seconds_duration
 from aisched.policy.scheduler.jobs import JobRequest
 from aisched.policy.shared_room import ShareShape
@@ -68,10 +69,20 @@ def as_request(
         ),
         placement=placement if workload.gang else None,
         started=workload.admitted.admitted_at if workload.gang and placement and workload.admitted else None,
-        milli_per_replica=replica_milli(GpuShare(mig_profile=mig_profile), 1) if mig_profile is not None else None,
+        milli_per_replica=pod_milli(workload) if mig_profile is not None else None,
         share=ShareShape(mig_profile=mig_profile) if mig_profile is not None else None,
         replica_set=not workload.gang,
     )
+
+
+def pod_milli(workload: Workload) -> int:
+    """What one of WORKLOAD's GPU pods is charged, in thousandths: its whole GPUs, or its MIG instance's share."""
+    shape = workload.gpu_pod_sets[0] if workload.gpu_pod_sets else None
+    if shape is None:
+        return 0
+    if shape.mig_profile is not None:
+        return replica_milli(GpuShare(mig_profile=shape.mig_profile), 1)
+    return shape.gpus_per_pod * MILLI
 
 
 def _counts(
