@@ -637,3 +637,29 @@ async def test_a_gangs_pod_group_is_made_for_its_run_before_its_gates_come_off_a
     assert again is not None
     await cycle.placer.place_pods(again)
     assert groups.made == [("aisched-job-train", 2, 1)] and ("train-1b", "n2") in api.placed
+
+
+@pytest.mark.parametrize("change", ["deleted", "relabelled", "label removed"])
+def test_a_stopped_or_deleted_workloads_draining_pods_stay_charged_where_it_ran(parts: Any, change: str) -> None:
+    """A running Job's pods take their termination grace (the tenant sets it) to go, whatever happened to its
+    object: its queue stays charged what they hold until they are gone, so that quota is not handed out twice."""
+    cycle, _api, _events, _in_flight = parts
+    cycle.book.object_seen(JOB, a_job_admitted_on(["n1", "n2"]))
+    for index, node in enumerate(("n1", "n2")):
+        pod = a_pod(f"train-{index}", "train", index, node=node, gated=False)
+        pod["metadata"]["deletionTimestamp"] = NOW.isoformat()
+        cycle.book.pod_seen(pod)
+    cycle.ask(snapshot(), NOW)  # charged to team as it runs
+    if change == "deleted":
+        cycle.book.object_gone(JOB, "ns", "train")
+    else:
+        job = a_job_admitted_on(["n1", "n2"])
+        if change == "relabelled":
+            job["metadata"]["labels"][QUEUE_LABEL] = "other"
+        else:
+            del job["metadata"]["labels"][QUEUE_LABEL]
+        cycle.book.object_seen(JOB, job)
+    asked = cycle.ask(snapshot(), NOW)
+    charged = sum(h.milli for h in asked.held if h.queue == "team")
+    charged += sum(r.placement.total_gpus * 1000 for r in asked.requests if r.placement and r.queue == "team")
+    assert charged == 4000

@@ -38,6 +38,9 @@ class WorkloadEntry:
     revision: int = 0
     """Counts every change the watches showed (its object, any pod): what a cycle derived from the entry
     at one revision holds until the next."""
+    charged_queue: str | None = None
+    """The queue it was last charged to: its pods still draining stay charged there, whatever its object
+    says now (relabelled, refused, deleted)."""
 
     @property
     def kind(self) -> WorkloadKind:

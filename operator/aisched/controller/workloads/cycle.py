@@ -157,21 +157,22 @@ class WorkloadCycle:
         for entry in self.book:
             workload = entry.read
             running = entry.recorded or any_placed(entry)
-            if isinstance(workload, Refusal):
+            before = (len(asking.requests), len(asking.held))
+            if isinstance(workload, Workload) and not workload.finished and self._may_run(entry, workload, asking):
+                entry.charged_queue = workload.queue
+                self._ask_one(entry, workload, snapshot, asking)
+            elif isinstance(workload, Refusal):
                 # One that runs and can no longer be read (its annotations, a pod group's size, edited under
-                # it) stops: it is charged nothing while refused, so it must hold nothing either.
+                # it) stops: refused, it is charged only its pods still draining, where it was last charged.
                 if running:
                     asking.stops.append(Stop(entry, workload.reason, f"stopped: {workload.message}"))
                 else:
                     self.say(entry, "Warning", workload.reason, workload.message)
-            elif workload is None:
-                if running and (entry.seen or entry.kind is WorkloadKind.POD_GROUP):
-                    message = "its queue label was removed while it ran: stopped"
-                    asking.stops.append(Stop(entry, "QueueLabelRemoved", message))
-            elif not workload.finished and self._may_run(entry, workload, asking):
-                before = (len(asking.requests), len(asking.held))
-                self._ask_one(entry, workload, snapshot, asking)
-                _charge_what_its_pods_hold(workload, self.running.holding(entry), asking, before)
+            elif workload is None and running and (entry.seen or entry.kind is WorkloadKind.POD_GROUP):
+                message = "its queue label was removed while it ran: stopped"
+                asking.stops.append(Stop(entry, "QueueLabelRemoved", message))
+            if entry.charged_queue is not None:
+                _charge_what_its_pods_hold(entry.charged_queue, self.running.holding(entry), asking, before)
         if self.metrics is not None:
             counts = Counter(
                 (workload_key(r.key).rpartition("@")[2], "Running" if r.running else "Waiting")
@@ -422,16 +423,17 @@ async def _guarded(entry: WorkloadEntry, write: Callable[[], Awaitable[None]]) -
         log.exception("carrying out the cycle's decision for %s %s/%s failed", kind.value, namespace, name)
 
 
-def _charge_what_its_pods_hold(workload: Workload, holding: int, asking: Asking, before: tuple[int, int]) -> None:
-    """Its queue is charged at least the whole GPUs its bound, unfinished pods hold, as kube-scheduler counts them:
-    what its ask since BEFORE (requests, held) charges, topped up. A pod on its way out holds its GPUs until it is
-    gone, and a tenant sets how long that is (its termination grace): a replica deleted, a stopped gang's pods
-    draining, a replacement beside its terminating predecessor are all charged until they go. HOLDING: what its
-    pods hold (`RunningWorkloads.holding`), in thousandths."""
+def _charge_what_its_pods_hold(queue: str, holding: int, asking: Asking, before: tuple[int, int]) -> None:
+    """QUEUE, the one a workload was last charged to, is charged at least the whole GPUs its bound, unfinished
+    pods hold, as kube-scheduler counts them: what its ask since BEFORE (requests, held) charges, topped up. A
+    pod on its way out holds its GPUs until it is gone, and a tenant sets how long that is (its termination
+    grace): a replica deleted, a stopped, relabelled or deleted gang's pods draining, a replacement beside its
+    terminating predecessor are all charged until they go. HOLDING: what its pods hold
+    (`RunningWorkloads.holding`), in thousandths."""
     if not holding:
         return
     requests, held = before
     charged = sum(r.placement.total_gpus * MILLI for r in asking.requests[requests:] if r.placement is not None)
     charged += sum(h.milli for h in asking.held[held:])
     if holding > charged:
-        asking.held.append(HeldGpus(workload.queue, holding - charged))
+        asking.held.append(HeldGpus(queue, holding - charged))
