@@ -34,7 +34,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
-from typing import Final
 
 from aisched.api.inference_service import AutoscalingSpec
 
@@ -310,10 +309,6 @@ def _missing_reason(behavior: ScalingBehavior, sample: MetricSample | None, at: 
     return None
 
 
-RATIO_ROUNDING: Final = 1e-9
-"""Slack on the tolerance band: the floating-point error of a ratio, far below any tolerance one would set."""
-
-
 def _recommend(behavior: ScalingBehavior, current: int, total: float) -> tuple[int, ReasonCode, str]:
     """Step 1 and 2: the proportional recommendation, within bounds."""
     target = behavior.target_per_replica
@@ -326,9 +321,7 @@ def _recommend(behavior: ScalingBehavior, current: int, total: float) -> tuple[i
         return wanted, ReasonCode.SCALE_FROM_ZERO, f"demand {total:g} at zero replicas; waking {wanted}"
     ratio = total / (current * target)
     described = f"metric {total / current:.4g} per replica against target {target:g} (ratio {ratio:.3f})"
-    # A metric at the band's edge must not fall out of it by a rounding of its product: with tolerance 0, a
-    # metric exactly at target read as ratio 1.0000000000000002 would otherwise add a replica.
-    if abs(ratio - 1) <= behavior.tolerance + RATIO_ROUNDING:
+    if abs(ratio - 1) <= behavior.tolerance:
         return current, ReasonCode.WITHIN_TOLERANCE, f"{described}, within tolerance {behavior.tolerance:g}"
     raw = math.ceil(total / target)
     wanted = min(max(raw, behavior.floor), behavior.max_replicas)
