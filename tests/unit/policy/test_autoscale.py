@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from hypothesis import example, given
+from hypothesis import assume, example, given
 from hypothesis import strategies as st
 
 from aisched.api.inference_service import AutoscalingSpec
@@ -267,6 +267,9 @@ def test_monotone_in_the_metric(data: st.DataObject, law: ScalingBehavior, a: fl
 
 @given(st.data(), behaviors, st.floats(-1, 1))
 def test_no_change_inside_the_tolerance_band(data: st.DataObject, law: ScalingBehavior, where: float) -> None:
+    # The law compares as Kubernetes' HPA does, with no slack: a band narrower than a ratio's rounding (a
+    # random seed drew 2e-16) has no inside a metric can be built in, so it is not one to test here.
+    assume(law.tolerance == 0 or law.tolerance > 1e-9)
     state, current = data.draw(histories(law))
     ratio = 1 + where * law.tolerance * 0.999
     value = ratio * current * law.target_per_replica
