@@ -41,8 +41,7 @@ def _worker(rank: int, port: int, root: str, asynchronous: bool) -> None:
     import torch
     import torch.distributed as dist
 
-    from aisched.workload.checkpointer import Checkpointer
-    from aisched.workload.distributed import TrainingState, any_rank, save_training_state
+    from aisched.workload.distributed import TrainingState, distributed_checkpointer, save_training_state
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
@@ -60,7 +59,7 @@ def _worker(rank: int, port: int, root: str, asynchronous: bool) -> None:
     environment = WorkerEnvironment(
         checkpoint_interval_seconds=1e9, termination_message_path=os.path.join(root, f"report-{rank}")
     )
-    checkpointer = Checkpointer(save, environment=environment, agree=any_rank)
+    checkpointer = distributed_checkpointer(save, environment=environment)  # leaves its groups before exiting
     checkpointer.install_sigterm_handler()
     generator = torch.Generator().manual_seed(rank)
     for step in range(100):

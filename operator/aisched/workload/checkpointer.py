@@ -82,6 +82,8 @@ class Checkpointer:
 
     A save function may return a `PendingSave` (an async save): it is reported once
     written, at a later step boundary, and a stop waits for it before its own save.
+    `before_exit` runs just before a stop exits (a distributed run leaves its process
+    groups there: see `aisched.workload.distributed.distributed_checkpointer`).
     """
 
     def __init__(
@@ -94,12 +96,14 @@ class Checkpointer:
         wall_clock: Callable[[], datetime] | None = None,
         agree: Agreement | None = None,
         agree_every_steps: int = 1,
+        before_exit: Callable[[], None] | None = None,
     ) -> None:
         if agree_every_steps < 1:
             raise ValueError(f"agree_every_steps must be at least 1, got {agree_every_steps}")
         self._save = save
         self._agree = agree
         self._agree_every_steps = agree_every_steps
+        self._before_exit = before_exit
         self._pending: tuple[int, float, PendingSave] | None = None
         self._environment = environment if environment is not None else WorkerEnvironment.from_env()
         self.interval_seconds = (
@@ -226,4 +230,9 @@ class Checkpointer:
 
     def _exit(self) -> NoReturn:
         log.info("stopping after checkpoint of step %s as asked", self._saved_step)
+        if self._before_exit is not None:
+            try:
+                self._before_exit()
+            except Exception:  # the checkpoint is written and reported: the exit code must still say so
+                log.exception("cleaning up before the exit failed")
         sys.exit(CHECKPOINTED_EXIT_CODE)

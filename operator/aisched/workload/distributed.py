@@ -48,14 +48,38 @@ def any_rank(flags: Sequence[bool], group: Any = None) -> list[bool]:
     return [bool(value) for value in tensor.tolist()]
 
 
-def distributed_checkpointer(save: SaveFunction, *, group: Any = None, agree_every_steps: int = 1) -> Checkpointer:
+def distributed_checkpointer(
+    save: SaveFunction,
+    *,
+    group: Any = None,
+    agree_every_steps: int = 1,
+    environment: WorkerEnvironment | None = None,
+) -> Checkpointer:
     """A Checkpointer whose ranks agree every AGREE_EVERY_STEPS steps on when to save and stop.
 
     One all-reduce of two integers a step costs microseconds next to a training step; raise
     AGREE_EVERY_STEPS for steps so short that it does not, at the price of a stop noticed that
-    many steps later.
+    many steps later. A stop leaves the process groups before it exits (`leave_process_groups`).
     """
-    return Checkpointer(save, agree=lambda flags: any_rank(flags, group), agree_every_steps=agree_every_steps)
+    return Checkpointer(
+        save,
+        environment=environment,
+        agree=lambda flags: any_rank(flags, group),
+        agree_every_steps=agree_every_steps,
+        before_exit=leave_process_groups,
+    )
+
+
+def leave_process_groups() -> None:
+    """Destroy every process group of this rank, if any.
+
+    A rank that exits with its groups alive may die in the interpreter's teardown: gloo's
+    worker threads still hold work whose tensors need the interpreter, and the process ends
+    on SIGABRT ("terminate called without an active exception") instead of its exit code.
+    """
+    dist = _torch().distributed
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 # -- torch.distributed.checkpoint ----------------------------------------------------------------

@@ -144,3 +144,21 @@ def test_a_second_async_save_waits_for_the_first_so_both_are_reported(tmp_path: 
     assert checkpointer.last_report is not None and checkpointer.last_report.step == 5
     checkpointer.close()
     assert waited == [5, 9]
+
+
+@pytest.mark.parametrize("cleanup_fails", [False, True], ids=["cleanup", "failing_cleanup"])
+def test_a_stop_cleans_up_after_its_report_and_still_exits_checkpointed(tmp_path: Path, cleanup_fails: bool) -> None:
+    reported_before_cleanup: list[bool] = []
+
+    def before_exit() -> None:
+        reported_before_cleanup.append((tmp_path / "termination-log").exists())
+        if cleanup_fails:
+            raise RuntimeError("the process group is gone already")
+
+    checkpointer = _checkpointer(
+        tmp_path, lambda step: f"/ckpt/{step}", lambda flags: [False, True], before_exit=before_exit
+    )
+    with pytest.raises(SystemExit) as stopped:
+        checkpointer.maybe_checkpoint(4)
+    assert stopped.value.code == CHECKPOINTED_EXIT_CODE
+    assert reported_before_cleanup == [True]
