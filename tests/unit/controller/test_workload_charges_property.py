@@ -33,11 +33,15 @@ PODS = tuple(f"p{i}" for i in range(6))
 GPUS = 2
 RECORD_NODES = ("n1", "n2")
 """Where the RayCluster was admitted: one worker on each."""
+MIG_PROFILE = "1g.10gb"
+OWNERS = ("vllm", "ray", "mig")
+REPLICA_SETS = {"vllm": ("a", "vllm-abc"), "mig": ("c", "mig-def")}
+"""The Deployments: their queue, and the ReplicaSet that makes their pods."""
 
 
 @dataclass(frozen=True)
 class PodWrite:
-    owner: str  # "vllm" (a Deployment of queue a) or "ray" (a RayCluster of queue b)
+    owner: str  # "vllm" (a Deployment of queue a), "ray" (a RayCluster of queue b), "mig" (MIG replicas of queue c)
     name: str
     state: str  # "gated", "pinned" (ungated, node set, not bound yet), "bound", "succeeded", "terminating"
     node: str
@@ -51,25 +55,27 @@ class PodDelete:
 
 pod_writes = st.builds(
     PodWrite,
-    owner=st.sampled_from(("vllm", "ray")),
+    owner=st.sampled_from(OWNERS),
     name=st.sampled_from(PODS),
     state=st.sampled_from(("gated", "pinned", "bound", "succeeded", "terminating")),
     node=st.sampled_from(NODES),
 )
-deletes = st.builds(PodDelete, owner=st.sampled_from(("vllm", "ray")), name=st.sampled_from(PODS))
+deletes = st.builds(PodDelete, owner=st.sampled_from(OWNERS), name=st.sampled_from(PODS))
 writes = st.lists(st.one_of(pod_writes, deletes), min_size=1, max_size=25)
 
 
-def template() -> dict[str, Any]:
-    return {"spec": {"containers": [{"name": "m", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}
+def template(owner: str = "vllm") -> dict[str, Any]:
+    asked = {f"nvidia.com/mig-{MIG_PROFILE}": "1"} if owner == "mig" else {"nvidia.com/gpu": str(GPUS)}
+    return {"spec": {"containers": [{"name": "m", "image": "x", "resources": {"limits": asked}}]}}
 
 
-def deployment() -> dict[str, Any]:
+def deployment(owner: str) -> dict[str, Any]:
+    queue, _ = REPLICA_SETS[owner]
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": "vllm", "namespace": "ns", "uid": "u1", "labels": {QUEUE_LABEL: "a"}},
-        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": "vllm"}}, "template": template()},
+        "metadata": {"name": owner, "namespace": "ns", "uid": f"u-{owner}", "labels": {QUEUE_LABEL: queue}},
+        "spec": {"replicas": 3, "selector": {"matchLabels": {"app": owner}}, "template": template(owner)},
     }
 
 
@@ -102,13 +108,13 @@ def raycluster() -> dict[str, Any]:
 
 
 def pod_object(write: PodWrite) -> dict[str, Any]:
-    spec: dict[str, Any] = template()["spec"]
-    metadata: dict[str, Any] = {"name": f"{write.owner}-{write.name}", "namespace": "ns"}
-    if write.owner == "vllm":
-        metadata["name"] = f"vllm-abc-{write.name}"
-        metadata["labels"] = {QUEUE_LABEL: "a", "pod-template-hash": "abc"}
+    spec: dict[str, Any] = template(write.owner)["spec"]
+    metadata: dict[str, Any] = {"name": pod_name(write.owner, write.name), "namespace": "ns"}
+    if write.owner in REPLICA_SETS:
+        queue, replica_set = REPLICA_SETS[write.owner]
+        metadata["labels"] = {QUEUE_LABEL: queue, "pod-template-hash": replica_set.rpartition("-")[2]}
         metadata["ownerReferences"] = [
-            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "vllm-abc", "controller": True}
+            {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": replica_set, "controller": True}
         ]
     else:
         metadata["labels"] = {QUEUE_LABEL: "b", "ray.io/node-type": "worker", "ray.io/group": "gpu"}
@@ -128,13 +134,19 @@ def pod_object(write: PodWrite) -> dict[str, Any]:
     return {"metadata": metadata, "spec": spec, "status": status}
 
 
+def pod_name(owner: str, name: str) -> str:
+    return f"{REPLICA_SETS[owner][1]}-{name}" if owner in REPLICA_SETS else f"{owner}-{name}"
+
+
 def held_as_the_api_server_says(pods: dict[str, dict[str, Any]]) -> dict[str, int]:
     """Per queue, in thousandths: the GPUs of its workloads' pods bound to a node and not finished (a pod on its
-    way out holds its GPUs until it is gone)."""
-    held = {"a": 0, "b": 0}
+    way out holds its GPUs until it is gone); a MIG instance, its share of the GPU's seven compute slices."""
+    held = {"a": 0, "b": 0, "c": 0}
     for pod in pods.values():
         if pod["spec"].get("nodeName") and pod["status"]["phase"] not in ("Succeeded", "Failed"):
-            held[pod["metadata"]["labels"][QUEUE_LABEL]] += GPUS * MILLI
+            limits = pod["spec"]["containers"][0]["resources"]["limits"]
+            whole = int(limits.get("nvidia.com/gpu", 0)) * MILLI
+            held[pod["metadata"]["labels"][QUEUE_LABEL]] += whole or -(-MILLI // 7)
     return held
 
 
@@ -143,7 +155,7 @@ def held_as_the_api_server_says(pods: dict[str, dict[str, Any]]) -> dict[str, in
 def test_any_interleaving_of_pod_writes_leaves_each_queue_charged_at_least_what_its_pods_hold(
     sequence: list[PodWrite | PodDelete],
 ) -> None:
-    queues = {name: a_queue(name, nominal_gpus=32).obj() for name in ("a", "b")}
+    queues = {name: a_queue(name, nominal_gpus=32).obj() for name in ("a", "b", "c")}
     cycle = WorkloadCycle(
         book=WorkloadBook(),
         api=None,  # type: ignore[arg-type]  # nothing is written: only what each cycle asks is read
@@ -152,7 +164,8 @@ def test_any_interleaving_of_pod_writes_leaves_each_queue_charged_at_least_what_
         tenancy=TenancyBook(),
         queue_object=queues.get,
     )
-    cycle.book.object_seen(WorkloadKind.DEPLOYMENT, deployment())
+    cycle.book.object_seen(WorkloadKind.DEPLOYMENT, deployment("vllm"))
+    cycle.book.object_seen(WorkloadKind.DEPLOYMENT, deployment("mig"))
     cycle.book.object_seen(WorkloadKind.RAY_CLUSTER, raycluster())
     snapshot = ClusterSnapshot([local_node(n, 8, rack="r1", zone="z") for n in NODES])
     pods: dict[str, dict[str, Any]] = {}
@@ -162,16 +175,15 @@ def test_any_interleaving_of_pod_writes_leaves_each_queue_charged_at_least_what_
             pods[obj["metadata"]["name"]] = obj
             cycle.book.pod_seen(obj)
         else:
-            name = f"vllm-abc-{write.name}" if write.owner == "vllm" else f"ray-{write.name}"
+            name = pod_name(write.owner, write.name)
             if name in pods:
                 cycle.book.pod_gone("ns", name, pods.pop(name))
         asked = cycle.ask(snapshot, NOW)
         assert not asked.stops  # nothing here is a reason to stop either workload
-        charged = {"a": 0, "b": 0}
+        charged = {"a": 0, "b": 0, "c": 0}
         for part in asked.held:
             charged[part.queue] += part.milli
         for request in asked.requests:
-            if request.placement is not None:  # the RayCluster's gang, where its record says
-                charged[request.queue] += request.placement.total_gpus * MILLI
+            charged[request.queue] += request.held_milli  # the RayCluster's gang, where its record says
         holding = held_as_the_api_server_says(pods)
         assert all(charged[q] >= holding[q] for q in holding), (write, charged, holding)

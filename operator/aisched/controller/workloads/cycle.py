@@ -54,7 +54,7 @@ from aisched.kube.workload_api import PodGroups, WorkloadApi
 from aisched.metrics.workload import WorkloadMetrics
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.placement import Placement
-from aisched.policy.queueing import MILLI, QUEUE_NOT_FOUND
+from aisched.policy.queueing import QUEUE_NOT_FOUND
 from aisched.policy.scheduler import HeldGpus, JobRequest, ScheduleResult
 from aisched.policy.scheduler.results import ReclaimedReplica
 from aisched.policy.workloads.model import (
@@ -424,8 +424,8 @@ async def _guarded(entry: WorkloadEntry, write: Callable[[], Awaitable[None]]) -
 
 
 def _charge_what_its_pods_hold(queue: str, holding: int, asking: Asking, before: tuple[int, int]) -> None:
-    """QUEUE, the one a workload was last charged to, is charged at least the whole GPUs its bound, unfinished
-    pods hold, as kube-scheduler counts them: what its ask since BEFORE (requests, held) charges, topped up. A
+    """QUEUE, the one a workload was last charged to, is charged at least what its bound, unfinished pods hold,
+    as kube-scheduler counts them: what its ask since BEFORE (requests, held) charges, topped up. A
     pod on its way out holds its GPUs until it is gone, and a tenant sets how long that is (its termination
     grace): a replica deleted, a stopped, relabelled or deleted gang's pods draining, a replacement beside its
     terminating predecessor are all charged until they go. HOLDING: what its pods hold
@@ -433,7 +433,7 @@ def _charge_what_its_pods_hold(queue: str, holding: int, asking: Asking, before:
     if not holding:
         return
     requests, held = before
-    charged = sum(r.placement.total_gpus * MILLI for r in asking.requests[requests:] if r.placement is not None)
+    charged = sum(r.held_milli for r in asking.requests[requests:])
     charged += sum(h.milli for h in asking.held[held:])
     if holding > charged:
         asking.held.append(HeldGpus(queue, holding - charged))

@@ -15,10 +15,9 @@ from aisched.controller.workloads.book import WorkloadEntry
 from aisched.controller.workloads.pods import WorkloadPod, WorkloadRef
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.placement import Placement
-from aisched.policy.queueing import MILLI
 from aisched.policy.scheduler import JobRequest
 from aisched.policy.workloads.model import AdmittedRecord, Workload
-from aisched.policy.workloads.request import as_request
+from aisched.policy.workloads.request import as_request, milli_of
 
 
 @dataclass
@@ -54,12 +53,13 @@ class RunningWorkloads:
         return held
 
     def holding(self, entry: WorkloadEntry) -> int:
-        """Whole GPUs, in thousandths, that ENTRY's bound, unfinished pods hold (terminating ones too), as
-        kube-scheduler counts them: what its queue is charged at least (kept while its pods do not change)."""
+        """What ENTRY's bound, unfinished pods hold (terminating ones too), in thousandths, as kube-scheduler
+        counts them (whole GPUs, a MIG instance at its share): what its queue is charged at least (kept while
+        its pods do not change)."""
         kept = self._holding.get(entry.ref)
         if kept is not None and kept[0] == entry.revision:
             return kept[1]
-        held = sum(max(p.gpus, 0) * MILLI for p in entry.pods.values() if p.bound and not p.done)
+        held = sum(pod_holds(p) for p in entry.pods.values() if p.bound and not p.done)
         self._holding[entry.ref] = (entry.revision, held)
         return held
 
@@ -67,6 +67,11 @@ class RunningWorkloads:
         self._asks.pop(ref, None)
         self._holds.pop(ref, None)
         self._holding.pop(ref, None)
+
+
+def pod_holds(pod: WorkloadPod) -> int:
+    """What POD holds once bound, in thousandths: its whole GPUs, or its MIG instance's share of one GPU."""
+    return milli_of(pod.gpus, pod.mig_profile)  # gpus -1: a spec that cannot be read, never placed by aisched
 
 
 def admitted_as(workload: Workload, record: AdmittedRecord) -> bool:

@@ -78,11 +78,14 @@ def as_request(
 def pod_milli(workload: Workload) -> int:
     """What one of WORKLOAD's GPU pods is charged, in thousandths: its whole GPUs, or its MIG instance's share."""
     shape = workload.gpu_pod_sets[0] if workload.gpu_pod_sets else None
-    if shape is None:
-        return 0
-    if shape.mig_profile is not None:
-        return replica_milli(GpuShare(mig_profile=shape.mig_profile), 1)
-    return shape.gpus_per_pod * MILLI
+    return 0 if shape is None else milli_of(shape.gpus_per_pod, shape.mig_profile)
+
+
+def milli_of(gpus: int, mig_profile: str | None) -> int:
+    """What a pod of GPUS whole GPUs, or of one MIG_PROFILE instance, is charged, in thousandths."""
+    if mig_profile is not None:
+        return replica_milli(GpuShare(mig_profile=mig_profile), 1)
+    return max(gpus, 0) * MILLI
 
 
 def _counts(
