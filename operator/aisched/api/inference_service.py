@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import Field, model_validator
 
@@ -131,6 +131,10 @@ class MetricSpec(ApiModel):
         return self
 
 
+HPA_LAW_MAX_SCALE_UP_PER_MINUTE: Final = 4
+HPA_LAW_MAX_SCALE_DOWN_PER_MINUTE: Final = 1
+
+
 class AutoscalingSpec(ApiModel):
     model_config = validated_by(
         cel("self.minReplicas <= self.maxReplicas", "autoscaling.minReplicas must be <= maxReplicas"),
@@ -147,8 +151,21 @@ class AutoscalingSpec(ApiModel):
     tolerance: float = Field(default=0.1, ge=0, le=1, description="No scaling while |value/target - 1| is within this.")
     scale_up_stabilization_seconds: int = Field(default=0, ge=0, le=3600)
     scale_down_stabilization_seconds: int = Field(default=300, ge=0, le=3600)
-    max_scale_up_replicas_per_minute: int = Field(default=4, ge=1, le=1000)
-    max_scale_down_replicas_per_minute: int = Field(default=1, ge=1, le=1000)
+    max_scale_up_replicas_per_minute: int | None = Field(
+        default=None,
+        ge=1,
+        le=1000,
+        description=f"Unset: {HPA_LAW_MAX_SCALE_UP_PER_MINUTE} for a metric with targetPerReplica; no cap for type LLM",
+    )
+    max_scale_down_replicas_per_minute: int | None = Field(
+        default=None,
+        ge=1,
+        le=1000,
+        description=(
+            f"Unset: {HPA_LAW_MAX_SCALE_DOWN_PER_MINUTE} for a metric with targetPerReplica; no cap for type LLM "
+            "(its scale-down window holds the fleet)."
+        ),
+    )
     scale_to_zero: bool = Field(default=False, description="Allow zero replicas when idle.")
 
     @model_validator(mode="after")

@@ -35,7 +35,11 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
 
-from aisched.api.inference_service import AutoscalingSpec
+from aisched.api.inference_service import (
+    HPA_LAW_MAX_SCALE_DOWN_PER_MINUTE,
+    HPA_LAW_MAX_SCALE_UP_PER_MINUTE,
+    AutoscalingSpec,
+)
 
 RATE_LIMIT_PERIOD_SECONDS = 60
 """The API's rate limits are per minute."""
@@ -118,6 +122,9 @@ class ScalingBehavior:
         target = spec.metric.target_per_replica
         if target is None:  # type LLM, which aisched.policy.llm_scaling decides instead
             raise ValueError("this law needs metric.targetPerReplica")
+        up, down = spec.max_scale_up_replicas_per_minute, spec.max_scale_down_replicas_per_minute
+        up = HPA_LAW_MAX_SCALE_UP_PER_MINUTE if up is None else up
+        down = HPA_LAW_MAX_SCALE_DOWN_PER_MINUTE if down is None else down
         return cls(
             min_replicas=spec.min_replicas,
             max_replicas=spec.max_replicas,
@@ -126,12 +133,8 @@ class ScalingBehavior:
             scale_to_zero=spec.scale_to_zero,
             scale_up_window_seconds=spec.scale_up_stabilization_seconds,
             scale_down_window_seconds=spec.scale_down_stabilization_seconds,
-            scale_up_policies=(
-                RatePolicy(PolicyKind.PODS, spec.max_scale_up_replicas_per_minute, RATE_LIMIT_PERIOD_SECONDS),
-            ),
-            scale_down_policies=(
-                RatePolicy(PolicyKind.PODS, spec.max_scale_down_replicas_per_minute, RATE_LIMIT_PERIOD_SECONDS),
-            ),
+            scale_up_policies=(RatePolicy(PolicyKind.PODS, up, RATE_LIMIT_PERIOD_SECONDS),),
+            scale_down_policies=(RatePolicy(PolicyKind.PODS, down, RATE_LIMIT_PERIOD_SECONDS),),
             metric_max_age_seconds=metric_max_age_seconds,
         )
 

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from aisched.api.inference_service import AutoscalingSpec
 from aisched.policy.llm_scaling import (
     SGLANG,
     TGI,
@@ -20,6 +21,7 @@ from aisched.policy.llm_scaling import (
     ServiceSignals,
     decide_llm_replicas,
     engine_preset,
+    llm_scaling_spec,
 )
 from aisched.policy.llm_scaling.history import DAY_S
 
@@ -189,3 +191,81 @@ def test_decision_stays_within_max_and_quota_and_serves_in_flight(
     assert decision.replicas >= min(cap, in_flight_need)
     assert decision.in_flight_floor == min(cap, in_flight_need)
     assert remembered.recommendations[-1] == (1000.0, remembered.recommendations[-1][1])
+
+
+# -- the spec's per-minute caps ---------------------------------------------------------------
+
+RATE_NEED = signals(rate=90.0, kv=0.1)  # 10 replicas at 10 requests/s each, run at 90%
+
+
+def test_unset_caps_leave_the_law_as_it_was() -> None:
+    spec = LlmScalingSpec(max_replicas=50, replica_capacity_rps=10.0)
+    assert spec.max_scale_up_per_minute is None and decide(spec, RATE_NEED) == 10
+
+
+def test_a_scale_up_cap_counts_what_the_last_minute_added() -> None:
+    spec = LlmScalingSpec(max_replicas=50, replica_capacity_rps=10.0, max_scale_up_per_minute=3)
+    first, memory = decide_llm_replicas(spec, RATE_NEED, ScalingMemory(), 100, now=1000.0)
+    assert (first.replicas, first.reason) == (5, "rate limited")
+    again, memory = decide_llm_replicas(spec, signals(ready=5, rate=90.0, kv=0.1), memory, 100, now=1030.0)
+    assert again.replicas == 5  # the minute's three are spent
+    later, _ = decide_llm_replicas(spec, signals(ready=5, rate=90.0, kv=0.1), memory, 100, now=1061.0)
+    assert later.replicas == 8
+
+
+def test_a_scale_down_cap_removes_that_many_a_minute() -> None:
+    spec = LlmScalingSpec(max_scale_down_per_minute=2)
+    old = ScalingMemory(recommendations=((500.0, 6),))
+    assert decide(SPEC, signals(ready=6, running=6, kv=0.1), old) == 1
+    assert decide(spec, signals(ready=6, running=6, kv=0.1), old) == 4
+
+
+def test_caps_never_hold_a_fleet_below_its_floor_nor_at_it_when_it_may_sleep() -> None:
+    capped = {"max_scale_up_per_minute": 1, "max_scale_down_per_minute": 1}
+    raised = LlmScalingSpec(min_replicas=4, max_replicas=20, **capped)  # type: ignore[arg-type]
+    assert decide(raised, signals(ready=1, running=1, kv=0.1)) == 4
+    sleepy = LlmScalingSpec(min_replicas=0, scale_to_zero=True, idle_before_zero_s=600, **capped)  # type: ignore[arg-type]
+    idle = signals(ready=1, running=0, kv=0.0, rate=0.0, ttft=None, tpot=None)
+    assert decide(sleepy, idle, ScalingMemory(recommendations=((100.0, 1),), last_arrival_at=0.0)) == 0
+    woken = signals(ready=0, waiting=1, running=0, kv=0.0, rate=0.0, ttft=None, tpot=None)
+    assert decide(sleepy, woken, ScalingMemory(recommendations=((999.0, 0),))) == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    up=st.integers(1, 5),
+    down=st.integers(1, 5),
+    rates=st.lists(st.floats(0, 400), min_size=2, max_size=30),
+    steps=st.lists(st.sampled_from((5.0, 15.0, 30.0, 61.0)), min_size=30, max_size=30),
+)
+def test_no_minute_changes_the_fleet_by_more_than_its_caps(
+    up: int, down: int, rates: list[float], steps: list[float]
+) -> None:
+    spec = LlmScalingSpec(
+        max_replicas=60, replica_capacity_rps=10.0, max_scale_up_per_minute=up, max_scale_down_per_minute=down
+    )
+    memory, replicas, now, history = ScalingMemory(), 2, 1000.0, [(1000.0, 2)]
+    for rate, step in zip(rates, steps, strict=False):
+        now += step
+        observed = signals(ready=replicas, running=replicas, kv=0.1 * replicas, rate=rate)
+        decision, memory = decide_llm_replicas(spec, observed, memory, 100, now)
+        replicas = decision.replicas
+        history.append((now, replicas))
+        minute_ago = [n for t, n in history if now - t >= 60.0]
+        start = minute_ago[-1] if minute_ago else history[0][1]
+        assert start - down <= replicas <= start + up or replicas == max(1, spec.min_replicas), history
+
+
+def test_a_manifests_caps_reach_the_policy_and_unset_ones_stay_unset() -> None:
+    def translated(**caps: int) -> LlmScalingSpec:
+        autoscaling = AutoscalingSpec.model_validate(
+            {"minReplicas": 1, "maxReplicas": 8, "metric": {"type": "LLM", "llm": {}}, **caps}
+        )
+        assert autoscaling.metric.llm is not None
+        return llm_scaling_spec(autoscaling, autoscaling.metric.llm, sync_period_s=15.0)
+
+    unset = translated()
+    assert (unset.max_scale_up_per_minute, unset.max_scale_down_per_minute) == (None, None)
+    assert unset == LlmScalingSpec(min_replicas=1, max_replicas=8)  # the API's defaults are the policy's
+    capped = translated(maxScaleUpReplicasPerMinute=2, maxScaleDownReplicasPerMinute=1)
+    assert (capped.max_scale_up_per_minute, capped.max_scale_down_per_minute) == (2, 1)

@@ -19,29 +19,13 @@ from aisched.controller.serving.replica_pods import ServiceKey
 from aisched.kube.serving_builders import ServingPod
 from aisched.policy.llm_scaling import (
     ColdStartEstimate,
-    LatencyObjectives,
-    LlmScalingSpec,
     ScalingDecision,
     ScalingMemory,
     ServiceSignals,
     decide_llm_replicas,
 )
+from aisched.policy.llm_scaling.from_api import llm_scaling_spec
 from aisched.sources.llm_signals import LlmSample
-
-
-def llm_scaling_spec(autoscaling: AutoscalingSpec, llm: LlmMetricSpec, sync_period_s: float) -> LlmScalingSpec:
-    objectives = llm.objectives
-    return LlmScalingSpec(
-        min_replicas=autoscaling.min_replicas,
-        max_replicas=autoscaling.max_replicas,
-        objectives=LatencyObjectives(objectives.ttft_seconds, objectives.tpot_seconds, objectives.percentile),
-        scale_to_zero=autoscaling.scale_to_zero,
-        kv_usage_target=llm.kv_usage_target,
-        waiting_per_replica_target=llm.waiting_per_replica_target,
-        scale_down_window_s=autoscaling.scale_down_stabilization_seconds,
-        sync_period_s=sync_period_s,
-        replica_capacity_rps=llm.replica_capacity_rps,
-    )
 
 
 def service_signals(sample: LlmSample, pods: Sequence[ServingPod]) -> ServiceSignals | None:

@@ -9,6 +9,7 @@ from aisched.policy.llm_scaling.decide import (
     decide_llm_replicas,
 )
 from aisched.policy.llm_scaling.engines import ENGINE_PRESETS, SGLANG, TGI, VLLM, EnginePreset, engine_preset
+from aisched.policy.llm_scaling.from_api import llm_scaling_spec
 from aisched.policy.llm_scaling.history import ColdStartEstimate, LoadHistory
 
 __all__ = [
@@ -26,4 +27,5 @@ __all__ = [
     "ServiceSignals",
     "decide_llm_replicas",
     "engine_preset",
+    "llm_scaling_spec",
 ]

@@ -29,7 +29,10 @@ after lulls shorter than a cold start plus a window; 300 s (also HPA's default) 
 Scale-down is conservative: the fleet only shrinks to the largest need recommended within
 `scale_down_window_s`, never below the replicas its in-flight requests need, and to zero only
 when the spec allows it and no request has arrived for `idle_before_zero_s`. Every decision is
-capped by the spec's max and the quota the caller passes in.
+capped by the spec's max and the quota the caller passes in, and, where the spec sets them, by
+`max_scale_up_per_minute` / `max_scale_down_per_minute`: the replicas added (removed) over the last
+60 s, as HPA's Pods policy counts them. They win over every need but the floor: the way from the
+floor to zero, and from zero to one, is taken at once.
 """
 
 from __future__ import annotations
@@ -64,6 +67,10 @@ class LlmScalingSpec:
     sync_period_s: float = 15.0
     replica_capacity_rps: float | None = None
     rate_utilisation_target: float = 0.9
+    max_scale_up_per_minute: int | None = None
+    """None: no cap (the latency need at most doubles the ready replicas in one decision)."""
+    max_scale_down_per_minute: int | None = None
+    """None: no cap (the scale-down window already holds the fleet at its recent need)."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +96,11 @@ class ScalingMemory:
     cold_start: ColdStartEstimate = field(default_factory=ColdStartEstimate)
     rate_per_replica: float | None = None
     last_arrival_at: float | None = None
+    changes: tuple[tuple[float, int], ...] = ()
+    """(when, replicas added or removed) of the decisions of the last `RATE_PERIOD_S`."""
+
+
+RATE_PERIOD_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -139,6 +151,10 @@ def decide_llm_replicas(
     replicas = min(cap, max(desired, floor, in_flight_floor))
     if replicas == cap and cap < max(desired, floor, in_flight_floor):
         reason = "capped"
+    changes = tuple(c for c in memory.changes if now - c[0] < RATE_PERIOD_S)
+    limited = _rate_limited(spec, current, replicas, min(cap, max(1, spec.min_replicas)), changes)
+    if limited != replicas:
+        replicas, reason = limited, "rate limited"
     decision = ScalingDecision(replicas, reason, need_now, need_ahead, min(cap, in_flight_floor))
     remembered = replace(
         memory,
@@ -146,8 +162,23 @@ def decide_llm_replicas(
         load=memory.load.record(now, signals.arrival_rate),
         rate_per_replica=rate_per_replica,
         last_arrival_at=last_arrival,
+        changes=(*changes, (now, replicas - current)) if replicas != current else changes,
     )
     return decision, remembered
+
+
+def _rate_limited(
+    spec: LlmScalingSpec, current: int, replicas: int, floor: int, changes: tuple[tuple[float, int], ...]
+) -> int:
+    """REPLICAS within the spec's per-minute caps, counted from the fleet of a minute ago (CHANGES since).
+
+    The floor bounds them: a fleet below it rises to it at once, and one at it leaves for zero at once."""
+    period_start = current - sum(change for _, change in changes)
+    if replicas > current and spec.max_scale_up_per_minute is not None:
+        return min(replicas, max(current, floor, period_start + spec.max_scale_up_per_minute))
+    if replicas < current and spec.max_scale_down_per_minute is not None and not (replicas == 0 and current <= floor):
+        return max(replicas, min(current, period_start - spec.max_scale_down_per_minute))
+    return replicas
 
 
 def _corrected_capacity(spec: LlmScalingSpec, signals: ServiceSignals, learned: float | None) -> float | None:

@@ -32,12 +32,20 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
+from aisched.api.inference_service import (
+    AutoscalingSpec,
+    LatencyObjectivesSpec,
+    LlmMetricSpec,
+    MetricSpec,
+    MetricType,
+)
 from aisched.policy.llm_scaling import (
     LatencyObjectives,
     LlmScalingSpec,
     ScalingMemory,
     ServiceSignals,
     decide_llm_replicas,
+    llm_scaling_spec,
 )
 from aisched.sim.llm.fleet import FleetView, ReplicaGauges
 
@@ -197,10 +205,18 @@ class AischedLlm:
 def aisched_spec(
     max_replicas: int, objectives: LatencyObjectives, replica_capacity_rps: float | None, min_replicas: int = 1
 ) -> LlmScalingSpec:
-    """aisched's spec in the benchmark: the API's defaults but for the bounds, objectives and load-tested capacity."""
-    return LlmScalingSpec(
-        min_replicas=min_replicas,
-        max_replicas=max_replicas,
-        objectives=objectives,
+    """aisched's spec in the benchmark: a manifest's, the API's defaults but for the bounds, objectives and
+    load-tested capacity, translated as the operator translates it."""
+    llm = LlmMetricSpec(
+        objectives=LatencyObjectivesSpec(
+            ttft_seconds=objectives.ttft_s, tpot_seconds=objectives.tpot_s, percentile=objectives.percentile
+        ),
         replica_capacity_rps=replica_capacity_rps,
     )
+    autoscaling = AutoscalingSpec(
+        min_replicas=min_replicas,
+        max_replicas=max_replicas,
+        scale_to_zero=min_replicas == 0,
+        metric=MetricSpec(type=MetricType.LLM, llm=llm),
+    )
+    return llm_scaling_spec(autoscaling, llm, sync_period_s=AischedLlm.period_s)
