@@ -243,3 +243,35 @@ def test_a_raycluster_scaled_up_while_it_runs_grows_within_its_queues_quota(
     # Still gated cycles later: the quota holds it, it is no pod the operator has yet to reach.
     time.sleep(6)
     assert len([p for p in pods_of(cluster, namespace, workers) if gated(p)]) == 1
+
+
+def test_a_raycluster_scaled_down_while_it_runs_gives_its_queue_back_what_it_no_longer_wants(
+    cluster: LocalCluster, namespace: str, kinds_queue: str
+) -> None:
+    """On a 4-GPU queue, a cluster of three 1-GPU workers leaves too little for a 2-GPU Job, which waits. Scaled
+    down to one worker (KubeRay deletes the other two), its record is rewritten to the one place it still
+    wants, and the Job is admitted on the GPUs given back."""
+    ray = gpu_raycluster("shrinking", kinds_queue, workers=3, gpus=1)
+    ray["spec"]["workerGroupSpecs"][0]["minReplicas"] = 1
+    apply(cluster, namespace, ray)
+    running_pods(cluster, namespace, f"{RAY_PODS}=shrinking", 4)  # the head and three workers
+    apply(cluster, namespace, indexed_job("after", kinds_queue, pods=1, gpus=2))
+    time.sleep(6)  # cycles go by: it waits for quota
+    assert pods_of(cluster, namespace, "batch.kubernetes.io/job-name=after") == [] or all(
+        gated(p) for p in pods_of(cluster, namespace, "batch.kubernetes.io/job-name=after")
+    )
+    patch = [{"op": "replace", "path": "/spec/workerGroupSpecs/0/replicas", "value": 1}]
+    scaled = cluster.kubectl(
+        "patch", "raycluster", "shrinking", "-n", namespace, "--type=json", "-p", json.dumps(patch)
+    )
+    assert scaled.returncode == 0, scaled.stderr
+    running_pods(cluster, namespace, "batch.kubernetes.io/job-name=after", 1)
+
+    def record() -> dict[str, Any]:
+        annotations = get_object(cluster, "raycluster", "shrinking", namespace)["metadata"]["annotations"]
+        return dict(json.loads(annotations[PLACEMENT_ANNOTATION]))
+
+    assert len(record()["nodes"]) == 1 and record()["generation"] == 1  # the same run, never stopped
+    assert any(e.startswith("ScaledDown: ") for e in events_of(cluster, namespace, "shrinking"))
+    workers = pods_of(cluster, namespace, f"{RAY_PODS}=shrinking,ray.io/node-type=worker")
+    assert len([p for p in workers if not p["metadata"].get("deletionTimestamp")]) == 1

@@ -4,6 +4,7 @@ are placed as the queue's quota and the room allow, promised until they bind, an
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from aisched.policy.placement import Placement
 from aisched.policy.queueing import MILLI, QueueQuota
 from aisched.policy.scheduler import JobRequest, ScheduleResult, schedule
 from aisched.policy.scheduler.results import Admission
-from aisched.policy.workloads.model import ADMISSION_GATE, PLACEMENT_ANNOTATION, QUEUE_LABEL, WorkloadKind
+from aisched.policy.workloads.model import ADMISSION_GATE, PLACEMENT_ANNOTATION, QUEUE_LABEL, Workload, WorkloadKind
 from tests.unit.controller.test_workload_cycle import NOW, parts, snapshot
 
 __all__ = ["parts"]  # the fixture, shared with the cycle's tests
@@ -145,6 +146,47 @@ def test_a_worker_beyond_the_records_place_on_its_node_is_charged_though_another
     grown_cluster(cycle, workers=2, placed={"ray-gpu-0": "n1", "ray-gpu-1": "n1"})
     asked = cycle.ask(snapshot(), NOW)
     assert [(h.milli, h.replica.pod if h.replica else None) for h in asked.held] == [(2 * MILLI, "ray-gpu-1")]
+
+
+@pytest.mark.asyncio
+async def test_a_cluster_scaled_down_below_its_record_gives_back_the_places_it_no_longer_wants(parts: Any) -> None:
+    """Admitted with workers on n1 and n2, scaled to one by its autoscaler, the worker on n2 gone: the record is
+    rewritten to n1 alone (the same run), once per version of the object, and scaling up again is growth."""
+    cycle, api, events, _in_flight = parts
+    scaled = a_raycluster(1, admitted_on=["n1", "n2"])
+    scaled["metadata"]["resourceVersion"] = "7"
+    cycle.book.object_seen(RAY, scaled)
+    cycle.book.pod_seen(a_worker("ray-gpu-0", node="n1"))
+    asked = cycle.ask(snapshot(), NOW)
+    (gang,) = asked.requests
+    assert gang.placement is not None and gang.placement.nodes == ("n1", "n2")  # charged as it was until rewritten
+    assert [(entry.ref[2], nodes) for entry, nodes in asked.shrinks] == [("ray", ("n1",))]
+    await cycle.carry_out(asked, ScheduleResult(), NOW)
+    await cycle.carry_out(cycle.ask(snapshot(), NOW), ScheduleResult(), NOW)  # the watch has not shown it yet
+    ((kind, _ns, name, patch),) = api.patches
+    assert (kind, name, set(patch)) == (RAY, "ray", {"metadata"})  # the record only: no suspend, no spec
+    assert patch["metadata"]["resourceVersion"] == "7"
+    record = json.loads(patch["metadata"]["annotations"][PLACEMENT_ANNOTATION])
+    assert (record["nodes"], record["generation"], record["admittedAt"]) == (["n1"], 1, NOW.isoformat())
+    assert ("ScaledDown", "scaled down in place: 1 GPU pod place(s) of its admission given back") in events.said
+
+    rewritten = a_raycluster(2, admitted_on=["n1"])  # the watch shows the record, and the autoscaler scales up
+    cycle.book.object_seen(RAY, rewritten)
+    cycle.book.pod_seen(a_worker("ray-gpu-1"))
+    after = cycle.ask(snapshot(), NOW)
+    gang, growth = after.requests
+    assert gang.placement is not None and gang.placement.nodes == ("n1",) and after.shrinks == ()
+    assert (growth.key, growth.replicas) == (KEY + GROWTH_MARK, 1)  # within its queue's quota, as growth is
+
+
+def test_a_record_still_being_written_is_not_shrunk(parts: Any) -> None:
+    cycle, _api, _events, _in_flight = parts
+    cycle.book.object_seen(RAY, a_raycluster(1, admitted_on=["n1", "n2"]))
+    (entry,) = list(cycle.book)
+    assert isinstance(entry.read, Workload) and entry.read.admitted is not None
+    pending = replace(entry.read.admitted, nodes=("n1", "n2", "n3"), generation=2)
+    cycle.admissions._written[entry.read.key] = pending
+    assert cycle.ask(snapshot(), NOW).shrinks == ()
 
 
 def a_deployment_on(nodes: list[str], queue: str = "team") -> tuple[dict[str, Any], list[dict[str, Any]]]:

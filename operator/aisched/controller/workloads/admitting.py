@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -38,6 +38,8 @@ class Admissions:
     _written: dict[str, AdmittedRecord] = field(default_factory=dict)
     """Admissions written and not seen yet, by workload key: until the watch shows its record, the workload
     is charged and placed by this one, never asked for (and admitted) a second time."""
+    _shrunk_at: dict[str, str] = field(default_factory=dict)
+    """The object version each workload's last shrink was written against: sent once per version."""
 
     def record_of(self, workload: Workload) -> AdmittedRecord | None:
         """Where WORKLOAD's current run goes: the record on its object, or the one written and not seen yet."""
@@ -96,6 +98,27 @@ class Admissions:
             f"admitted to queue {workload.queue}: {len(nodes)} GPU pod(s) on {len(set(nodes))} node(s)",
         )
 
+    async def shrink(self, entry: WorkloadEntry, nodes: tuple[str, ...]) -> None:
+        """A gang scaled down in place keeps only NODES of its record: the record is rewritten for the same run
+        (its generation and admission time stay), and until the watch shows it the old one is charged."""
+        workload = entry.read
+        if not isinstance(workload, Workload) or workload.admitted is None:
+            return
+        if entry.version and self._shrunk_at.get(workload.key) == entry.version:
+            return  # sent against this version already: the watch shows the outcome
+        self._shrunk_at[workload.key] = entry.version
+        record = replace(workload.admitted, nodes=nodes)
+        metadata: dict[str, Any] = {
+            "annotations": {PLACEMENT_ANNOTATION: json.dumps(record.to_json(), separators=(",", ":"))}
+        }
+        if entry.version:  # against the spec the shrink was read from: a scale-up since is refused (409)
+            metadata["resourceVersion"] = entry.version
+        kind, namespace, name = entry.ref
+        if await self.api.patch_object(kind, namespace, name, {"metadata": metadata}):
+            given_back = len(workload.admitted.nodes) - len(nodes)
+            message = f"scaled down in place: {given_back} GPU pod place(s) of its admission given back"
+            self.say(entry, "Normal", "ScaledDown", message)
+
     async def stop(self, entry: WorkloadEntry, reason: str, message: str) -> None:
         """Suspend it and drop its record (its controller deletes its pods); a kind with no suspend: its pods go."""
         kind, namespace, name = entry.ref
@@ -113,3 +136,4 @@ class Admissions:
 
     def forget(self, key: str) -> None:
         self._written.pop(key, None)
+        self._shrunk_at.pop(key, None)

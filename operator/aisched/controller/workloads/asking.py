@@ -24,6 +24,7 @@ from aisched.policy.placement import Placement
 from aisched.policy.queueing import MILLI
 from aisched.policy.scheduler import HeldGpus, HeldReplica, JobRequest
 from aisched.policy.workloads.model import AdmittedRecord, Workload, WorkloadKind
+from aisched.policy.workloads.pod_nodes import shrunk_record
 from aisched.policy.workloads.request import as_request, pod_milli
 
 GROWTH_MARK: Final = "~growth"
@@ -59,6 +60,9 @@ class CycleAsk:
     interrupted: tuple[tuple[WorkloadEntry, str], ...] = ()
     """A model server's replicas on nodes that announced their end: deleted, with their termination grace to
     drain; their controller makes them again, gated, for the cycle to place elsewhere."""
+    shrinks: tuple[tuple[WorkloadEntry, tuple[str, ...]], ...] = ()
+    """Running gangs scaled down in place (a RayCluster's autoscaler): the record each keeps (`shrunk_record`);
+    the places it no longer wants go back to its queue and the cluster once the record is rewritten."""
 
 
 @dataclass
@@ -75,6 +79,7 @@ class Asking:
     at_once: list[WorkloadEntry] = field(default_factory=list)
     stuck: list[tuple[str, str]] = field(default_factory=list)
     interrupted: list[tuple[WorkloadEntry, str]] = field(default_factory=list)
+    shrinks: list[tuple[WorkloadEntry, tuple[str, ...]]] = field(default_factory=list)
 
     def frozen(self) -> CycleAsk:
         return CycleAsk(
@@ -84,6 +89,7 @@ class Asking:
             tuple(self.at_once),
             tuple(self.stuck),
             tuple(self.interrupted),
+            tuple(self.shrinks),
         )
 
 
@@ -133,11 +139,17 @@ def ask_growth(
     every pod of the record is placed (until then a new pod takes a place of the record, as a replacement does).
 
     Its queue's quota bounds the growth (the autoscaler's pods beyond it stay gated, and the autoscaler sees them
-    pending); a scale-down below the record keeps the record's GPUs, for the cluster to scale back into."""
+    pending). A scale-down below the record gives back the places no pod takes beyond what its spec still wants
+    (`shrunk_record`): the record is rewritten, and scaling back up is growth again."""
     if entry.kind not in GROWING_KINDS or not record.nodes:
         return
     pods = [p for p in gpu_pods(entry, workload) if p.live and fits_its_set(p, workload)]
-    grown, free_slots = beyond_record(record.nodes, [(p, placer.node_of(p)) for p in pods])
+    placed = [(p, placer.node_of(p)) for p in pods]
+    if record is workload.admitted:  # seen on the object: a record still being written is never shrunk
+        kept = shrunk_record(record.nodes, [(p.name, n) for p, n in placed if n is not None], workload.gpu_pods)
+        if kept is not None:
+            asking.shrinks.append((entry, kept))
+    grown, free_slots = beyond_record(record.nodes, placed)
     waiting = [p for p in pods if p.gated and not placer.placing(p)]
     asking.held.extend(held(workload, pod, pod_milli(workload), snapshot, asking) for pod in grown)
     if waiting and not free_slots:

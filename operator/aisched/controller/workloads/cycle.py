@@ -317,7 +317,8 @@ class WorkloadCycle:
         await at_most(CONCURRENT_WRITES, [functools.partial(_guarded, entry, write) for entry, write in writes])
 
     def _asked_writes(self, ask: CycleAsk, now: datetime) -> list[_Write]:
-        """The stops due before the decision, the admissions of what asks no GPU, the interrupted replicas' deletes."""
+        """The stops due before the decision, the admissions of what asks no GPU, the interrupted replicas' deletes,
+        the records of gangs scaled down in place."""
         writes: list[_Write] = []
         for asked in ask.stops:
             writes.append((asked.entry, functools.partial(self.stop, asked.entry, asked.reason, asked.message)))
@@ -325,6 +326,8 @@ class WorkloadCycle:
             writes.append((entry, functools.partial(self._admit, entry, None, now)))
         for entry, pod in ask.interrupted:
             writes.append((entry, functools.partial(self._replace_interrupted, entry, pod)))
+        for entry, nodes in ask.shrinks:
+            writes.append((entry, functools.partial(self.admissions.shrink, entry, nodes)))
         return writes
 
     def _decided_writes(

@@ -48,3 +48,33 @@ def assign_nodes(nodes: Sequence[str], pods: Sequence[PodSlot], set_order: Seque
             free[node] -= 1
             left.append(node)
     return {pod.name: node for pod, node in zip(unplaced, left, strict=False)}
+
+
+def shrunk_record(nodes: Sequence[str], placed: Sequence[tuple[str, str]], wanted: int) -> tuple[str, ...] | None:
+    """The record a gang scaled down in place keeps: NODES less the places it no longer wants, or None when it
+    wants them all. PLACED: (pod name, node) of its live pods that have a node (bound, or pinned on the way);
+    WANTED: the GPU pods its spec asks now.
+
+    Every place a placed pod takes stays (the pod holds it until it goes, and its charge with it), then the
+    free places in the record's order up to WANTED, and at least one: a record of none would read as a gang
+    that asks no GPU. What goes is released to the queue and the cluster; scaling back up later is growth,
+    placed within quota as any growth is."""
+    free = Counter(nodes)
+    taken: Counter[str] = Counter()
+    for _, node in sorted(placed):
+        if free[node] > 0:
+            free[node] -= 1
+            taken[node] += 1
+    keep = max(wanted, taken.total(), 1)
+    if keep >= len(nodes):
+        return None
+    spare = keep - taken.total()
+    kept: list[str] = []
+    for node in nodes:
+        if taken[node] > 0:
+            taken[node] -= 1
+            kept.append(node)
+        elif spare > 0:
+            spare -= 1
+            kept.append(node)
+    return tuple(kept)
