@@ -32,6 +32,8 @@ SERVICE_NAME: Final = f"{labels.PREFIX}/inference-service"
 TEMPLATE_HASH: Final = f"{labels.PREFIX}/template-hash"
 CAPACITY_TYPE: Final = f"{labels.PREFIX}/capacity-type"
 AUTOSCALER_STATE: Final = f"{labels.PREFIX}/autoscaler-state"
+LLM_SCALING_MEMORY: Final = f"{labels.PREFIX}/llm-scaling-memory"
+"""What an LLM-mode service's scaling remembers, for a restarted operator (`policy/llm_scaling/persisted.py`)."""
 HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
 TEMPLATE_HASH_LENGTH = 10
 

@@ -6,6 +6,7 @@ queries the autoscaler sends are the ones checked; the kube double fails on any 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -19,7 +20,7 @@ from aisched.api.common import CapacityType
 from aisched.api.inference_service import InferenceService
 from aisched.controller.serving.autoscaling import ServiceAutoscaler
 from aisched.kube.client import KubeClient
-from aisched.kube.serving_builders import ServingPod
+from aisched.kube.serving_builders import LLM_SCALING_MEMORY, ServingPod
 from aisched.settings import Settings
 from aisched.sources.prometheus import PrometheusSource, Retry
 from tests.unit.controller.test_serving_loop import T0, KubeDouble, a_service
@@ -159,3 +160,34 @@ async def test_the_cold_start_is_learned_from_the_replicas_own_boots_each_counte
     memory = scaler.llm_scalers.memory(("ml", "chat"))
     assert memory is not None and memory.cold_start.durations_s == (40.0, 50.0)
     assert memory.cold_start.seconds() == 50.0
+
+
+async def test_a_restarted_operator_goes_on_with_the_window_its_annotation_keeps(kube: KubeDouble) -> None:
+    """Busy, then quiet for longer than the scale-down window: the operator restarted meanwhile reads the window
+    from the service's annotation and shrinks at once, not after a new window of its own."""
+    busy = {"vllm:num_requests_waiting": 0, "vllm:num_requests_running": 40, "vllm:kv_cache_usage_perc": 3.6}
+    servers = Servers(busy)
+    assert await decide_once(autoscaler(kube, servers), llm_service(4), pods(4), NOW) == 5
+    kept = kube.annotated["chat"][LLM_SCALING_MEMORY]
+    assert [NOW.timestamp(), 5] in json.loads(kept)["recommendations"]
+
+    servers.values = {"vllm:num_requests_waiting": 0, "vllm:num_requests_running": 1, "vllm:kv_cache_usage_perc": 0.1}
+    servers.at = NOW + timedelta(seconds=400)
+    remembering = llm_service(5)
+    remembering.metadata.setdefault("annotations", {})[LLM_SCALING_MEMORY] = kept
+    assert await decide_once(autoscaler(kube, servers), remembering, pods(5), servers.at) == 1
+    # Without it, a first decision counts the fleet as it found it, and holds it for a window.
+    assert await decide_once(autoscaler(kube, servers), llm_service(5), pods(5), servers.at) == 5
+
+
+@pytest.mark.parametrize(
+    "kept",
+    ["{", "[]", '{"recommendations": [[1e300, 1000]]}', '{"recommendations": [["x", 1]]}', '{"changes": 3}'],
+    ids=["truncated", "not_an_object", "from_the_future", "not_a_time", "not_a_list"],
+)
+async def test_a_forged_or_broken_memory_gives_a_fresh_one(kube: KubeDouble, kept: str) -> None:
+    servers = Servers({"vllm:num_requests_waiting": 0, "vllm:num_requests_running": 1, "vllm:kv_cache_usage_perc": 0.1})
+    servers.at = NOW + timedelta(seconds=400)
+    service = llm_service(5)
+    service.metadata.setdefault("annotations", {})[LLM_SCALING_MEMORY] = kept
+    assert await decide_once(autoscaler(kube, servers), service, pods(5), servers.at) == 5  # as a first decision

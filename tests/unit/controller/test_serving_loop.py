@@ -35,6 +35,8 @@ class KubeDouble:
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
+        self.annotated: dict[str, dict[str, str]] = {}
+        """What each object was annotated with, by name."""
         self.failing: set[str] = set()
         self.foreign: set[str] = set()
         """Names whose Service exists and belongs to someone else."""
@@ -85,6 +87,7 @@ class KubeDouble:
 
     async def annotate_custom(self, plural: str, namespace: str, name: str, annotations: dict[str, str]) -> None:
         self.calls.append(("annotate_custom", name))
+        self.annotated.setdefault(name, {}).update(annotations)
         self.version += 1
 
     def post_event(self, obj: dict[str, Any], event_type: str, reason: str, message: str) -> None:

@@ -19,10 +19,11 @@ from aisched.api.inference_service import InferenceService, InferenceServiceStat
 from aisched.controller.serving.llm_autoscaling import LlmReading, LlmScalers
 from aisched.controller.serving.replica_pods import ServiceKey
 from aisched.kube.client import KubeClient
-from aisched.kube.serving_builders import AUTOSCALER_STATE, ServingPod
+from aisched.kube.serving_builders import AUTOSCALER_STATE, LLM_SCALING_MEMORY, ServingPod
 from aisched.metrics import Metrics
 from aisched.policy.autoscale import AutoscalerState, MetricSample, ReasonCode, ScalingBehavior
 from aisched.policy.autoscale import decide_replicas as decide_autoscale
+from aisched.policy.llm_scaling.persisted import memory_to_json
 from aisched.policy.serving_status import find_condition, set_service_condition
 from aisched.settings import Settings
 from aisched.sources.llm_signals import read_llm_signals
@@ -169,7 +170,7 @@ class ServiceAutoscaler:
         key = (namespace, name)
         current = service.spec.replicas
         if autoscaling.metric.type == MetricType.LLM:
-            outcome = self._llm_outcome(key, service, reading, now)
+            outcome = await self._llm_outcome(key, service, reading, now)
         else:
             outcome = await self._law_outcome(key, service, reading, now)
         replicas, decided, metric_value = outcome
@@ -211,10 +212,11 @@ class ServiceAutoscaler:
         await self.kube.annotate_custom(PLURAL, key[0], key[1], {AUTOSCALER_STATE: decision.state.to_json()})
         return decision.replicas, _Decided(decision.reason, decision.message), decision.metric_per_replica
 
-    def _llm_outcome(
+    async def _llm_outcome(
         self, key: ServiceKey, service: InferenceService, reading: MetricReading, now: datetime
     ) -> tuple[int, _Decided, float | None]:
-        """`decide_llm_replicas` on the servers' signals; without a fresh reading the count holds."""
+        """`decide_llm_replicas` on the servers' signals, its memory kept in an annotation too; without a fresh
+        reading the count holds."""
         autoscaling = service.spec.autoscaling
         assert autoscaling is not None and autoscaling.metric.llm is not None
         current = service.spec.replicas
@@ -228,10 +230,13 @@ class ServiceAutoscaler:
                 sync_period_s=self.settings.autoscaler.interval_seconds,
                 max_age_s=self.settings.autoscaler.metric_max_age_seconds,
                 now=now,
+                persisted=(service.metadata.get("annotations") or {}).get(LLM_SCALING_MEMORY),
             )
         if decision is None:
             why = "no fresh reading of the servers' queue and batch; holding the replica count"
             return current, _Decided(ReasonCode.METRIC_UNAVAILABLE, why), None
+        if (memory := self.llm_scalers.memory(key)) is not None:
+            await self.kube.annotate_custom(PLURAL, key[0], key[1], {LLM_SCALING_MEMORY: memory_to_json(memory)})
         if decision.replicas > current:
             code = ReasonCode.SCALE_FROM_ZERO if current == 0 else ReasonCode.SCALE_UP
         elif decision.replicas < current:

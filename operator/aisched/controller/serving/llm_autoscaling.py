@@ -1,7 +1,8 @@
 """Metric type LLM: a reading of the servers' signals -> `decide_llm_replicas`, with the service's memory.
 
-The memory (recent recommendations, the load history, the learned capacity) lives in the operator
-only: a restarted operator starts it afresh, as it does its first decision of a new service. The cold
+The memory (recent recommendations, the last minute's changes, the load history, the learned capacity)
+lives in the operator, and all of it but the load history is also written on the service after each
+decision (`policy/llm_scaling/persisted.py`), so a restarted operator goes on from it. The cold
 start is learned from the service's own replicas, each boot (binding to first readiness, as the pod's
 conditions say) counted once; the spec's `coldStartSeconds` is the prior until one has booted, and a
 restarted operator learns again from the ready pods it finds.
@@ -25,6 +26,7 @@ from aisched.policy.llm_scaling import (
     decide_llm_replicas,
 )
 from aisched.policy.llm_scaling.from_api import llm_scaling_spec
+from aisched.policy.llm_scaling.persisted import memory_from_json
 from aisched.sources.llm_signals import LlmSample
 
 
@@ -81,15 +83,21 @@ class LlmScalers:
         sync_period_s: float,
         max_age_s: float,
         now: datetime,
+        persisted: str | None = None,
     ) -> ScalingDecision | None:
-        """The decision on a fresh reading; None when there is none to decide on (the count holds)."""
+        """The decision on a fresh reading; None when there is none to decide on (the count holds). PERSISTED:
+        the memory the service's annotation keeps (`persisted.py`), read when this process has none of its own."""
         sample = reading.sample
         if sample is None or now - sample.observed_at > timedelta(seconds=max_age_s):
             return None
         signals = service_signals(sample, reading.pods)
         if signals is None:
             return None
-        memory = self._memory.get(key) or ScalingMemory(cold_start=ColdStartEstimate(prior_s=llm.cold_start_seconds))
+        memory = self._memory.get(key) or memory_from_json(
+            persisted,
+            now=now.timestamp(),
+            fresh=ScalingMemory(cold_start=ColdStartEstimate(prior_s=llm.cold_start_seconds)),
+        )
         # The spec's prior (edited, perhaps) and the boots of the replicas that came up since the last reading.
         prior = replace(memory.cold_start, prior_s=llm.cold_start_seconds)
         memory = replace(memory, cold_start=self._boots_seen(key, prior, reading.pods))
