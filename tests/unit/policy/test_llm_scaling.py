@@ -231,6 +231,12 @@ def test_caps_never_hold_a_fleet_below_its_floor_nor_at_it_when_it_may_sleep() -
     assert decide(sleepy, woken, ScalingMemory(recommendations=((999.0, 0),))) == 1
 
 
+def test_a_fleet_above_its_max_or_quota_comes_down_at_once_whatever_its_cap() -> None:
+    spec = LlmScalingSpec(max_replicas=3, max_scale_down_per_minute=1)
+    assert decide(spec, signals(ready=6, running=60, kv=1.0)) == 3
+    assert decide(LlmScalingSpec(max_replicas=20, max_scale_down_per_minute=1), signals(ready=6), quota=2) == 2
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     up=st.integers(1, 5),

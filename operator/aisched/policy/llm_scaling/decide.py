@@ -31,8 +31,8 @@ Scale-down is conservative: the fleet only shrinks to the largest need recommend
 when the spec allows it and no request has arrived for `idle_before_zero_s`. Every decision is
 capped by the spec's max and the quota the caller passes in, and, where the spec sets them, by
 `max_scale_up_per_minute` / `max_scale_down_per_minute`: the replicas added (removed) over the last
-60 s, as HPA's Pods policy counts them. They win over every need but the floor: the way from the
-floor to zero, and from zero to one, is taken at once.
+60 s, as HPA's Pods policy counts them. They win over every need but the bounds: the way up to the
+floor, from the floor to zero, and down to the max or the quota, is taken at once.
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ def decide_llm_replicas(
     if replicas == cap and cap < max(desired, floor, in_flight_floor):
         reason = "capped"
     changes = tuple(c for c in memory.changes if now - c[0] < RATE_PERIOD_S)
-    limited = _rate_limited(spec, current, replicas, min(cap, max(1, spec.min_replicas)), changes)
+    limited = _rate_limited(spec, current, replicas, (min(cap, max(1, spec.min_replicas)), cap), changes)
     if limited != replicas:
         replicas, reason = limited, "rate limited"
     decision = ScalingDecision(replicas, reason, need_now, need_ahead, min(cap, in_flight_floor))
@@ -168,16 +168,22 @@ def decide_llm_replicas(
 
 
 def _rate_limited(
-    spec: LlmScalingSpec, current: int, replicas: int, floor: int, changes: tuple[tuple[float, int], ...]
+    spec: LlmScalingSpec,
+    current: int,
+    replicas: int,
+    bounds: tuple[int, int],
+    changes: tuple[tuple[float, int], ...],
 ) -> int:
     """REPLICAS within the spec's per-minute caps, counted from the fleet of a minute ago (CHANGES since).
 
-    The floor bounds them: a fleet below it rises to it at once, and one at it leaves for zero at once."""
+    BOUNDS (floor, ceiling) win over them: a fleet below the floor rises to it at once, one at it leaves for
+    zero at once, and one above its max or its quota comes down to it at once."""
+    floor, ceiling = bounds
     period_start = current - sum(change for _, change in changes)
     if replicas > current and spec.max_scale_up_per_minute is not None:
         return min(replicas, max(current, floor, period_start + spec.max_scale_up_per_minute))
     if replicas < current and spec.max_scale_down_per_minute is not None and not (replicas == 0 and current <= floor):
-        return max(replicas, min(current, period_start - spec.max_scale_down_per_minute))
+        return min(ceiling, max(replicas, min(current, period_start - spec.max_scale_down_per_minute)))
     return replicas
 
 
