@@ -73,12 +73,11 @@ class Admissions:
         if placement is not None:  # promised at once: the watch shows the record only later
             self.in_flight.promise(promise, Promised.of(placement))
         self._written[workload.key] = record
-        metadata: dict[str, Any] = {
-            "annotations": {PLACEMENT_ANNOTATION: json.dumps(record.to_json(), separators=(",", ":"))}
+        # A precondition: a spec edited since the decision read it is refused (409), not admitted.
+        patch: dict[str, Any] = {
+            "metadata": _record_metadata(record, entry.version),
+            **KIND_APIS[kind].suspend_patch(False),
         }
-        if entry.version:  # a precondition: a spec edited since the decision read it is refused (409), not admitted
-            metadata["resourceVersion"] = entry.version
-        patch: dict[str, Any] = {"metadata": metadata, **KIND_APIS[kind].suspend_patch(False)}
         if kind is WorkloadKind.BATCH_JOB and placement is not None and len(placement.nodes) < workload.gpu_pods:
             patch["spec"]["parallelism"] = len(placement.nodes)  # an elastic Job admitted at fewer pods
         written = False
@@ -108,13 +107,9 @@ class Admissions:
             return  # sent against this version already: the watch shows the outcome
         self._shrunk_at[workload.key] = entry.version
         record = replace(workload.admitted, nodes=nodes)
-        metadata: dict[str, Any] = {
-            "annotations": {PLACEMENT_ANNOTATION: json.dumps(record.to_json(), separators=(",", ":"))}
-        }
-        if entry.version:  # against the spec the shrink was read from: a scale-up since is refused (409)
-            metadata["resourceVersion"] = entry.version
         kind, namespace, name = entry.ref
-        if await self.api.patch_object(kind, namespace, name, {"metadata": metadata}):
+        # Against the spec the shrink was read from: a scale-up since is refused (409).
+        if await self.api.patch_object(kind, namespace, name, {"metadata": _record_metadata(record, entry.version)}):
             given_back = len(workload.admitted.nodes) - len(nodes)
             message = f"scaled down in place: {given_back} GPU pod place(s) of its admission given back"
             self.say(entry, "Normal", "ScaledDown", message)
@@ -137,3 +132,13 @@ class Admissions:
     def forget(self, key: str) -> None:
         self._written.pop(key, None)
         self._shrunk_at.pop(key, None)
+
+
+def _record_metadata(record: AdmittedRecord, version: str) -> dict[str, Any]:
+    """The metadata patch that writes RECORD on its object, against VERSION when known."""
+    metadata: dict[str, Any] = {
+        "annotations": {PLACEMENT_ANNOTATION: json.dumps(record.to_json(), separators=(",", ":"))}
+    }
+    if version:
+        metadata["resourceVersion"] = version
+    return metadata
