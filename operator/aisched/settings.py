@@ -147,6 +147,14 @@ class CarbonSettings(BaseSettings):
         description="How long the loop waits for a fetch when it has no answer in memory at all; past it the "
         "loop goes on without carbon (deferrable jobs start in time) and the fetch goes on beside it.",
     )
+    forecast_pending_seconds: float = Field(
+        default=120.0,
+        ge=0,
+        le=3600,
+        description="How long a deferrable job waits for a zone's forecast that is being read for the first time "
+        "(a restarted operator, a zone never asked before) and has not failed, before it is planned without one; "
+        "never past its latest start. A running job's chunk end waits as long before it runs on to completion.",
+    )
     circuit_failures: int = Field(
         default=3, ge=1, le=100, description="Failed fetches in a row that open the circuit: the source is not asked."
     )

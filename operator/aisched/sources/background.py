@@ -103,10 +103,13 @@ class BackgroundFetcher:
         keep: Callable[[object], None],
         *,
         subject: Hashable | None = None,
+        budgeted: bool = True,
     ) -> bool:
         """Fetch for `key` unless a fetch for it runs already or its subject's circuit is open (the subject
         is the key unless named: a forecast and a current intensity share their zone's); True if this
-        started one.
+        started one. A subject never answered waits for the new-subject budget unless not `budgeted`:
+        what the operator itself depends on (a running job's zone, met again after a restart), which
+        a tenant cannot multiply as it can invented zones.
 
         Only the caller that started a fetch should wait for it: the others go on at once, so
         however many passes or jobs ask meanwhile, a hung source costs the loop one wait per fetch.
@@ -114,7 +117,8 @@ class BackgroundFetcher:
         subject = key if subject is None else subject
         if self.fetching(key) or not allows(self.circuit(subject), self.clock()):
             return False
-        if subject not in self._answered and subject not in self._failing and not self._take_new_subject():
+        known = subject in self._answered or subject in self._failing
+        if budgeted and not known and not self._take_new_subject():
             return False
         task = asyncio.create_task(self._run(subject, fetch, keep), name=f"{self.name}-fetch")
         self._tasks[key] = task

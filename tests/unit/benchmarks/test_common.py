@@ -31,7 +31,6 @@ NOT_YET_RERUN = {
     "scale.json": "10,000 TrainingJobs on 5,040 KWOK nodes: most of an hour on the 2-core CI machine",
     "scale_own_cpu.json": "the same run with the operator on a CPU of its own",
     "e2e_scale.json": "the large local cluster (1,008 KWOK nodes), as root",
-    "tenant_objects.json": "a local cluster and the largest objects etcd takes",
 }
 
 

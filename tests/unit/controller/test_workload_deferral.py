@@ -23,6 +23,7 @@ from aisched.policy.workloads.model import (
 )
 from aisched.settings import CarbonSettings
 from aisched.sources.carbon import CachedCarbonSource
+from tests.unit.controller.test_training_faults import ReadOnceTheGateOpens
 from tests.unit.controller.test_training_loop import STEP, T0, DirtyNowCleanInAnHour
 from tests.unit.controller.test_workload_cycle import JOB, Events, a_job, parts, snapshot
 
@@ -96,6 +97,29 @@ def test_a_deferral_a_job_cannot_be_planned_by_is_refused_with_the_annotation_na
     entry = cycle.book.object_seen(JOB, job)
     assert entry is not None and isinstance(entry.read, Refusal)
     assert said in entry.read.message
+
+
+@pytest.mark.asyncio
+async def test_a_held_job_waits_for_its_zones_first_read_after_a_restart_not_starting_blind(parts: Any) -> None:
+    cycle = parts[0]
+    source, now = ReadOnceTheGateOpens(), [T0]
+    cached = CachedCarbonSource(
+        source,
+        ttl=timedelta(minutes=5),
+        max_stale=timedelta(hours=1),
+        deadline=STEP,
+        answer_wait=timedelta(0),
+        clock=lambda: now[0],
+    )
+    cycle.deferral = WorkloadDeferral(cached, CarbonSettings(region="GB"))
+    cycle.book.object_seen(JOB, deferrable_job())
+    assert (await cycle.asked(view(T0))).requests == ()  # its zone is being read: it sits out, untold
+    source.gate.set()
+    await cached.fetcher.settle()
+    assert (await cycle.asked(view(T0 + timedelta(seconds=10)))).requests == ()  # now deferred by the forecast
+    reason, _ = parts[2].said[-1]
+    assert reason == "Deferred"
+    await cached.aclose()
 
 
 def view(now: Any) -> CycleView:

@@ -31,8 +31,10 @@ from aisched.policy.carbon import (
     PlanOptions,
     at_chunk_end,
     current_chunk_end,
+    forecast_awaited_until,
     grams_from_joules,
     pause_grace_seconds,
+    plan_awaiting_forecast,
     plan_start,
     work_in_chunk,
     work_left,
@@ -49,12 +51,27 @@ from aisched.policy.job_status import (
 )
 from aisched.policy.lifecycle import Step, Verb
 from aisched.settings import Settings
-from aisched.sources.carbon import CARBON_SOURCE_NAMES, CachedCarbonSource, CarbonSourceError
+from aisched.sources.carbon import (
+    CARBON_SOURCE_NAMES,
+    CachedCarbonSource,
+    CarbonForecastPendingError,
+    CarbonSourceError,
+)
 from aisched.sources.energy import GpuEnergySource
 from aisched.sources.prometheus import PrometheusError
 
 log = logging.getLogger(__name__)
 Phase = TrainingJobPhase
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """A plan made on the zone's forecast, why the zone has none (when it has none), and, while its
+    first read is under way, until when the plan waits for it (`plan_awaiting_forecast`)."""
+
+    plan: CarbonPlan
+    missing: str | None = None
+    awaiting_until: datetime | None = None
 
 
 @dataclass(kw_only=True)
@@ -92,27 +109,43 @@ class CarbonDeferral:
         work = work_left(timedelta(seconds=spec.expected_duration_seconds or 0), status.chunk_work_done_seconds)
         if work is None:
             return False
-        plan, missing = await self._carbon_plan(job, now, work, paused=paused)
-        noted = carbon_forecast_noted(job, missing, now)
-        if noted is not None:
-            # Said on this job alone, and first: the cycle that admits it writes from the status it read.
-            # It sits this one cycle out for it, and enters the next with the condition in its status.
-            if missing is not None:
-                self.kube.post_event(obj, "Warning", "CarbonForecastUnavailable", missing)
-            self.guard.write_in_cycle(writes, obj, job, noted, now)
-            wake_at(self.queue, job, now, now)
-            return True
-        if not plan.is_deferred(now):
-            self._start_chunk(obj, job, plan, now, writes, first=not paused)
-            return False
-        updated = deferred(job, plan, now, paused=paused)
-        if status.phase != Phase.DEFERRED:
-            self.metrics.carbon.record_deferral(str(spec.carbon.mode))
-            self.kube.post_event(obj, "Normal", "Deferred", deferred_message(plan))
-        if deferral_write_due(status, updated):
-            self.guard.write_in_cycle(writes, obj, job, updated, now)
+        planned = await self._carbon_plan(job, now, work, paused=paused)
+        plan, missing = planned.plan, planned.missing
+        if planned.awaiting_until is None:
+            noted = carbon_forecast_noted(job, missing, now)
+            if noted is not None:
+                # Said on this job alone, and first: the cycle that admits it writes from the status it read.
+                # It sits this one cycle out for it, and enters the next with the condition in its status.
+                if missing is not None:
+                    self.kube.post_event(obj, "Warning", "CarbonForecastUnavailable", missing)
+                self.guard.write_in_cycle(writes, obj, job, noted, now)
+                wake_at(self.queue, job, now, now)
+                return True
+            if not plan.is_deferred(now):
+                self._start_chunk(obj, job, plan, now, writes, first=not paused)
+                return False
+            self._note_deferred(obj, job, plan, now, writes, paused=paused)
+        # else nothing is written: the job keeps the phase and message it had until its zone is read.
         wake_at(self.queue, job, plan.start, now)
         return True
+
+    def _note_deferred(
+        self,
+        obj: dict[str, Any],
+        job: TrainingJob,
+        plan: CarbonPlan,
+        now: datetime,
+        writes: CycleWrites,
+        *,
+        paused: bool,
+    ) -> None:
+        """The job waits Deferred for PLAN's start: said and counted when it enters, written when due."""
+        updated = deferred(job, plan, now, paused=paused)
+        if job.status.phase != Phase.DEFERRED:
+            self.metrics.carbon.record_deferral(str(job.spec.carbon.mode))
+            self.kube.post_event(obj, "Normal", "Deferred", deferred_message(plan))
+        if deferral_write_due(job.status, updated):
+            self.guard.write_in_cycle(writes, obj, job, updated, now)
 
     def _start_chunk(
         self,
@@ -148,16 +181,23 @@ class CarbonDeferral:
 
     async def _carbon_plan(
         self, job: TrainingJob, now: datetime, work: timedelta, *, running: bool = False, paused: bool = False
-    ) -> tuple[CarbonPlan, str | None]:
+    ) -> _Planned:
         """Plan the work left against the current forecast (none when the source fails: start in time),
-        and why the job's zone has no forecast, if it has none."""
+        with why the job's zone has no forecast, if it has none. A zone whose first read is under way
+        is waited for a bounded while (`forecast_pending_seconds`), a running job's read first."""
         spec = job.spec
         region = spec.carbon.region or self.settings.carbon.region
-        forecast, missing = None, None
+        forecast, missing, awaiting_until = None, None, None
         if self.carbon is not None:
             horizon = timedelta(seconds=self.settings.carbon.forecast_horizon_seconds)
             try:
-                forecast = await self.carbon.forecast(region, now, now + horizon)
+                forecast = await self.carbon.forecast(region, now, now + horizon, priority=running)
+            except CarbonForecastPendingError as pending:
+                wait = timedelta(seconds=self.settings.carbon.forecast_pending_seconds)
+                awaiting_until = forecast_awaited_until(pending.since, now, wait)
+                missing = carbon_forecast_missing_message(region, str(pending))
+                if awaiting_until is None:
+                    log.warning("no carbon forecast for %s: %s; deferrable jobs start in time", region, pending)
             except CarbonSourceError as error:
                 log.warning("no carbon forecast for %s: %s; deferrable jobs start in time", region, error)
                 self.metrics.carbon.record_carbon_source_error(CARBON_SOURCE_NAMES[self.settings.carbon.provider])
@@ -183,7 +223,12 @@ class CarbonDeferral:
             min_saving_fraction=self.settings.carbon.min_saving_fraction,
             forecast_error=self.settings.carbon.forecast_error,
         )
-        return plan_start(forecast, now, deferrable, options), missing
+        if awaiting_until is not None:
+            waiting = plan_awaiting_forecast(now, deferrable, options, until=awaiting_until)
+            if waiting.is_deferred(now):
+                return _Planned(waiting, None, awaiting_until)
+            return _Planned(waiting, missing)  # its latest start has come: it starts without the forecast
+        return _Planned(plan_start(forecast, now, deferrable, options), missing)
 
     async def end_chunks(self, now: datetime) -> None:
         """Running gangs whose carbon chunk is over: re-plan, then carry on or pause for the next chunk."""
@@ -210,7 +255,13 @@ class CarbonDeferral:
             restore=timedelta(seconds=self.settings.restart_overhead_seconds),
         )
         work = work_left(timedelta(seconds=job.spec.expected_duration_seconds or 0), done)
-        plan = (await self._carbon_plan(job, now, work, running=True))[0] if work is not None else None
+        planned = await self._carbon_plan(job, now, work, running=True) if work is not None else None
+        if planned is not None and planned.awaiting_until is not None:
+            # The zone's first read since a restart is under way: the chunk end waits for it (running on
+            # meanwhile), rather than take the source for down and drop the pause the plan has.
+            wake_at(self.queue, job, planned.awaiting_until, now)
+            return
+        plan = planned.plan if planned is not None else None
         decision = at_chunk_end(plan, now)
         if plan is None or not decision.pause:
             await self._set_chunk_end(obj, job, decision.until)

@@ -52,6 +52,7 @@ from aisched.controller.workloads.telling import Teller
 from aisched.kube.client import KubeClient
 from aisched.kube.workload_api import PodGroups, WorkloadApi
 from aisched.metrics.workload import WorkloadMetrics
+from aisched.policy.carbon import PlanReason
 from aisched.policy.cluster import ClusterSnapshot
 from aisched.policy.placement import Placement
 from aisched.policy.queueing import QUEUE_NOT_FOUND
@@ -279,6 +280,8 @@ class WorkloadCycle:
             if missing is not None:
                 self.say(entry, "Warning", "CarbonForecastUnavailable", missing)
             return False
+        if plan.reason is PlanReason.FORECAST_PENDING:
+            return True  # its zone's first read is under way: it sits out, nothing said or counted yet
         if workload.key not in self._deferring:
             self._deferring.add(workload.key)
             self.deferral.record_deferral()

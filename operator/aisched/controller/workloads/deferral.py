@@ -5,6 +5,8 @@ bound on its delay and its expected duration) is planned as a deferrable Trainin
 (`policy.carbon.plan_start`, the same settings): on its region's forecast, in one run (a workload's
 chunks would need a checkpoint contract its kind does not have), by its latest start. While the plan
 says later, it sits the cycles out and its events say until when; with no forecast it starts in time.
+A region whose first read is under way (a restarted operator) is waited for a bounded while first
+(`forecast_pending_seconds`), as for a TrainingJob: a source not yet heard from is not a source down.
 
 Forecasts are read once a cycle, before the workloads are asked (`prepare`), through the operator's
 one carbon source: its cache, deadline and circuit breaker hold for these reads too.
@@ -17,13 +19,25 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from aisched.metrics.carbon import CarbonMetrics
-from aisched.policy.carbon import DeferrableJob, Forecast, PlanOptions, plan_start
+from aisched.policy.carbon import (
+    DeferrableJob,
+    Forecast,
+    PlanOptions,
+    forecast_awaited_until,
+    plan_awaiting_forecast,
+    plan_start,
+)
 from aisched.policy.carbon.plan import CarbonPlan
 from aisched.policy.job_messages import carbon_forecast_missing_message
 from aisched.policy.scheduler import JobRequest
 from aisched.policy.workloads.model import Workload
 from aisched.settings import CarbonSettings
-from aisched.sources.carbon import CARBON_SOURCE_NAMES, CachedCarbonSource, CarbonSourceError
+from aisched.sources.carbon import (
+    CARBON_SOURCE_NAMES,
+    CachedCarbonSource,
+    CarbonForecastPendingError,
+    CarbonSourceError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +52,8 @@ class WorkloadDeferral:
         self._forecasts: dict[str, Forecast | None] = {}
         self.missing: dict[str, str] = {}
         """Why a region has no forecast this cycle, for the events of the workloads planned on it."""
+        self._awaiting: dict[str, datetime] = {}
+        """Regions whose first read is under way, and until when their workloads wait for it."""
 
     def region_of(self, workload: Workload) -> str:
         carbon = workload.carbon
@@ -45,13 +61,20 @@ class WorkloadDeferral:
 
     async def prepare(self, regions: Iterable[str], now: datetime) -> None:
         """This cycle's forecast of each of REGIONS (none where the source fails or there is no source)."""
-        self._forecasts, self.missing = {}, {}
+        self._forecasts, self.missing, self._awaiting = {}, {}, {}
         horizon = timedelta(seconds=self._settings.forecast_horizon_seconds)
+        wait = timedelta(seconds=self._settings.forecast_pending_seconds)
         for region in sorted(set(regions)):
             forecast = None
             if self._source is not None:
                 try:
                     forecast = await self._source.forecast(region, now, now + horizon)
+                except CarbonForecastPendingError as pending:
+                    until = forecast_awaited_until(pending.since, now, wait)
+                    if until is not None:
+                        self._awaiting[region] = until
+                    else:
+                        self.missing[region] = carbon_forecast_missing_message(region, str(pending))
                 except CarbonSourceError as error:
                     log.warning("no carbon forecast for %s: %s; deferrable workloads start in time", region, error)
                     self.missing[region] = carbon_forecast_missing_message(region, str(error))
@@ -74,7 +97,11 @@ class WorkloadDeferral:
         options = PlanOptions(
             min_saving_fraction=self._settings.min_saving_fraction, forecast_error=self._settings.forecast_error
         )
-        return plan_start(self._forecasts.get(self.region_of(workload)), now, job, options)
+        region = self.region_of(workload)
+        awaiting = self._awaiting.get(region)
+        if awaiting is not None:
+            return plan_awaiting_forecast(now, job, options, until=awaiting)
+        return plan_start(self._forecasts.get(region), now, job, options)
 
     def record_deferral(self) -> None:
         if self._metrics is not None:

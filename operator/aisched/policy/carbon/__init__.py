@@ -34,11 +34,19 @@ from aisched.policy.carbon.forecast import (
     shrink_forecast,
 )
 from aisched.policy.carbon.plan import CarbonPlan, PlanReason, RunChunk, latest_start
-from aisched.policy.carbon.planning import DeferrableJob, PlanOptions, plan_start
+from aisched.policy.carbon.planning import (
+    FORECAST_RECHECK,
+    DeferrableJob,
+    PlanOptions,
+    forecast_awaited_until,
+    plan_awaiting_forecast,
+    plan_start,
+)
 
 __all__ = [
     "CHUNK_ENDED",
     "DEFAULT_CHECKPOINT_COST_S",
+    "FORECAST_RECHECK",
     "GRACE_MARGIN_S",
     "JOULES_PER_KWH",
     "PAUSED_BETWEEN_CHUNKS",
@@ -55,10 +63,12 @@ __all__ = [
     "current_chunk_end",
     "emissions_grams",
     "estimate_emissions",
+    "forecast_awaited_until",
     "forecast_from_points",
     "grams_from_joules",
     "latest_start",
     "pause_grace_seconds",
+    "plan_awaiting_forecast",
     "plan_start",
     "shrink_forecast",
     "work_in_chunk",

@@ -31,6 +31,7 @@ class PlanReason(StrEnum):
     BELOW_THRESHOLD = "BelowThreshold"
     THRESHOLD_NOT_REACHED = "ThresholdNotReached"
     FORECAST_UNAVAILABLE = "ForecastUnavailable"
+    FORECAST_PENDING = "ForecastPending"
     FORECAST_TOO_SHORT = "ForecastTooShort"
     LATEST_START_REACHED = "LatestStartReached"
     DEADLINE_UNREACHABLE = "DeadlineUnreachable"

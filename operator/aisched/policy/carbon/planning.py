@@ -137,6 +137,48 @@ def plan_start(
     return _plan_forecast(offsets, options.interruptible, options.min_chunk, options.min_saving_fraction)
 
 
+FORECAST_RECHECK = timedelta(seconds=10)
+"""How often a job waiting for its zone's first forecast read looks again."""
+
+
+def forecast_awaited_until(asked_since: datetime, now: datetime, wait: timedelta) -> datetime | None:
+    """When to plan again while a zone's first forecast read is under way, asked for since ASKED_SINCE;
+    None once WAIT is over (then the zone is taken to have no forecast, as from a failing source)."""
+    give_up = asked_since + wait
+    if now >= give_up:
+        return None
+    return min(give_up, now + FORECAST_RECHECK)
+
+
+def plan_awaiting_forecast(
+    now: datetime, job: DeferrableJob, options: PlanOptions = PlanOptions(), *, until: datetime
+) -> CarbonPlan:
+    """The zone's forecast is still being read (a restarted operator's first read, a zone asked first):
+    wait for it until UNTIL, never past the latest start; from then on, `plan_start` without one.
+
+    Starting at once, as a failing source does, would throw away the deferral a forecast about to
+    arrive would have planned; waiting a bounded while costs a job at most that while, within its
+    deadline."""
+    first_later = options.chunk_overhead if job.running or job.paused else timedelta(0)
+    latest = (
+        latest_start(
+            now, job.expected_duration, deadline=job.deadline, max_delay=job.max_delay, submitted_at=job.submitted_at
+        )
+        - first_later
+    )
+    start = min(until, latest)
+    if start <= now:
+        return plan_start(None, now, job, options)
+    run = job.expected_duration + (options.chunk_overhead if job.paused else timedelta(0))
+    return CarbonPlan(
+        start=start,
+        chunks=(RunChunk(start, start + run),),
+        latest_start=latest,
+        reason=PlanReason.FORECAST_PENDING,
+        message=f"the zone's carbon forecast is still being read; planned again by {start:%Y-%m-%d %H:%M:%S} UTC",
+    )
+
+
 def _start_now(
     forecast: Forecast | None,
     now: datetime,

@@ -15,6 +15,7 @@ from aisched.policy.circuit import Breaker
 from aisched.settings import CarbonSettings
 from aisched.sources.carbon.base import (
     CARBON_SOURCE_NAMES,
+    CarbonForecastPendingError,
     CarbonSource,
     CarbonSourceDataError,
     CarbonSourceError,
@@ -32,6 +33,7 @@ from aisched.sources.carbon.watttime import WattTimeSource
 __all__ = [
     "CARBON_SOURCE_NAMES",
     "CachedCarbonSource",
+    "CarbonForecastPendingError",
     "CarbonSource",
     "CarbonSourceDataError",
     "CarbonSourceError",

@@ -62,6 +62,15 @@ class CarbonSourceTimeoutError(CarbonSourceError):
     """No answer in time, after every retry."""
 
 
+class CarbonForecastPendingError(CarbonSourceTimeoutError):
+    """No answer yet, and no failure either: the zone's first read is under way or waits its turn
+    (a restarted operator, a zone asked for the first time). Asked about since `since`."""
+
+    def __init__(self, source: str, what: str, detail: str, *, since: datetime) -> None:
+        super().__init__(source, what, detail)
+        self.since = since
+
+
 class CarbonSourceHTTPError(CarbonSourceError):
     """The source answered with an HTTP error status (401 bad key, 404 unknown region, 5xx ...)."""
 

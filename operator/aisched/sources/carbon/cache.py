@@ -7,13 +7,16 @@ that stops asking a failing source about that region for a while: a job naming a
 source does not know opens that region's circuit, never another's). Only when memory has
 nothing usable does a caller wait, and then at most `answer_wait`, for the fetch it started
 (callers that find one under way do not wait); past that it gets a CarbonSourceError, as from
-a source that is down, and the loop goes on without carbon.
+a source that is down, and the loop goes on without carbon. A region never answered and not failing
+either (a restarted operator's first reads) is told apart: CarbonForecastPendingError, with when it
+was first asked, so a caller may wait a bounded while for it rather than act as if the source were down.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -21,8 +24,13 @@ from typing import Generic, TypeVar
 
 from aisched.policy.carbon import Forecast, ForecastCoverageError, IntensityPoint
 from aisched.policy.circuit import Breaker
-from aisched.sources.background import BackgroundFetcher, FetchTimeoutError
-from aisched.sources.carbon.base import CarbonSource, CarbonSourceError, CarbonSourceTimeoutError
+from aisched.sources.background import MAX_CIRCUITS, BackgroundFetcher, FetchTimeoutError
+from aisched.sources.carbon.base import (
+    CarbonForecastPendingError,
+    CarbonSource,
+    CarbonSourceError,
+    CarbonSourceTimeoutError,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -70,12 +78,16 @@ class CachedCarbonSource:
         )
         self._forecasts: dict[str, _Entry[Forecast]] = {}
         self._currents: dict[str, _Entry[IntensityPoint]] = {}
+        self._pending_since: OrderedDict[str, datetime] = OrderedDict()
+        """Regions asked for a forecast never answered, and when first asked (at most MAX_CIRCUITS)."""
 
     @property
     def last_error(self) -> CarbonSourceError | None:
         return self._as_source_error(self.fetcher.last_error, "fetch")
 
-    async def forecast(self, region: str, start: datetime, end: datetime) -> Forecast:
+    async def forecast(self, region: str, start: datetime, end: datetime, *, priority: bool = False) -> Forecast:
+        """The forecast of REGION over [start, end); a PRIORITY read (a zone a running job depends on) does
+        not wait for the budget of zones never answered (`BackgroundFetcher.start`)."""
         now = self._clock()
         entry = self._forecasts.get(region)
         covers = entry is not None and entry.start <= start and end <= entry.end
@@ -85,13 +97,16 @@ class CachedCarbonSource:
             def keep(value: object) -> None:
                 assert isinstance(value, Forecast)
                 self._forecasts[region] = _Entry(now, start, asked_end, value)
+                self._pending_since.pop(region, None)
 
             key = ("forecast", region)
             fetch = functools.partial(self._inner.forecast, region, start, asked_end)
-            started = self.fetcher.start(key, fetch, keep, subject=region)
+            started = self.fetcher.start(key, fetch, keep, subject=region, budgeted=not priority)
             if started and not self._usable_forecast(entry, now, start):
                 await self.fetcher.wait(key, self._answer_wait)
                 entry = self._forecasts.get(region)
+        if entry is None and self.fetcher.error(region) is None and not self.fetcher.circuit(region).is_open:
+            raise self._pending(region, now)
         if entry is None or not self._usable_forecast(entry, now, start):
             raise self._no_answer(f"forecast for {region}", region)
         self._note_if_stale(entry, now, region)
@@ -128,6 +143,17 @@ class CachedCarbonSource:
             log.warning(
                 "%s; using the answer fetched at %s", self._as_source_error(error, region), entry.fetched_at.isoformat()
             )
+
+    def _pending(self, region: str, now: datetime) -> CarbonForecastPendingError:
+        since = self._pending_since.setdefault(region, now)
+        while len(self._pending_since) > MAX_CIRCUITS:
+            self._pending_since.popitem(last=False)
+        return CarbonForecastPendingError(
+            self.name,
+            f"forecast for {region}",
+            f"not answered yet (asked since {since.isoformat()}); still fetching beside the loop",
+            since=since,
+        )
 
     def _no_answer(self, what: str, region: str) -> CarbonSourceError:
         circuit = self.fetcher.circuit(region)

@@ -8,7 +8,16 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from aisched.policy.carbon import DeferrableJob, Forecast, PlanOptions, PlanReason, plan_start
+from aisched.policy.carbon import (
+    FORECAST_RECHECK,
+    DeferrableJob,
+    Forecast,
+    PlanOptions,
+    PlanReason,
+    forecast_awaited_until,
+    plan_awaiting_forecast,
+    plan_start,
+)
 from tests.unit.policy.carbon.forecasts import POWER_W, T0, grams, jobs, naive_integral, plan_grams
 
 
@@ -144,3 +153,28 @@ def test_a_dip_no_bigger_than_the_forecast_error_does_not_defer() -> None:
     assert trusting.start == T0 + timedelta(hours=4)
     assert doubting.start == T0
     assert doubting.reason is PlanReason.NOW_IS_CLEANEST
+
+
+@given(jobs(), st.integers(0, 600), st.booleans(), st.booleans())
+def test_waiting_for_a_zones_first_read_never_passes_the_latest_start_nor_the_wait(
+    job: tuple[Forecast, datetime, timedelta, datetime], asked_s: int, running: bool, paused: bool
+) -> None:
+    assume(not (running and paused))
+    _, now, duration, deadline = job
+    asked_since = now - timedelta(seconds=asked_s)
+    wait = timedelta(seconds=120)
+    options = PlanOptions(chunk_overhead=timedelta(seconds=30))
+    deferrable = DeferrableJob(duration, power_w=POWER_W, deadline=deadline, running=running, paused=paused)
+    until = forecast_awaited_until(asked_since, now, wait)
+    if until is None:
+        assert now >= asked_since + wait  # the wait is over: planned without a forecast, as a failing source
+        return
+    assert now < until <= min(asked_since + wait, now + FORECAST_RECHECK)
+    plan = plan_awaiting_forecast(now, deferrable, options, until=until)
+    fresh = plan_start(None, now, deferrable, options)
+    assert plan.latest_start == fresh.latest_start
+    if plan.is_deferred(now):
+        assert plan.reason is PlanReason.FORECAST_PENDING
+        assert plan.start == min(until, plan.latest_start)
+    else:
+        assert plan == fresh  # its latest start has come: it starts now, as with no forecast

@@ -11,11 +11,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from aisched.policy.carbon import Forecast
+from aisched.policy.carbon import Forecast, IntensityPoint, forecast_from_points
 from aisched.policy.circuit import Breaker
 from aisched.settings import CarbonSettings
 from aisched.sources.carbon import (
     CachedCarbonSource,
+    CarbonForecastPendingError,
     CarbonSourceError,
     CarbonSourceHTTPError,
     CarbonSourceTimeoutError,
@@ -241,3 +242,56 @@ async def test_zones_never_answered_are_asked_within_a_budget_and_known_ones_are
         await cached.forecast("GB", T0, T0 + timedelta(hours=2))
         await cached.fetcher.settle()
         assert len(server.requests) == 2
+
+
+class Gated:
+    """A source that answers GB only once the test opens its gate, and knows no other zone."""
+
+    name = "Gated"
+
+    def __init__(self) -> None:
+        self.gate = asyncio.Event()
+        self.asked: list[str] = []
+
+    async def forecast(self, region: str, start: datetime, end: datetime) -> Forecast:
+        self.asked.append(region)
+        if region != "GB":
+            raise CarbonSourceHTTPError(self.name, f"forecast for {region}", "404 unknown region", status=404)
+        await self.gate.wait()
+        return forecast_from_points("GB", [IntensityPoint(start, 200.0), IntensityPoint(end, 100.0)])
+
+    async def current(self, region: str) -> IntensityPoint:
+        raise AssertionError("not asked")
+
+
+@pytest.mark.asyncio
+async def test_a_zone_not_answered_yet_is_told_from_a_failing_one_and_a_priority_read_skips_the_budget() -> None:
+    """A restarted operator's first reads are under way, or wait for the budget: that is no source down
+    (a caller may wait a bounded while), and a zone a running job depends on is read at once."""
+    clock = [T0]
+    inner = Gated()
+    cached = CachedCarbonSource(
+        inner, ttl=timedelta(minutes=5), max_stale=timedelta(hours=6), answer_wait=timedelta(0), clock=lambda: clock[0]
+    )
+    first = await answered(cached.forecast("GB", T0, T0 + timedelta(hours=2)))
+    assert isinstance(first, CarbonForecastPendingError) and first.since == T0, first
+    clock[0] += timedelta(seconds=5)
+    again = await answered(cached.forecast("GB", T0, T0 + timedelta(hours=2)))
+    assert isinstance(again, CarbonForecastPendingError) and again.since == T0  # asked for since the first ask
+    inner.gate.set()
+    await cached.fetcher.settle()
+    assert (await cached.forecast("GB", T0, T0 + timedelta(hours=2))).values[0] == 200.0
+    # Invented zones spend the budget of zones never answered (GB took one of its 8) ...
+    for index in range(7):
+        await answered(cached.forecast(f"zone-{index}", T0, T0 + timedelta(hours=2)))
+        await cached.fetcher.settle()
+    asked = len(inner.asked)
+    # ... so a new zone waits its turn, pending (not failing) meanwhile, and is not asked ...
+    waiting = await answered(cached.forecast("FR", T0, T0 + timedelta(hours=2)))
+    assert isinstance(waiting, CarbonForecastPendingError) and len(inner.asked) == asked
+    # ... unless a running job depends on it: then it is asked at once, and its failure is a failure.
+    await answered(cached.forecast("FR", T0, T0 + timedelta(hours=2), priority=True))
+    await cached.fetcher.settle()
+    assert inner.asked[asked:] == ["FR"]
+    failed = await answered(cached.forecast("FR", T0, T0 + timedelta(hours=2)))
+    assert isinstance(failed, CarbonSourceHTTPError) and not isinstance(failed, CarbonForecastPendingError)
