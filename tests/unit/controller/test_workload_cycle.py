@@ -663,3 +663,26 @@ def test_a_stopped_or_deleted_workloads_draining_pods_stay_charged_where_it_ran(
     charged = sum(h.milli for h in asked.held if h.queue == "team")
     charged += sum(r.placement.total_gpus * 1000 for r in asked.requests if r.placement and r.queue == "team")
     assert charged == 4000
+
+
+@pytest.mark.parametrize("change", ["relabelled", "label removed", "refused"])
+def test_a_restarted_operator_charges_draining_pods_where_the_record_says_the_workload_ran(
+    parts: Any, change: str
+) -> None:
+    """The operator restarts and finds a running Job relabelled, unlabelled or unreadable: it never charged
+    it, so the queue in its placement record (which only the operator writes) is charged what its pods hold."""
+    cycle, _api, _events, _in_flight = parts
+    job = a_job_admitted_on(["n1", "n2"])
+    if change == "relabelled":
+        job["metadata"]["labels"][QUEUE_LABEL] = "other"
+    elif change == "label removed":
+        del job["metadata"]["labels"][QUEUE_LABEL]
+    else:
+        job["metadata"]["annotations"][PRIORITY_ANNOTATION] = "not a number"
+    cycle.book.object_seen(JOB, job)
+    for index, node in enumerate(("n1", "n2")):
+        cycle.book.pod_seen(a_pod(f"train-{index}", "train", index, node=node, gated=False))
+    asked = cycle.ask(snapshot(), NOW)
+    assert asked.stops  # it is stopped, as before the restart ...
+    charged = sum(h.milli for h in asked.held if h.queue == "team")
+    assert charged == 4000  # ... and its pods are charged where it ran until they are gone

@@ -14,6 +14,7 @@ from typing import Any
 
 from aisched.controller.workloads.pods import WorkloadPod, WorkloadRef, read_workload_pod
 from aisched.policy.workloads.kinds import read_workload
+from aisched.policy.workloads.metadata import read_admitted
 from aisched.policy.workloads.model import PLACEMENT_ANNOTATION, Refusal, Workload, WorkloadKind
 from aisched.policy.workloads.pod_group import read_pod_group
 
@@ -41,6 +42,13 @@ class WorkloadEntry:
     charged_queue: str | None = None
     """The queue it was last charged to: its pods still draining stay charged there, whatever its object
     says now (relabelled, refused, deleted)."""
+    recorded_queue: str | None = None
+    """The queue its object's placement record names (only the operator writes it): where it is charged
+    when this process never charged it, as after a restart that finds it relabelled or refused."""
+
+    @property
+    def queue_to_charge(self) -> str | None:
+        return self.charged_queue if self.charged_queue is not None else self.recorded_queue
 
     @property
     def kind(self) -> WorkloadKind:
@@ -78,11 +86,14 @@ class WorkloadBook:
             return None
         read = read_workload(kind, obj)
         annotations = metadata.get("annotations")
-        recorded = isinstance(annotations, Mapping) and PLACEMENT_ANNOTATION in annotations
+        text = annotations.get(PLACEMENT_ANNOTATION) if isinstance(annotations, Mapping) else None
+        recorded = text is not None
         if read is None and not recorded and ref not in self.entries:
             return None  # no queue's, and never was: the cluster's other Jobs and Deployments are kept nowhere
         entry = self.entries.setdefault(ref, WorkloadEntry(ref))
         entry.read, entry.recorded, entry.seen = read, recorded, True
+        record = read_admitted(text) if isinstance(text, str) else None
+        entry.recorded_queue = record.queue if record is not None else None
         entry.revision += 1
         entry.uid = str(metadata.get("uid") or "")
         version = metadata.get("resourceVersion")

@@ -172,8 +172,8 @@ class WorkloadCycle:
             elif workload is None and running and (entry.seen or entry.kind is WorkloadKind.POD_GROUP):
                 message = "its queue label was removed while it ran: stopped"
                 asking.stops.append(Stop(entry, "QueueLabelRemoved", message))
-            if entry.charged_queue is not None:
-                _charge_what_its_pods_hold(entry.charged_queue, self.running.holding(entry), asking, before)
+            if (queue := entry.queue_to_charge) is not None:
+                _charge_what_its_pods_hold(queue, self.running.holding(entry), asking, before)
         if self.metrics is not None:
             counts = Counter(
                 (workload_key(r.key).rpartition("@")[2], "Running" if r.running else "Waiting")
