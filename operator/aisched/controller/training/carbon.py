@@ -31,7 +31,6 @@ from aisched.policy.carbon import (
     PlanOptions,
     at_chunk_end,
     current_chunk_end,
-    forecast_awaited_until,
     grams_from_joules,
     pause_grace_seconds,
     plan_awaiting_forecast,
@@ -39,7 +38,7 @@ from aisched.policy.carbon import (
     work_in_chunk,
     work_left,
 )
-from aisched.policy.job_messages import carbon_forecast_missing_message, deferred_message
+from aisched.policy.job_messages import deferred_message
 from aisched.policy.job_status import (
     carbon_forecast_noted,
     deferral_write_due,
@@ -51,12 +50,8 @@ from aisched.policy.job_status import (
 )
 from aisched.policy.lifecycle import Step, Verb
 from aisched.settings import Settings
-from aisched.sources.carbon import (
-    CARBON_SOURCE_NAMES,
-    CachedCarbonSource,
-    CarbonForecastPendingError,
-    CarbonSourceError,
-)
+from aisched.sources.carbon import CARBON_SOURCE_NAMES, CachedCarbonSource, CarbonSourceError
+from aisched.sources.carbon.reading import read_forecast
 from aisched.sources.energy import GpuEnergySource
 from aisched.sources.prometheus import PrometheusError
 
@@ -187,21 +182,9 @@ class CarbonDeferral:
         is waited for a bounded while (`forecast_pending_seconds`), a running job's read first."""
         spec = job.spec
         region = spec.carbon.region or self.settings.carbon.region
-        forecast, missing, awaiting_until = None, None, None
-        if self.carbon is not None:
-            horizon = timedelta(seconds=self.settings.carbon.forecast_horizon_seconds)
-            try:
-                forecast = await self.carbon.forecast(region, now, now + horizon, priority=running)
-            except CarbonForecastPendingError as pending:
-                wait = timedelta(seconds=self.settings.carbon.forecast_pending_seconds)
-                awaiting_until = forecast_awaited_until(pending.since, now, wait)
-                missing = carbon_forecast_missing_message(region, str(pending))
-                if awaiting_until is None:
-                    log.warning("no carbon forecast for %s: %s; deferrable jobs start in time", region, pending)
-            except CarbonSourceError as error:
-                log.warning("no carbon forecast for %s: %s; deferrable jobs start in time", region, error)
-                self.metrics.carbon.record_carbon_source_error(CARBON_SOURCE_NAMES[self.settings.carbon.provider])
-                missing = carbon_forecast_missing_message(region, str(error))
+        read = await read_forecast(self.carbon, self.settings.carbon, region, now, priority=running)
+        if read.failed:
+            self.metrics.carbon.record_carbon_source_error(CARBON_SOURCE_NAMES[self.settings.carbon.provider])
         created = job.metadata.get("creationTimestamp")
         deferrable = DeferrableJob(
             work,
@@ -223,12 +206,12 @@ class CarbonDeferral:
             min_saving_fraction=self.settings.carbon.min_saving_fraction,
             forecast_error=self.settings.carbon.forecast_error,
         )
-        if awaiting_until is not None:
-            waiting = plan_awaiting_forecast(now, deferrable, options, until=awaiting_until)
+        if read.awaiting_until is not None:
+            waiting = plan_awaiting_forecast(now, deferrable, options, until=read.awaiting_until)
             if waiting.is_deferred(now):
-                return _Planned(waiting, None, awaiting_until)
-            return _Planned(waiting, missing)  # its latest start has come: it starts without the forecast
-        return _Planned(plan_start(forecast, now, deferrable, options), missing)
+                return _Planned(waiting, None, read.awaiting_until)
+            return _Planned(waiting, read.missing)  # its latest start has come: it starts without the forecast
+        return _Planned(plan_start(read.forecast, now, deferrable, options), read.missing)
 
     async def end_chunks(self, now: datetime) -> None:
         """Running gangs whose carbon chunk is over: re-plan, then carry on or pause for the next chunk."""

@@ -9,12 +9,12 @@ A region whose first read is under way (a restarted operator) is waited for a bo
 (`forecast_pending_seconds`), as for a TrainingJob: a source not yet heard from is not a source down.
 
 Forecasts are read once a cycle, before the workloads are asked (`prepare`), through the operator's
-one carbon source: its cache, deadline and circuit breaker hold for these reads too.
+one carbon source, as TrainingJobs read theirs (`sources.carbon.reading.read_forecast`): its cache,
+deadline and circuit breaker hold for these reads too.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
@@ -23,23 +23,15 @@ from aisched.policy.carbon import (
     DeferrableJob,
     Forecast,
     PlanOptions,
-    forecast_awaited_until,
     plan_awaiting_forecast,
     plan_start,
 )
 from aisched.policy.carbon.plan import CarbonPlan
-from aisched.policy.job_messages import carbon_forecast_missing_message
 from aisched.policy.scheduler import JobRequest
 from aisched.policy.workloads.model import Workload
 from aisched.settings import CarbonSettings
-from aisched.sources.carbon import (
-    CARBON_SOURCE_NAMES,
-    CachedCarbonSource,
-    CarbonForecastPendingError,
-    CarbonSourceError,
-)
-
-log = logging.getLogger(__name__)
+from aisched.sources.carbon import CARBON_SOURCE_NAMES, CachedCarbonSource
+from aisched.sources.carbon.reading import read_forecast
 
 
 class WorkloadDeferral:
@@ -62,25 +54,15 @@ class WorkloadDeferral:
     async def prepare(self, regions: Iterable[str], now: datetime) -> None:
         """This cycle's forecast of each of REGIONS (none where the source fails or there is no source)."""
         self._forecasts, self.missing, self._awaiting = {}, {}, {}
-        horizon = timedelta(seconds=self._settings.forecast_horizon_seconds)
-        wait = timedelta(seconds=self._settings.forecast_pending_seconds)
         for region in sorted(set(regions)):
-            forecast = None
-            if self._source is not None:
-                try:
-                    forecast = await self._source.forecast(region, now, now + horizon)
-                except CarbonForecastPendingError as pending:
-                    until = forecast_awaited_until(pending.since, now, wait)
-                    if until is not None:
-                        self._awaiting[region] = until
-                    else:
-                        self.missing[region] = carbon_forecast_missing_message(region, str(pending))
-                except CarbonSourceError as error:
-                    log.warning("no carbon forecast for %s: %s; deferrable workloads start in time", region, error)
-                    self.missing[region] = carbon_forecast_missing_message(region, str(error))
-                    if self._metrics is not None:
-                        self._metrics.record_carbon_source_error(CARBON_SOURCE_NAMES[self._settings.provider])
-            self._forecasts[region] = forecast
+            read = await read_forecast(self._source, self._settings, region, now)
+            self._forecasts[region] = read.forecast
+            if read.awaiting_until is not None:
+                self._awaiting[region] = read.awaiting_until
+            elif read.missing is not None:
+                self.missing[region] = read.missing
+            if read.failed and self._metrics is not None:
+                self._metrics.record_carbon_source_error(CARBON_SOURCE_NAMES[self._settings.provider])
 
     def plan(self, workload: Workload, request: JobRequest, now: datetime) -> CarbonPlan | None:
         """When WORKLOAD (held, asking REQUEST) is to start; None: it asks for no deferral."""
