@@ -23,6 +23,7 @@ BENCHMARKS = (
     "fleet",
     "gpu_sharing",
     "placement",
+    "regions",
     "scale",
     "serving",
     "spot",

@@ -29,6 +29,7 @@ from aisched.settings import Settings, describe_settings_error
 from aisched.sim.autoscale.command import configure_parser as configure_simulate_autoscale
 from aisched.sim.carbon.command import configure_parser as configure_simulate_carbon
 from aisched.sim.command import configure_parser as configure_simulate_trace
+from aisched.sim.regions.command import configure_parser as configure_simulate_regions
 from aisched.sim.spot.command import configure_parser as configure_simulate_spot
 from aisched.sources.carbon import CarbonSourceError, read_intensity_csv
 
@@ -253,6 +254,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     configure_simulate_carbon(
         simulations.add_parser("carbon", help="carbon-aware deferral against Let's Wait Awhile on grid data"),
+        _read_intensity,
+    )
+    configure_simulate_regions(
+        simulations.add_parser("regions", help="one queue over several regions, by capacity, price and carbon"),
         _read_intensity,
     )
     configure_simulate_autoscale(

@@ -20,6 +20,7 @@ HELPERS = {
     "fleet_report",
     "headline",
     "run_all",
+    "regions_plot",
     "scale_plot",
     "scale_probe",
     "trace_report",
