@@ -151,7 +151,7 @@ test-integration: venv tools k8s-binaries karpenter framework-controllers ## int
 		--timeout=$(INTEGRATION_TEST_TIMEOUT) --durations=15; rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 .PHONY: test-e2e
-test-e2e: venv tools node-packages images ## e2e tests: two real nodes, the chart in-cluster, real training jobs (root)
+test-e2e: venv tools node-packages images framework-controllers ## e2e tests: two real nodes, the chart in-cluster, real training jobs (root)
 	$(BIN)/pytest tests/e2e -q --timeout=$(E2E_TEST_TIMEOUT) --durations=10; rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 .PHONY: test

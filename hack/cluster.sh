@@ -377,6 +377,8 @@ start_frameworks() {
   TMPDIR="${CLUSTER_DIR}/training-operator/tmp" MY_POD_NAMESPACE=kube-system \
     start training-operator --kubeconfig "${CLUSTER_DIR}/training-operator.kubeconfig" \
     --enable-scheme pytorchjob \
+    --pytorch-init-container-template-file "${HACK_DIR}/training-operator/pytorch-init-container.yaml" \
+    --pytorch-init-container-image aisched.local/torch-training:dev \
     --metrics-bind-address "127.0.0.1:${TRAINING_OPERATOR_METRICS_PORT}" \
     --health-probe-bind-address "127.0.0.1:${TRAINING_OPERATOR_HEALTH_PORT}" \
     --webhook-server-port "${TRAINING_OPERATOR_WEBHOOK_PORT}" --zap-log-level info

@@ -79,7 +79,8 @@ def images() -> Path:
 def cluster(tmp_path_factory: pytest.TempPathFactory, images: Path) -> Iterator[LocalCluster]:
     state_dir = tmp_path_factory.mktemp("cluster")
     try:
-        local = start_cluster(state_dir, real_nodes=REAL_NODES)
+        # With the real training-operator and KubeRay beside it: a team's PyTorchJob runs on the real nodes.
+        local = start_cluster(state_dir, real_nodes=REAL_NODES, frameworks=True)
     except ClusterError as e:
         pytest.exit(f"the local cluster with real nodes could not start:\n{e}")
     except BaseException:

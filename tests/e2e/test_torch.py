@@ -66,6 +66,18 @@ def reference_result(api: client.ApiClient, namespace: str, pod: str, checkpoint
     return final_result(checkpoint_root / namespace / pod)
 
 
+def assert_the_reference_weights(
+    api: client.ApiClient, namespace: str, job: str, reference: str, checkpoint_root: Path, *, resumed_from: int
+) -> None:
+    """JOB, resumed from RESUMED_FROM, finished with the weights and loss of the uninterrupted REFERENCE run."""
+    result = final_result(checkpoint_root / namespace / job)
+    expected = reference_result(api, namespace, reference, checkpoint_root)
+    assert result["resumedFrom"] == resumed_from
+    assert result["worldSize"] == expected["worldSize"] == 2
+    assert result["weightsSha256"] == expected["weightsSha256"]
+    assert result["loss"] == expected["loss"]
+
+
 def test_torchrun_gang_saves_one_step_with_dcp_and_resumes_with_the_uninterrupted_weights(  # noqa: PLR0917
     cluster: LocalCluster,
     api_client: client.ApiClient,
@@ -91,9 +103,4 @@ def test_torchrun_gang_saves_one_step_with_dcp_and_resumes_with_the_uninterrupte
     assert (checkpoint_root / namespace / name / f"step-{recorded:09d}" / ".metadata").is_file()
     wait_succeeded(cluster, namespace, name)
 
-    result = final_result(checkpoint_root / namespace / name)
-    expected = reference_result(api_client, namespace, reference, checkpoint_root)
-    assert result["resumedFrom"] == recorded
-    assert result["worldSize"] == expected["worldSize"] == 2
-    assert result["weightsSha256"] == expected["weightsSha256"]
-    assert result["loss"] == expected["loss"]
+    assert_the_reference_weights(api_client, namespace, name, reference, checkpoint_root, resumed_from=recorded)

@@ -135,11 +135,14 @@ class PodHistory:
             for event in stream:
                 self.events.append(self._api.sanitize_for_serialization(event["object"]))
 
-    def terminations(self, pod: str) -> list[dict[str, Any]]:
-        """The `terminated` states POD's containers reported."""
+    def terminations(self, pod: str, uid: str | None = None) -> list[dict[str, Any]]:
+        """The `terminated` states POD's containers reported; only those of the pod UID, when given.
+
+        A PyTorchJob's pods keep their names across restarts, so a name alone mixes generations.
+        """
         found = []
         for obj in list(self.events):
-            if obj["metadata"]["name"] != pod:
+            if obj["metadata"]["name"] != pod or uid not in {None, obj["metadata"].get("uid")}:
                 continue
             for status in obj.get("status", {}).get("containerStatuses") or []:
                 terminated = status.get("state", {}).get("terminated")
