@@ -34,6 +34,8 @@ CAPACITY_TYPE: Final = f"{labels.PREFIX}/capacity-type"
 AUTOSCALER_STATE: Final = f"{labels.PREFIX}/autoscaler-state"
 LLM_SCALING_MEMORY: Final = f"{labels.PREFIX}/llm-scaling-memory"
 """What an LLM-mode service's scaling remembers, for a restarted operator (`policy/llm_scaling/persisted.py`)."""
+LLM_LOAD_HISTORY: Final = f"{labels.PREFIX}/llm-load-history"
+"""Its load history as five-minute means, written only when one completes (`persisted.py`)."""
 HOSTNAME_LABEL: Final = "kubernetes.io/hostname"
 TEMPLATE_HASH_LENGTH = 10
 

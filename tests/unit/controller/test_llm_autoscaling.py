@@ -7,6 +7,7 @@ queries the autoscaler sends are the ones checked; the kube double fails on any 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -20,7 +21,8 @@ from aisched.api.common import CapacityType
 from aisched.api.inference_service import InferenceService
 from aisched.controller.serving.autoscaling import ServiceAutoscaler
 from aisched.kube.client import KubeClient
-from aisched.kube.serving_builders import LLM_SCALING_MEMORY, ServingPod
+from aisched.kube.serving_builders import LLM_LOAD_HISTORY, LLM_SCALING_MEMORY, ServingPod
+from aisched.policy.llm_scaling.persisted import LOAD_BUCKET_S
 from aisched.settings import Settings
 from aisched.sources.prometheus import PrometheusSource, Retry
 from tests.unit.controller.test_serving_loop import T0, KubeDouble, a_service
@@ -191,3 +193,31 @@ async def test_a_forged_or_broken_memory_gives_a_fresh_one(kube: KubeDouble, kep
     service = llm_service(5)
     service.metadata.setdefault("annotations", {})[LLM_SCALING_MEMORY] = kept
     assert await decide_once(autoscaler(kube, servers), service, pods(5), servers.at) == 5  # as a first decision
+
+
+async def test_the_load_history_is_written_as_each_bucket_completes_and_a_restart_reads_it(kube: KubeDouble) -> None:
+    """Deciding each minute, the history annotation changes once per five-minute bucket, not at each
+    decision; a restarted operator that reads it forecasts from that history, not from nothing."""
+    values = {"vllm:num_requests_waiting": 0, "vllm:num_requests_running": 4, "vllm:kv_cache_usage_perc": 0.4}
+    servers = Servers({**values, "vllm:time_to_first_token_seconds_count": 5.0})
+    scaler = autoscaler(kube, servers)
+    start = datetime.fromtimestamp(math.ceil(NOW.timestamp() / LOAD_BUCKET_S) * LOAD_BUCKET_S, tz=NOW.tzinfo)
+    written = []
+    for minute in range(16):
+        servers.at = start + timedelta(minutes=minute)
+        await decide_once(scaler, llm_service(4), pods(4), servers.at)
+        written.append(kube.annotated["chat"].get(LLM_LOAD_HISTORY))
+    changes = [m for m in range(1, 16) if written[m] != written[m - 1]]
+    assert changes == [5, 10, 15], changes  # the decision that starts a bucket writes the one before
+    kept = json.loads(cast(str, written[-1]))
+    assert kept["rates"] == [5.0, 5.0, 5.0]
+
+    restarted = autoscaler(kube, servers)
+    remembering = llm_service(4)
+    remembering.metadata.setdefault("annotations", {}).update(kube.annotated["chat"])
+    servers.at = start + timedelta(minutes=16)
+    await decide_once(restarted, remembering, pods(4), servers.at)
+    memory = restarted.llm_scalers.memory(("ml", "chat"))
+    assert memory is not None and len(memory.load.samples) == 16  # 15 read back, one new
+    # What it read is counted as written: the next write waits for the next bucket.
+    assert restarted.llm_scalers.load_to_write(("ml", "chat")) is None

@@ -5,11 +5,21 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aisched.policy.llm_scaling import ColdStartEstimate, ScalingMemory
-from aisched.policy.llm_scaling.persisted import MAX_ENTRIES, memory_from_json, memory_to_json
+from aisched.policy.llm_scaling.history import LoadHistory
+from aisched.policy.llm_scaling.persisted import (
+    LOAD_BUCKET_S,
+    MAX_ENTRIES,
+    MAX_RATE,
+    load_from_json,
+    load_to_json,
+    memory_from_json,
+    memory_to_json,
+)
 
 NOW = 1_000_000.0
 FRESH = ScalingMemory(cold_start=ColdStartEstimate(prior_s=90.0))
@@ -61,3 +71,83 @@ def test_a_long_list_is_read_to_its_newest_entries() -> None:
     raw = {"recommendations": [[float(t), 1] for t in range(500)]}
     read = memory_from_json(json.dumps(raw), now=NOW, fresh=FRESH)
     assert [t for t, _ in read.recommendations] == [float(t) for t in range(500 - MAX_ENTRIES, 500)]
+
+
+DAY = 86_400.0
+
+
+def diurnal(when: float) -> float:
+    """A service's requests per second: a daily swing, busier on weekdays, a little noise."""
+    weekday = 1.0 if (when // DAY) % 7 < 5 else 0.6
+    return weekday * (20 + 15 * math.sin(2 * math.pi * when / DAY)) + 0.5 * math.sin(when / 97)
+
+
+def a_week_of_load(now: float) -> LoadHistory:
+    history = LoadHistory()
+    when = now - 8 * DAY
+    while when <= now:
+        history = history.record(when, diurnal(when))
+        when += 60.0
+    return history
+
+
+def test_a_restarted_operator_forecasts_from_the_history_it_wrote_as_it_did_before() -> None:
+    now = 30 * DAY + 3_600.0
+    live = a_week_of_load(now)
+    persisted = load_to_json(live)
+    assert persisted is not None and persisted.through <= now
+    assert len(persisted.text) < 32 * 1024  # of the 256 KiB the API server allows all annotations together
+    read = load_from_json(persisted.text, now=now, fresh=LoadHistory())
+    assert len(read.samples) > 0.99 * 8 * DAY / 60 - 5
+    # Over the day after the restart (nothing new recorded), forecasting a large model's 30-minute cold
+    # start ahead: as close to the rate that came as the operator that never restarted, and far closer
+    # than one with no history, whose forecast has no season.
+    horizon = 1_800.0
+
+    def error(history: LoadHistory) -> float:
+        moments = [now + minute * 60.0 for minute in range(0, 24 * 60, 7)]
+        return sum(abs(history.forecast(at, diurnal(at), horizon) - diurnal(at + horizon)) for at in moments)
+
+    assert error(read) <= 1.1 * error(live)
+    assert error(read) < 0.2 * error(LoadHistory())
+
+
+def test_the_bucket_in_progress_is_not_written() -> None:
+    history = LoadHistory().record(0.0, 1.0).record(60.0, 1.0).record(LOAD_BUCKET_S + 10, 9.0)
+    persisted = load_to_json(history)
+    assert persisted is not None and persisted.through == LOAD_BUCKET_S
+    assert json.loads(persisted.text)["rates"] == [1.0]
+    assert load_to_json(LoadHistory().record(10.0, 1.0)) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.dictionaries(
+        st.sampled_from(("start", "step", "rates")),
+        json_values | st.lists(st.one_of(st.none(), st.floats(), st.integers()), max_size=50),
+    )
+)
+def test_whatever_a_tenant_writes_as_load_reads_as_a_bounded_finite_past(raw: dict[str, object]) -> None:
+    fresh = LoadHistory()
+    read = load_from_json(json.dumps(raw), now=NOW, fresh=fresh)
+    assert (read.step_s, read.keep_s) == (fresh.step_s, fresh.keep_s)
+    assert len(read.samples) <= fresh.keep_s / fresh.step_s + 1
+    for when, rate in read.samples:
+        assert math.isfinite(when) and NOW - fresh.keep_s <= when <= NOW
+        assert math.isfinite(rate) and 0 <= rate <= MAX_RATE
+
+
+@pytest.mark.parametrize(
+    "kept",
+    [
+        '{"start": 0, "step": 300, "rates": [NaN]}',
+        '{"start": 0, "step": 300, "rates": [-1]}',
+        '{"start": 999900, "step": 300, "rates": [1, 1]}',  # ends after now
+        '{"start": 0, "step": 60, "rates": [1]}',
+        '{"start": 0, "step": 300, "rates": [true]}',
+        '{"start": 0, "step": 300, "rates": [' + ",".join(["1"] * 5_000) + "]}",
+    ],
+    ids=["not_a_number", "negative", "from_the_future", "another_step", "not_a_rate", "too_long"],
+)
+def test_a_forged_load_history_gives_a_fresh_one(kept: str) -> None:
+    assert load_from_json(kept, now=NOW, fresh=LoadHistory()) == LoadHistory()

@@ -19,7 +19,7 @@ from aisched.api.inference_service import InferenceService, InferenceServiceStat
 from aisched.controller.serving.llm_autoscaling import LlmReading, LlmScalers
 from aisched.controller.serving.replica_pods import ServiceKey
 from aisched.kube.client import KubeClient
-from aisched.kube.serving_builders import AUTOSCALER_STATE, LLM_SCALING_MEMORY, ServingPod
+from aisched.kube.serving_builders import AUTOSCALER_STATE, LLM_LOAD_HISTORY, LLM_SCALING_MEMORY, ServingPod
 from aisched.metrics import Metrics
 from aisched.policy.autoscale import AutoscalerState, MetricSample, ReasonCode, ScalingBehavior
 from aisched.policy.autoscale import decide_replicas as decide_autoscale
@@ -230,13 +230,16 @@ class ServiceAutoscaler:
                 sync_period_s=self.settings.autoscaler.interval_seconds,
                 max_age_s=self.settings.autoscaler.metric_max_age_seconds,
                 now=now,
-                persisted=(service.metadata.get("annotations") or {}).get(LLM_SCALING_MEMORY),
+                annotations=service.metadata.get("annotations"),
             )
         if decision is None:
             why = "no fresh reading of the servers' queue and batch; holding the replica count"
             return current, _Decided(ReasonCode.METRIC_UNAVAILABLE, why), None
         if (memory := self.llm_scalers.memory(key)) is not None:
-            await self.kube.annotate_custom(PLURAL, key[0], key[1], {LLM_SCALING_MEMORY: memory_to_json(memory)})
+            written = {LLM_SCALING_MEMORY: memory_to_json(memory)}
+            if (load := self.llm_scalers.load_to_write(key)) is not None:
+                written[LLM_LOAD_HISTORY] = load
+            await self.kube.annotate_custom(PLURAL, key[0], key[1], written)
         if decision.replicas > current:
             code = ReasonCode.SCALE_FROM_ZERO if current == 0 else ReasonCode.SCALE_UP
         elif decision.replicas < current:

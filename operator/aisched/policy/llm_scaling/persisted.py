@@ -1,9 +1,11 @@
 """An LLM service's scaling memory across an operator's restart: kept in an annotation on its object.
 
-What is kept: the recent recommendations (the scale-down window), the changes of the last minute (the
-per-minute caps), the learned capacity per replica and the last arrival. Not kept: the load history
-behind the forecast (a week of one-minute samples, too much to write every decision), which a restarted
-operator gathers again, and the boots seen, which it counts again from the ready replicas it finds.
+What is kept, in `aisched.io/llm-scaling-memory`: the recent recommendations (the scale-down window),
+the changes of the last minute (the per-minute caps), the learned capacity per replica and the last
+arrival. In a second annotation, `aisched.io/llm-load-history`, written only when a five-minute bucket
+completes: the load history behind the forecast, as bucket means (a week of one-minute samples is too
+much to write at every decision; without it a restarted operator forecast no season for a week). Not
+kept: the boots seen, which a restarted operator counts again from the ready replicas it finds.
 
 The annotation is on the tenant's own object, so it is read as untrusted input: anything unreadable
 gives a fresh memory, and each entry must be finite, within bounds and no later than now (an entry from
@@ -16,14 +18,19 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from aisched.policy.llm_scaling.decide import ScalingMemory
+from aisched.policy.llm_scaling.history import LoadHistory
 
 MAX_ENTRIES: Final = 64
 """Entries of each list read: the window and the minute hold a few dozen at a decision every few seconds."""
 MAX_REPLICAS: Final = 100_000
+LOAD_BUCKET_S: Final = 300.0
+"""The load history is written as means over buckets this long, aligned to the epoch."""
+MAX_RATE: Final = 1e9
+"""Requests per second no service reaches; a larger figure in the annotation is a forgery."""
 
 
 def memory_to_json(memory: ScalingMemory) -> str:
@@ -86,3 +93,82 @@ def _number(value: Any, low: float, high: float) -> float:
     if not math.isfinite(number) or not low <= number <= high:
         raise ValueError("out of bounds")
     return number
+
+
+@dataclass(frozen=True)
+class PersistedLoad:
+    """LOAD's complete buckets as the annotation's text; THROUGH: where the last of them ends."""
+
+    through: float
+    text: str
+
+
+def load_to_json(load: LoadHistory) -> PersistedLoad | None:
+    """The means of LOAD's complete buckets (the one the newest sample falls in is not); None before one."""
+    if not load.samples:
+        return None
+    newest = math.floor(load.samples[-1][0] / LOAD_BUCKET_S)
+    sums: dict[int, list[float]] = {}
+    for when, rate in load.samples:
+        bucket = math.floor(when / LOAD_BUCKET_S)
+        if bucket < newest:
+            sums.setdefault(bucket, []).append(rate)
+    if not sums:
+        return None
+    first, last = min(sums), max(sums)
+    means = [float(f"{sum(r) / len(r):.4g}") if (r := sums.get(b)) else None for b in range(first, last + 1)]
+    text = json.dumps({"start": first * LOAD_BUCKET_S, "step": LOAD_BUCKET_S, "rates": means}, separators=(",", ":"))
+    return PersistedLoad((last + 1) * LOAD_BUCKET_S, text)
+
+
+def max_load_buckets(load: LoadHistory) -> int:
+    return math.ceil(load.keep_s / LOAD_BUCKET_S) + 1
+
+
+def load_from_json(text: str | None, *, now: float, fresh: LoadHistory) -> LoadHistory:
+    """FRESH (an empty history, its step and span) holding what TEXT kept: one sample per step, read off the
+    line through the bucket means (a bucket without samples leaves a gap), none older than the span keeps
+    or later than NOW. FRESH itself when TEXT is missing or anything in it is unreadable.
+
+    The bucket means smooth the history over five minutes; the forecast reads ratios a day and a week
+    back, which a five-minute mean keeps.
+    """
+    if not text:
+        return fresh
+    try:
+        raw = json.loads(text, parse_constant=_no_constant)
+        if not isinstance(raw, dict) or raw.get("step") != LOAD_BUCKET_S:
+            return fresh
+        rates = raw.get("rates")
+        if not isinstance(rates, list) or len(rates) > max_load_buckets(fresh):
+            return fresh
+        start = _number(raw.get("start"), 0.0, now - len(rates) * LOAD_BUCKET_S)
+        means = [None if r is None else _number(r, 0.0, MAX_RATE) for r in rates]
+    except (ValueError, TypeError, RecursionError):
+        return fresh
+    samples = []
+    when = max(start, now - fresh.keep_s)
+    while when < start + len(means) * LOAD_BUCKET_S:
+        if (rate := _rate_between(start, means, when)) is not None:
+            samples.append((when, rate))
+        when += fresh.step_s
+    return replace(fresh, samples=tuple(samples))
+
+
+def _rate_between(start: float, means: list[float | None], when: float) -> float | None:
+    """The rate at WHEN on the line between its bucket's mean and the nearer neighbour's, taken at the
+    buckets' centres; its own mean where that neighbour has none; None in a bucket without one."""
+    bucket = min(len(means) - 1, math.floor((when - start) / LOAD_BUCKET_S))
+    mean = means[bucket]
+    if mean is None:
+        return None
+    centre = start + (bucket + 0.5) * LOAD_BUCKET_S
+    neighbour = bucket + 1 if when >= centre else bucket - 1
+    other = means[neighbour] if 0 <= neighbour < len(means) else None
+    if other is None:
+        return mean
+    return mean + abs(when - centre) / LOAD_BUCKET_S * (other - mean)
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number")
