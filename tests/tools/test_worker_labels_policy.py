@@ -197,6 +197,42 @@ def test_the_gang_gate_is_lifted_by_the_operator_only(policy: dict[str, Any]) ->
     assert refusals(policy, ungated, old=ungated) == []
 
 
+# A Job's pod the operator admitted: the queue it is charged to, labelled as its gate came off.
+ADMITTED_JOB_POD: dict[str, Any] = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {
+        "name": "train-0-x",
+        "namespace": "team-a",
+        "labels": {"scheduling.aisched.io/queue": "team", "aisched.io/charged-queue": "team", "job-name": "train"},
+        "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": "train", "uid": "u", "controller": True}],
+        "finalizers": ["batch.kubernetes.io/job-tracking"],
+    },
+    "spec": {"containers": [{"name": "t", "image": "t"}], "nodeSelector": {"kubernetes.io/hostname": "n1"}},
+}
+JOB_CONTROLLER = "system:serviceaccount:kube-system:job-controller"
+
+
+def test_the_queue_an_admitted_pod_is_charged_to_stays_as_the_operator_wrote_it(policy: dict[str, Any]) -> None:
+    """Taken off or changed, a restarted operator would charge a deleted workload's draining pods elsewhere."""
+    moved = edited(ADMITTED_JOB_POD, "metadata", "labels", value={**ADMITTED_JOB_POD["metadata"]["labels"]})
+    moved["metadata"]["labels"]["aisched.io/charged-queue"] = "someone-else"
+    stripped = copy.deepcopy(ADMITTED_JOB_POD)
+    del stripped["metadata"]["labels"]["aisched.io/charged-queue"]
+    for user in (TENANT, JOB_CONTROLLER):
+        assert refusals(policy, moved, old=ADMITTED_JOB_POD, user=user)
+        assert refusals(policy, stripped, old=ADMITTED_JOB_POD, user=user)
+    # Its own queue label stays the tenant's (taking it off stops the workload); the Job controller still
+    # lets go of its finalizer; the operator writes the label in the write that lifts the gate.
+    unlabelled = copy.deepcopy(ADMITTED_JOB_POD)
+    del unlabelled["metadata"]["labels"]["scheduling.aisched.io/queue"]
+    assert refusals(policy, unlabelled, old=ADMITTED_JOB_POD, user=TENANT) == []
+    released = edited(ADMITTED_JOB_POD, "metadata", "finalizers", value=[])
+    assert refusals(policy, released, old=ADMITTED_JOB_POD, user=JOB_CONTROLLER) == []
+    assert refusals(policy, ADMITTED_JOB_POD, old=stripped, user=OPERATOR) == []
+    assert refusals(policy, ADMITTED_JOB_POD, old=stripped, user=TENANT)
+
+
 def test_a_pod_with_none_of_the_operators_keys_is_none_of_its_business(policy: dict[str, Any]) -> None:
     mine = a_tenants_pod(labels={"app": "x"}, finalizers=["aisched.io/checkpoint-report"])
     assert refusals(policy, a_tenants_pod(labels={"app": "y"}), old=mine) == []

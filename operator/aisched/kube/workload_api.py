@@ -19,7 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from aisched.kube.client import KubeClient, Listing
 from aisched.kube.labels import HOSTNAME
 from aisched.kube.ownership import names_owner
-from aisched.policy.workloads.model import ADMISSION_GATE, WorkloadKind
+from aisched.policy.workloads.model import ADMISSION_GATE, CHARGED_QUEUE_LABEL, WorkloadKind
 
 T = TypeVar("T")
 
@@ -110,12 +110,25 @@ class WorkloadApi:
         return True
 
     async def place_pod(
-        self, namespace: str, name: str, node: str | None, gates: tuple[str, ...], *, has_selector: bool
+        self,
+        namespace: str,
+        name: str,
+        node: str | None,
+        gates: tuple[str, ...],
+        *,
+        has_selector: bool,
+        queue: str,
+        has_labels: bool = True,
     ) -> None:
-        """Pin the gated pod to NODE (None: a pod of no GPUs, kube-scheduler's to place) and lift the
-        admission gate, leaving any other gate, in one write: the API server allows a node selector to be
-        added only while the pod is gated, so both land together or neither does."""
+        """Pin the gated pod to NODE (None: a pod of no GPUs, kube-scheduler's to place), label it with the
+        QUEUE it is charged to, and lift the admission gate, leaving any other gate, in one write: the API
+        server allows a node selector to be added only while the pod is gated, so all land together or none
+        does, and no pod runs without the label."""
         ops: list[dict[str, Any]] = []
+        if has_labels:
+            ops.append({"op": "add", "path": f"/metadata/labels/{_pointer(CHARGED_QUEUE_LABEL)}", "value": queue})
+        else:
+            ops.append({"op": "add", "path": "/metadata/labels", "value": {CHARGED_QUEUE_LABEL: queue}})
         if node is not None:
             if has_selector:
                 ops.append({"op": "add", "path": f"/spec/nodeSelector/{_pointer(HOSTNAME)}", "value": node})

@@ -30,6 +30,7 @@ from aisched.policy.scheduler.results import Admission, Preemption
 from aisched.policy.sharing.charge import replica_milli
 from aisched.policy.workloads.model import (
     ADMISSION_GATE,
+    CHARGED_QUEUE_LABEL,
     MIN_PODS_ANNOTATION,
     PLACEMENT_ANNOTATION,
     PRIORITY_ANNOTATION,
@@ -50,15 +51,18 @@ class RecordingApi:
     def __init__(self) -> None:
         self.patches: list[tuple[WorkloadKind, str, str, dict[str, Any]]] = []
         self.placed: list[tuple[str, str | None]] = []
+        self.charged_to: dict[str, str] = {}
+        """The queue each placed pod was labelled with."""
 
     async def patch_object(self, kind: WorkloadKind, namespace: str, name: str, patch: dict[str, Any]) -> bool:
         self.patches.append((kind, namespace, name, patch))
         return True
 
     async def place_pod(
-        self, namespace: str, name: str, node: str | None, gates: tuple[str, ...], *, has_selector: bool
+        self, namespace: str, name: str, node: str | None, gates: tuple[str, ...], *, queue: str, **_: bool
     ) -> None:
         self.placed.append((name, node))
+        self.charged_to[name] = queue
 
 
 class Events:
@@ -686,3 +690,30 @@ def test_a_restarted_operator_charges_draining_pods_where_the_record_says_the_wo
     assert asked.stops  # it is stopped, as before the restart ...
     charged = sum(h.milli for h in asked.held if h.queue == "team")
     assert charged == 4000  # ... and its pods are charged where it ran until they are gone
+
+
+def test_a_restarted_operator_charges_a_deleted_workloads_draining_pods_where_their_label_says(parts: Any) -> None:
+    """The Job was deleted before the restart, its pods still in their grace: no object, no record, but each
+    pod carries the queue the operator labelled it with as it lifted its gate (no one else writes that
+    label), so the restarted operator charges that queue what they hold."""
+    cycle, _api, _events, _in_flight = parts
+    for index, node in enumerate(("n1", "n2")):
+        pod = a_pod(f"train-{index}", "train", index, node=node, gated=False)
+        pod["metadata"]["deletionTimestamp"] = NOW.isoformat()
+        pod["metadata"]["labels"][CHARGED_QUEUE_LABEL] = "team"
+        del pod["metadata"]["labels"][QUEUE_LABEL]  # the tenant's label, which it may take off
+        cycle.book.pod_seen(pod)
+    asked = cycle.ask(snapshot(), NOW)
+    assert sum(h.milli for h in asked.held if h.queue == "team") == 4000
+
+
+@pytest.mark.asyncio
+async def test_placing_a_pod_labels_it_with_the_queue_it_is_charged_to(parts: Any) -> None:
+    cycle, api, _events, _in_flight = parts
+    cycle.book.object_seen(JOB, a_job_admitted_on(["n1", "n2"]))
+    for index in range(2):
+        cycle.book.pod_seen(a_pod(f"train-{index}", "train", index))
+    entry = cycle.book.get((JOB, "ns", "train"))
+    assert entry is not None
+    await cycle.placer.place_pods(entry)
+    assert api.charged_to == {"train-0": "team", "train-1": "team"}

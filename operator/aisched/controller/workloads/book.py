@@ -48,7 +48,13 @@ class WorkloadEntry:
 
     @property
     def queue_to_charge(self) -> str | None:
-        return self.charged_queue if self.charged_queue is not None else self.recorded_queue
+        """Where this process charged it; else where its record says; else, its object gone before this
+        process saw it (deleted before a restart), where the operator's label on its pods says."""
+        if self.charged_queue is not None:
+            return self.charged_queue
+        if self.recorded_queue is not None:
+            return self.recorded_queue
+        return min((p.charged_queue for p in self.pods.values() if p.charged_queue is not None), default=None)
 
     @property
     def kind(self) -> WorkloadKind:

@@ -124,7 +124,8 @@ class PodPlacer:
         for pod, node in places:
             self._placing[(pod.namespace, pod.name)] = node
         # A gang's pods are pinned and ungated together, not one API round trip after another.
-        await at_most(GANG_WRITES, [functools.partial(self._place_one, pod, node) for pod, node in places])
+        writes = [functools.partial(self._place_one, pod, node, workload.queue) for pod, node in places]
+        await at_most(GANG_WRITES, writes)
 
     async def _pod_groups_ready(
         self,
@@ -158,10 +159,18 @@ class PodPlacer:
         """The workload is gone, and its PodGroups with it (their owner): a namesake's are made afresh."""
         self._groups_made.pop(ref, None)
 
-    async def _place_one(self, pod: WorkloadPod, node: str | None) -> None:
+    async def _place_one(self, pod: WorkloadPod, node: str | None, queue: str) -> None:
         key = (pod.namespace, pod.name)
         try:
-            await self.api.place_pod(pod.namespace, pod.name, node, pod.gates, has_selector=pod.has_node_selector)
+            await self.api.place_pod(
+                pod.namespace,
+                pod.name,
+                node,
+                pod.gates,
+                has_selector=pod.has_node_selector,
+                queue=queue,
+                has_labels=pod.has_labels,
+            )
         except Exception:
             self._placing.pop(key, None)
             raise

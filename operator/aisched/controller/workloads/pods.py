@@ -3,8 +3,9 @@
 A pod belongs to the workload its controlling owner names (a Job, a PyTorchJob, a RayCluster, a
 StatefulSet, a Deployment through its ReplicaSet), or, with no owner, to the plain pod group its
 label names (a pod with a queue label and no group is a group of one). Only pods the chart's
-admission policy marked (the queue label its templates carry, or the admission gate) are read:
-every other pod of the cluster is no workload's here.
+admission policy marked (the queue label its templates carry, or the admission gate) or the operator
+admitted (the queue it is charged to, which only the operator writes) are read: every other pod of the
+cluster is no workload's here. A pod admitted stays read when its tenant takes the queue label off.
 """
 
 from __future__ import annotations
@@ -14,7 +15,13 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from aisched.kube.labels import HOSTNAME
-from aisched.policy.workloads.model import ADMISSION_GATE, POD_GROUP_LABEL, QUEUE_LABEL, WorkloadKind
+from aisched.policy.workloads.model import (
+    ADMISSION_GATE,
+    CHARGED_QUEUE_LABEL,
+    POD_GROUP_LABEL,
+    QUEUE_LABEL,
+    WorkloadKind,
+)
 from aisched.policy.workloads.pod_shape import pod_gpus
 
 # The controlling owner's kind (apiVersion group, kind) -> the workload kind it makes pods for.
@@ -60,6 +67,9 @@ class WorkloadPod:
     mig_profile: str | None = None
     pod_group: str | None = None
     """The PodGroup it was named into at creation (`spec.schedulingGroup`, the chart's policy), if any."""
+    charged_queue: str | None = None
+    """The queue the operator admitted it to (`CHARGED_QUEUE_LABEL`); None before it is placed."""
+    has_labels: bool = True
 
     @property
     def live(self) -> bool:
@@ -71,7 +81,7 @@ def read_workload_pod(obj: Mapping[str, Any]) -> WorkloadPod | None:
     metadata, spec, status = _map(obj.get("metadata")), _map(obj.get("spec")), _map(obj.get("status"))
     labels = _str_map(metadata.get("labels"))
     gates = tuple(str(g.get("name")) for g in _list(spec.get("schedulingGates")) if isinstance(g, Mapping))
-    if QUEUE_LABEL not in labels and ADMISSION_GATE not in gates:
+    if QUEUE_LABEL not in labels and ADMISSION_GATE not in gates and CHARGED_QUEUE_LABEL not in labels:
         return None
     namespace, name = str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
     ref = _owner_workload(metadata, labels, namespace, name)
@@ -99,6 +109,8 @@ def read_workload_pod(obj: Mapping[str, Any]) -> WorkloadPod | None:
         gpus=gpus,
         mig_profile=mig_profile,
         pod_group=_pod_group(spec),
+        charged_queue=labels.get(CHARGED_QUEUE_LABEL),
+        has_labels=bool(labels),
     )
 
 

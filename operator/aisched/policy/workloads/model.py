@@ -48,6 +48,10 @@ MIN_PODS_ANNOTATION: Final = "scheduling.aisched.io/min-pods"
 ADMISSION_GATE: Final = "aisched.io/admission"
 # The operator's record on a workload's object of where its admitted pods go (JSON, `AdmittedRecord`).
 PLACEMENT_ANNOTATION: Final = "aisched.io/placement"
+# The queue an admitted pod is charged to, set by the operator in the write that lifts its gate. Under
+# `aisched.io/`, so the chart's policy lets nobody else add, change or remove it: a restarted operator
+# that finds the pod draining after its workload was deleted still knows whose quota it holds.
+CHARGED_QUEUE_LABEL: Final = "aisched.io/charged-queue"
 
 
 class WorkloadKind(StrEnum):
