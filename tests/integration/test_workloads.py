@@ -17,6 +17,7 @@ from kubernetes import client
 
 from aisched.policy.workloads.model import (
     ADMISSION_GATE,
+    CHARGED_QUEUE_LABEL,
     PLACEMENT_ANNOTATION,
     POD_GROUP_LABEL,
     POD_GROUP_SIZE_ANNOTATION,
@@ -34,11 +35,14 @@ from aisched.testing.cluster import (
     wait_for,
     wait_phase,
 )
+from aisched.testing.operator import OperatorProcess
 from tests.builders import a_training_job
 
 pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("operator", "held_kinds")]
 IMAGE = "python:3.11-slim"
 KEEP_RUNNING = "aisched.io/kwok-keep-running"
+FAKE_TERMINATE_AFTER = "aisched.io/fake-terminate-after"
+"""The local cluster's KWOK keeps a deleted pod running this long (a long termination grace)."""
 
 
 def pod_spec(gpus: int) -> dict[str, Any]:
@@ -273,3 +277,41 @@ def test_a_job_on_a_node_that_announces_its_end_is_suspended_and_resumes_on_node
         key, _ = INTERRUPTION_TAINTS["aws"]
         cluster.kubectl("taint", "node", doomed, f"{key}-")
         cluster.kubectl("uncordon", doomed)
+
+
+DRAIN_SECONDS = 60
+
+
+def test_a_deleted_jobs_draining_pods_stay_charged_across_an_operator_restart(
+    cluster: LocalCluster, namespace: str, kinds_queue: str, operator: OperatorProcess
+) -> None:
+    """A Job is deleted while its pods take a long grace to stop, and the operator restarts meanwhile: it
+    finds their pods and no Job, and charges them to the queue their label names (only the operator writes
+    it), so a second Job of the 4-GPU queue waits for them to go instead of getting the same GPUs twice."""
+    first = indexed_job("first", kinds_queue, pods=2, gpus=2)
+    first["spec"]["template"]["metadata"]["annotations"][FAKE_TERMINATE_AFTER] = f"{DRAIN_SECONDS}s"
+    apply(cluster, namespace, first)
+    pods = job_pods_running(cluster, namespace, "first", 2)
+    assert all(p["metadata"]["labels"][CHARGED_QUEUE_LABEL] == kinds_queue for p in pods), pods
+    selector = "batch.kubernetes.io/job-name=first"
+
+    def draining() -> list[dict[str, Any]]:
+        found = list_objects(cluster, "pods", namespace, selector)
+        return [p for p in found if p["metadata"].get("deletionTimestamp") and p["status"].get("phase") == "Running"]
+
+    operator.stop()
+    try:
+        cluster.kubectl("-n", namespace, "delete", "job", "first", "--wait=false")
+        wait_for(lambda: len(draining()) == 2, TIMEOUT, "the deleted Job's pods in their grace")
+    finally:
+        operator.start()
+    apply(cluster, namespace, indexed_job("second", kinds_queue, pods=2, gpus=2))
+    wait_for(
+        lambda: any("quota" in e.lower() for e in events_of(cluster, namespace, "second")),
+        TIMEOUT,
+        "the second Job to be told it waits for its quota",
+    )
+    assert suspended(cluster, namespace, "second")
+    assert len(draining()) == 2, "the first Job's pods went before the second was decided: no drain was tested"
+    wait_for(lambda: not list_objects(cluster, "pods", namespace, selector), TIMEOUT + DRAIN_SECONDS, "them to go")
+    job_pods_running(cluster, namespace, "second", 2)

@@ -246,6 +246,15 @@ class CarbonDeferral:
             return
         plan = planned.plan if planned is not None else None
         decision = at_chunk_end(plan, now)
+        late = (now - status.chunk_end).total_seconds() if status.chunk_end is not None else 0.0
+        log.info(
+            "chunk end of %s/%s, %.1f s after it was due: %.1f s of work done; %s",
+            job.metadata["namespace"],
+            job.metadata["name"],
+            late,
+            done,
+            decision.message,
+        )
         if plan is None or not decision.pause:
             await self._set_chunk_end(obj, job, decision.until)
             if decision.until is not None:
