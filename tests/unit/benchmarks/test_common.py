@@ -27,7 +27,6 @@ def test_a_benchmarks_own_provenance_is_kept(tmp_path: Path) -> None:
 # Results written before write_figures stamped every file, each not yet rerun, with why. A file rerun
 # leaves this list (the test below fails until it does); a new file without provenance fails at once.
 NOT_YET_RERUN = {
-    "placement.json": "a timing benchmark: wants a quiet machine",
     "scale.json": "10,000 TrainingJobs on 5,040 KWOK nodes: most of an hour on the 2-core CI machine",
     "scale_own_cpu.json": "the same run with the operator on a CPU of its own",
     "e2e_scale.json": "the large local cluster (1,008 KWOK nodes), as root",
