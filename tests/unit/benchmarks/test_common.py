@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from benchmarks import common
+from benchmarks.measured_code import changed_since, measured_files
 
 
 def test_every_file_written_names_the_code_that_produced_it(tmp_path: Path) -> None:
@@ -43,3 +46,77 @@ def test_every_committed_results_file_names_the_commit_that_produced_it() -> Non
             continue
         assert isinstance(provenance, dict), f"{path.name} has no provenance: regenerate it with the committed code"
         assert len(str(provenance.get("commit") or "")) == 40, path.name
+
+
+# The benchmark module that writes each results file: its import closure is the code the figures measure.
+PRODUCED_BY = {
+    "autoscale.json": "benchmarks.autoscale",
+    "carbon.json": "benchmarks.carbon",
+    "fgd_artifact.json": "benchmarks.fgd_artifact",
+    "fleet.json": "benchmarks.fleet",
+    "gpu_sharing.json": "benchmarks.gpu_sharing",
+    "placement.json": "benchmarks.placement",
+    "regions.json": "benchmarks.regions",
+    "serving.json": "benchmarks.serving",
+    "spot.json": "benchmarks.spot",
+    "tenant_objects.json": "benchmarks.tenant_objects",
+    "tenant_records.json": "benchmarks.tenant_records",
+    "tenants.json": "benchmarks.tenants",
+    "trace_alibaba.json": "benchmarks.trace",
+    "trace_philly.json": "benchmarks.trace",
+    "trace_pollux.json": "benchmarks.trace",
+    "workloads.json": "benchmarks.workloads.bench",
+}
+# Results whose measured code changed after the commit that produced them, as found when this check was
+# written (2026-12-04): their figures may no longer be what that code gives. Each is to be rerun in the
+# commit that changes its code; one rerun must leave this list (the test fails until it does), and a
+# file not listed whose code changes fails at once. The closure errs wide (every import counts), so a
+# listed file's figures may well stand: rerunning is how to know.
+STALE = {
+    "autoscale.json": "policy/autoscale.py and the InferenceService API changed since 00ff3d2",
+    "carbon.json": "the carbon planner (policy/carbon) changed since 00ff3d2",
+    "fgd_artifact.json": "benchmarks/common.py (provenance) changed since bddf51b",
+    "fleet.json": "the carbon planner and the API changed since 31757dd",
+    "gpu_sharing.json": "the InferenceService API changed since dee6560",
+    "regions.json": "policy/workloads/model.py (a label constant) changed since c79edb0",
+    "serving.json": "policy/llm_scaling (the restart memory) changed since 31757dd",
+    "spot.json": "the carbon planner and the API changed since 31757dd",
+    "tenant_objects.json": "the controllers changed since 09e83cc (run on the local cluster)",
+    "tenant_records.json": "the controllers changed since e0648dc, and it was written from a dirty tree",
+    "tenants.json": "the carbon planner and the API changed since dee6560",
+    "trace_alibaba.json": "the carbon planner and the API changed since 31757dd",
+    "trace_philly.json": "the carbon planner and the API changed since 31757dd",
+    "trace_pollux.json": "the carbon planner and the API changed since 31757dd",
+    "workloads.json": "the carbon planner and the API changed since 81f91db (1,008 KWOK nodes, as root)",
+}
+
+
+def test_each_results_file_maps_to_the_benchmark_that_writes_it() -> None:
+    results = {p.name for p in (common.REPO_ROOT / "benchmarks" / "results").glob("*.json")}
+    assert results - set(NOT_YET_RERUN) == set(PRODUCED_BY)
+    for module in set(PRODUCED_BY.values()):
+        assert measured_files(module)[0:1], module
+
+
+def test_no_results_file_is_older_than_the_code_it_measures() -> None:
+    """The commit a results file names must touch none of its measured code since (working tree included)."""
+    fresh: list[str] = []
+    stale: list[str] = []
+    for name, module in sorted(PRODUCED_BY.items()):
+        provenance = json.loads((common.REPO_ROOT / "benchmarks" / "results" / name).read_text())["provenance"]
+        changed = changed_since(provenance["commit"], measured_files(module))
+        if changed is None:
+            pytest.skip(f"git does not know {provenance['commit']} (a shallow clone): nothing to compare")
+        (stale if changed or provenance.get("dirty") else fresh).append(name)
+        if name not in STALE:
+            assert not changed, f"{name}: {changed[:5]} changed since {provenance['commit'][:7]}; rerun its benchmark"
+            assert not provenance.get("dirty"), f"{name} was written from uncommitted code: rerun it on a clean tree"
+    assert not set(STALE) & set(fresh), f"rerun and fresh again, take off STALE: {sorted(set(STALE) & set(fresh))}"
+
+
+def test_a_module_measures_what_it_imports_through_others() -> None:
+    files = {str(p) for p in measured_files("benchmarks.placement")}
+    assert "benchmarks/placement.py" in files
+    assert "operator/aisched/policy/placement/__init__.py" in files or "operator/aisched/policy/placement.py" in files
+    assert "operator/aisched/__init__.py" in files  # a package runs before its modules
+    assert "benchmarks/serving.py" not in files
