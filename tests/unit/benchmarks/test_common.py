@@ -51,17 +51,17 @@ def test_every_committed_results_file_names_the_commit_that_produced_it() -> Non
 # The benchmark module that writes each results file: its import closure is the code the figures measure.
 PRODUCED_BY = {
     "autoscale.json": "benchmarks.autoscale",
+    "serving.json": "benchmarks.serving",
+    "spot.json": "benchmarks.spot",
+    "tenants.json": "benchmarks.tenants",
     "carbon.json": "benchmarks.carbon",
     "fgd_artifact.json": "benchmarks.fgd_artifact",
     "fleet.json": "benchmarks.fleet",
     "gpu_sharing.json": "benchmarks.gpu_sharing",
     "placement.json": "benchmarks.placement",
     "regions.json": "benchmarks.regions",
-    "serving.json": "benchmarks.serving",
-    "spot.json": "benchmarks.spot",
     "tenant_objects.json": "benchmarks.tenant_objects",
     "tenant_records.json": "benchmarks.tenant_records",
-    "tenants.json": "benchmarks.tenants",
     "trace_alibaba.json": "benchmarks.trace",
     "trace_philly.json": "benchmarks.trace",
     "trace_pollux.json": "benchmarks.trace",
@@ -73,17 +73,13 @@ PRODUCED_BY = {
 # file not listed whose code changes fails at once. The closure errs wide (every import counts), so a
 # listed file's figures may well stand: rerunning is how to know.
 STALE = {
-    "autoscale.json": "policy/autoscale.py and the InferenceService API changed since 00ff3d2",
     "carbon.json": "the carbon planner (policy/carbon) changed since 00ff3d2",
     "fgd_artifact.json": "benchmarks/common.py (provenance) changed since bddf51b",
     "fleet.json": "the carbon planner and the API changed since 31757dd",
     "gpu_sharing.json": "the InferenceService API changed since dee6560",
     "regions.json": "policy/workloads/model.py (a label constant) changed since c79edb0",
-    "serving.json": "policy/llm_scaling (the restart memory) changed since 31757dd",
-    "spot.json": "the carbon planner and the API changed since 31757dd",
     "tenant_objects.json": "the controllers changed since 09e83cc (run on the local cluster)",
     "tenant_records.json": "the controllers changed since e0648dc, and it was written from a dirty tree",
-    "tenants.json": "the carbon planner and the API changed since dee6560",
     "trace_alibaba.json": "the carbon planner and the API changed since 31757dd",
     "trace_philly.json": "the carbon planner and the API changed since 31757dd",
     "trace_pollux.json": "the carbon planner and the API changed since 31757dd",
