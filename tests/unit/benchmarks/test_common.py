@@ -77,7 +77,6 @@ STALE = {
     "fgd_artifact.json": "benchmarks/common.py (provenance) changed since bddf51b",
     "fleet.json": "the carbon planner and the API changed since 31757dd",
     "gpu_sharing.json": "the InferenceService API changed since dee6560",
-    "regions.json": "policy/workloads/model.py (a label constant) changed since c79edb0",
     "tenant_objects.json": "the controllers changed since 09e83cc (run on the local cluster)",
     "tenant_records.json": "the controllers changed since e0648dc, and it was written from a dirty tree",
     "trace_alibaba.json": "the carbon planner and the API changed since 31757dd",
