@@ -1,7 +1,9 @@
 """For any interleaving of pod writes, a queue is charged at least what the API server says its pods hold.
 
 Issue #37's per-queue half of the holdings property, for the workloads whose pods come and go one by
-one: a model server's replicas (a Deployment) and the workers a running RayCluster grows by. Its
+one: a model server's replicas (a Deployment) and the workers a running RayCluster grows by. The
+tenant may also delete a workload's object (its pods then drain) and the operator may restart at any
+point, finding what the API server lists and nothing of its own memory. Its
 controller and the operator write the pods (made gated, placed, bound by kube-scheduler, finished,
 deleted, terminating); the tenant's hand shows in how many there are and when. After every write the
 cycle's ask must charge each queue (its running gangs' placements plus the GPUs held one by one) at
@@ -24,7 +26,13 @@ from aisched.controller.workloads.book import WorkloadBook
 from aisched.controller.workloads.cycle import WorkloadCycle
 from aisched.policy.cluster import ClusterSnapshot, local_node
 from aisched.policy.queueing import MILLI
-from aisched.policy.workloads.model import ADMISSION_GATE, PLACEMENT_ANNOTATION, QUEUE_LABEL, WorkloadKind
+from aisched.policy.workloads.model import (
+    ADMISSION_GATE,
+    CHARGED_QUEUE_LABEL,
+    PLACEMENT_ANNOTATION,
+    QUEUE_LABEL,
+    WorkloadKind,
+)
 from tests.builders import a_queue
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
@@ -60,8 +68,23 @@ pod_writes = st.builds(
     state=st.sampled_from(("gated", "pinned", "bound", "succeeded", "terminating")),
     node=st.sampled_from(NODES),
 )
+
+
+@dataclass(frozen=True)
+class ObjectDeleted:
+    """The tenant deletes the workload's object: the garbage collector deletes its pods, which drain."""
+
+    owner: str
+
+
+@dataclass(frozen=True)
+class Restart:
+    """The operator restarts: a fresh book, fed what the API server lists (the objects left, every pod)."""
+
+
 deletes = st.builds(PodDelete, owner=st.sampled_from(OWNERS), name=st.sampled_from(PODS))
-writes = st.lists(st.one_of(pod_writes, deletes), min_size=1, max_size=25)
+object_deletes = st.builds(ObjectDeleted, owner=st.sampled_from(OWNERS))
+writes = st.lists(st.one_of(pod_writes, deletes, object_deletes, st.just(Restart())), min_size=1, max_size=25)
 
 
 def template(owner: str = "vllm") -> dict[str, Any]:
@@ -124,14 +147,40 @@ def pod_object(write: PodWrite) -> dict[str, Any]:
     status: dict[str, Any] = {"phase": "Pending"}
     if write.state == "gated":
         spec["schedulingGates"] = [{"name": ADMISSION_GATE}]
-    else:
+    else:  # the operator's write that placed it: pinned, ungated, labelled with the queue it is charged to
         spec["nodeSelector"] = {"kubernetes.io/hostname": write.node}
+        metadata["labels"][CHARGED_QUEUE_LABEL] = metadata["labels"][QUEUE_LABEL]
     if write.state in ("bound", "succeeded", "terminating"):
         spec["nodeName"] = write.node
         status = {"phase": "Succeeded" if write.state == "succeeded" else "Running"}
     if write.state == "terminating":
         metadata["deletionTimestamp"] = NOW.isoformat()
     return {"metadata": metadata, "spec": spec, "status": status}
+
+
+def started(
+    queues: dict[str, dict[str, Any]],
+    objects: dict[str, tuple[WorkloadKind, dict[str, Any]]],
+    pods: dict[str, dict[str, Any]],
+) -> WorkloadCycle:
+    """A cycle as an operator (re)started now has it: the objects and pods the API server lists."""
+    cycle = WorkloadCycle(
+        book=WorkloadBook(),
+        api=None,  # type: ignore[arg-type]  # nothing is written: only what each cycle asks is read
+        kube=None,  # type: ignore[arg-type]
+        in_flight=InFlightPlacements(),
+        tenancy=TenancyBook(),
+        queue_object=queues.get,
+    )
+    for kind, obj in objects.values():
+        cycle.book.object_seen(kind, obj)
+    for obj in pods.values():
+        cycle.book.pod_seen(obj)
+    return cycle
+
+
+def owned_by(pod: dict[str, Any], owner: str) -> bool:
+    return str(pod["metadata"]["name"]).startswith(pod_name(owner, ""))
 
 
 def pod_name(owner: str, name: str) -> str:
@@ -150,34 +199,54 @@ def held_as_the_api_server_says(pods: dict[str, dict[str, Any]]) -> dict[str, in
     return held
 
 
-@settings(max_examples=150, deadline=None)
-@given(writes)
-def test_any_interleaving_of_pod_writes_leaves_each_queue_charged_at_least_what_its_pods_hold(
-    sequence: list[PodWrite | PodDelete],
-) -> None:
-    queues = {name: a_queue(name, nominal_gpus=32).obj() for name in ("a", "b", "c")}
-    cycle = WorkloadCycle(
-        book=WorkloadBook(),
-        api=None,  # type: ignore[arg-type]  # nothing is written: only what each cycle asks is read
-        kube=None,  # type: ignore[arg-type]
-        in_flight=InFlightPlacements(),
-        tenancy=TenancyBook(),
-        queue_object=queues.get,
-    )
-    cycle.book.object_seen(WorkloadKind.DEPLOYMENT, deployment("vllm"))
-    cycle.book.object_seen(WorkloadKind.DEPLOYMENT, deployment("mig"))
-    cycle.book.object_seen(WorkloadKind.RAY_CLUSTER, raycluster())
-    snapshot = ClusterSnapshot([local_node(n, 8, rack="r1", zone="z") for n in NODES])
-    pods: dict[str, dict[str, Any]] = {}
-    for write in sequence:
-        if isinstance(write, PodWrite):
+Write = PodWrite | PodDelete | ObjectDeleted | Restart
+
+
+def applied(
+    write: Write,
+    cycle: WorkloadCycle,
+    queues: dict[str, dict[str, Any]],
+    objects: dict[str, tuple[WorkloadKind, dict[str, Any]]],
+    pods: dict[str, dict[str, Any]],
+) -> WorkloadCycle:
+    """WRITE done to the API server's objects and PODS, and shown to CYCLE; the cycle that goes on from it."""
+    if isinstance(write, Restart):
+        return started(queues, objects, pods)
+    if isinstance(write, ObjectDeleted):
+        if (deleted := objects.pop(write.owner, None)) is not None:
+            cycle.book.object_gone(deleted[0], "ns", write.owner)
+            for name, obj in [(n, o) for n, o in pods.items() if owned_by(o, write.owner)]:
+                if obj["spec"].get("schedulingGates"):  # never placed: gone at once
+                    cycle.book.pod_gone("ns", name, pods.pop(name))
+                else:
+                    obj["metadata"]["deletionTimestamp"] = NOW.isoformat()
+                    cycle.book.pod_seen(obj)
+    elif isinstance(write, PodWrite):
+        if write.owner in objects:  # no controller makes or changes a deleted workload's pods
             obj = pod_object(write)
             pods[obj["metadata"]["name"]] = obj
             cycle.book.pod_seen(obj)
-        else:
-            name = pod_name(write.owner, write.name)
-            if name in pods:
-                cycle.book.pod_gone("ns", name, pods.pop(name))
+    elif (name := pod_name(write.owner, write.name)) in pods:
+        cycle.book.pod_gone("ns", name, pods.pop(name))
+    return cycle
+
+
+@settings(max_examples=150, deadline=None)
+@given(writes)
+def test_any_interleaving_of_pod_writes_leaves_each_queue_charged_at_least_what_its_pods_hold(
+    sequence: list[Write],
+) -> None:
+    queues = {name: a_queue(name, nominal_gpus=32).obj() for name in ("a", "b", "c")}
+    objects = {
+        "vllm": (WorkloadKind.DEPLOYMENT, deployment("vllm")),
+        "mig": (WorkloadKind.DEPLOYMENT, deployment("mig")),
+        "ray": (WorkloadKind.RAY_CLUSTER, raycluster()),
+    }
+    pods: dict[str, dict[str, Any]] = {}
+    cycle = started(queues, objects, pods)
+    snapshot = ClusterSnapshot([local_node(n, 8, rack="r1", zone="z") for n in NODES])
+    for write in sequence:
+        cycle = applied(write, cycle, queues, objects, pods)
         asked = cycle.ask(snapshot, NOW)
         assert not asked.stops  # nothing here is a reason to stop either workload
         charged = {"a": 0, "b": 0, "c": 0}
