@@ -19,6 +19,7 @@ HELPERS = {
     "fleet_plot",
     "fleet_report",
     "headline",
+    "measured_code",
     "run_all",
     "regions_plot",
     "scale_plot",
