@@ -73,15 +73,9 @@ PRODUCED_BY = {
 # file not listed whose code changes fails at once. The closure errs wide (every import counts), so a
 # listed file's figures may well stand: rerunning is how to know.
 STALE = {
-    "carbon.json": "the carbon planner (policy/carbon) changed since 00ff3d2",
     "fgd_artifact.json": "benchmarks/common.py (provenance) changed since bddf51b",
-    "fleet.json": "the carbon planner and the API changed since 31757dd",
-    "gpu_sharing.json": "the InferenceService API changed since dee6560",
     "tenant_objects.json": "the controllers changed since 09e83cc (run on the local cluster)",
     "tenant_records.json": "the controllers changed since e0648dc, and it was written from a dirty tree",
-    "trace_alibaba.json": "the carbon planner and the API changed since 31757dd",
-    "trace_philly.json": "the carbon planner and the API changed since 31757dd",
-    "trace_pollux.json": "the carbon planner and the API changed since 31757dd",
     "workloads.json": "the carbon planner and the API changed since 81f91db (1,008 KWOK nodes, as root)",
 }
 
