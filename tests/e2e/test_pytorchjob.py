@@ -136,7 +136,7 @@ def test_a_pytorchjob_moved_by_a_spot_notice_saves_and_resumes_with_the_uninterr
 
         new = wait_for(resumed, RUN_TIMEOUT, f"PyTorchJob {name} resumed")
         try:
-            wait_for(lambda: succeeded(api_client, namespace, name), 2 * RUN_TIMEOUT, f"PyTorchJob {name} to succeed")
+            wait_for(lambda: succeeded(api_client, namespace, name), RUN_TIMEOUT, f"PyTorchJob {name} to succeed")
         except TimeoutError:
             print(what_it_waits_on(cluster, namespace, name))
             for pod in list_objects(cluster, "pods", namespace, f"{JOB_NAME_LABEL}={name}"):
