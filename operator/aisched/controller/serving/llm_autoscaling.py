@@ -27,7 +27,7 @@ from aisched.policy.llm_scaling import (
     decide_llm_replicas,
 )
 from aisched.policy.llm_scaling.from_api import llm_scaling_spec
-from aisched.policy.llm_scaling.persisted import load_from_json, load_to_json, memory_from_json
+from aisched.policy.llm_scaling.persisted import LOAD_BUCKET_S, load_from_json, load_to_json, memory_from_json
 from aisched.sources.llm_signals import LlmSample
 
 
@@ -83,7 +83,14 @@ class LlmScalers:
         Counted as written once returned: a write that fails is retried when the next bucket completes.
         """
         memory = self._memory.get(key)
-        persisted = None if memory is None else load_to_json(memory.load)
+        if memory is None or not memory.load.samples:
+            return None
+        # Only a sample in a newer bucket than the last written one completes a bucket: the means (a walk
+        # over a week of samples) are built only then, not at every decision.
+        newest_bucket_start = math.floor(memory.load.samples[-1][0] / LOAD_BUCKET_S) * LOAD_BUCKET_S
+        if newest_bucket_start <= self._load_written_through.get(key, -math.inf):
+            return None
+        persisted = load_to_json(memory.load)
         if persisted is None or persisted.through <= self._load_written_through.get(key, -math.inf):
             return None
         self._load_written_through[key] = persisted.through
