@@ -215,9 +215,11 @@ async def test_the_load_history_is_written_as_each_bucket_completes_and_a_restar
     restarted = autoscaler(kube, servers)
     remembering = llm_service(4)
     remembering.metadata.setdefault("annotations", {}).update(kube.annotated["chat"])
+    kube.annotated["chat"] = {}  # what is written from here on
     servers.at = start + timedelta(minutes=16)
     await decide_once(restarted, remembering, pods(4), servers.at)
     memory = restarted.llm_scalers.memory(("ml", "chat"))
     assert memory is not None and len(memory.load.samples) == 16  # 15 read back, one new
-    # What it read is counted as written: the next write waits for the next bucket.
+    # What it read is counted as written: nothing is written again before the next bucket completes.
+    assert LLM_LOAD_HISTORY not in kube.annotated["chat"]
     assert restarted.llm_scalers.load_to_write(("ml", "chat")) is None

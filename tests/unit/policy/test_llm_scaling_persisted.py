@@ -15,6 +15,7 @@ from aisched.policy.llm_scaling.persisted import (
     LOAD_BUCKET_S,
     MAX_ENTRIES,
     MAX_RATE,
+    ReadLoad,
     load_from_json,
     load_to_json,
     memory_from_json,
@@ -97,7 +98,7 @@ def test_a_restarted_operator_forecasts_from_the_history_it_wrote_as_it_did_befo
     persisted = load_to_json(live)
     assert persisted is not None and persisted.through <= now
     assert len(persisted.text) < 32 * 1024  # of the 256 KiB the API server allows all annotations together
-    read = load_from_json(persisted.text, now=now, fresh=LoadHistory())
+    read = load_from_json(persisted.text, now=now, fresh=LoadHistory()).load
     assert len(read.samples) > 0.99 * 8 * DAY / 60 - 5
     # Over the day after the restart (nothing new recorded), forecasting a large model's 30-minute cold
     # start ahead: as close to the rate that came as the operator that never restarted, and far closer
@@ -129,7 +130,7 @@ def test_the_bucket_in_progress_is_not_written() -> None:
 )
 def test_whatever_a_tenant_writes_as_load_reads_as_a_bounded_finite_past(raw: dict[str, object]) -> None:
     fresh = LoadHistory()
-    read = load_from_json(json.dumps(raw), now=NOW, fresh=fresh)
+    read = load_from_json(json.dumps(raw), now=NOW, fresh=fresh).load
     assert (read.step_s, read.keep_s) == (fresh.step_s, fresh.keep_s)
     assert len(read.samples) <= fresh.keep_s / fresh.step_s + 1
     for when, rate in read.samples:
@@ -137,17 +138,45 @@ def test_whatever_a_tenant_writes_as_load_reads_as_a_bounded_finite_past(raw: di
         assert math.isfinite(rate) and 0 <= rate <= MAX_RATE
 
 
+def test_a_history_read_back_is_written_again_as_it_was_restart_after_restart() -> None:
+    now = 30 * DAY + 3_600.0
+    persisted = load_to_json(a_week_of_load(now))
+    assert persisted is not None
+    text, through = persisted.text, persisted.through
+    for restart in range(3):
+        read = load_from_json(text, now=now + restart, fresh=LoadHistory())
+        assert read.through == through
+        # The first sample after the restart falls in the bucket that was in progress: the last one read
+        # is complete now, and written again with the means it had.
+        again = load_to_json(read.load.record(through + read.load.step_s, 99.0))
+        assert again is not None and again.through == through
+        assert json.loads(again.text)["rates"] == json.loads(text)["rates"][-len(json.loads(again.text)["rates"]) :]
+        text = again.text
+
+
+# On the step and within the span: each case below is refused for what is wrong in it alone.
+START = math.floor(NOW / LOAD_BUCKET_S) * LOAD_BUCKET_S - 10 * LOAD_BUCKET_S
+
+
 @pytest.mark.parametrize(
     "kept",
     [
-        '{"start": 0, "step": 300, "rates": [NaN]}',
-        '{"start": 0, "step": 300, "rates": [-1]}',
-        '{"start": 999900, "step": 300, "rates": [1, 1]}',  # ends after now
-        '{"start": 0, "step": 60, "rates": [1]}',
-        '{"start": 0, "step": 300, "rates": [true]}',
-        '{"start": 0, "step": 300, "rates": [' + ",".join(["1"] * 5_000) + "]}",
+        f'{{"start": {START}, "step": 300, "rates": [NaN]}}',
+        f'{{"start": {START}, "step": 300, "rates": [-1]}}',
+        f'{{"start": {START + 9 * LOAD_BUCKET_S}, "step": 300, "rates": [1, 1]}}',  # ends after now
+        f'{{"start": {START}, "step": 60, "rates": [1]}}',
+        f'{{"start": {START}, "step": 300, "rates": [true]}}',
+        f'{{"start": {START + 1}, "step": 300, "rates": [1]}}',
+        f'{{"start": {START}, "step": 300, "rates": [' + ",".join(["1"] * 5_000) + "]}",
     ],
-    ids=["not_a_number", "negative", "from_the_future", "another_step", "not_a_rate", "too_long"],
+    ids=["not_a_number", "negative", "from_the_future", "another_step", "not_a_rate", "off_the_step", "too_long"],
 )
 def test_a_forged_load_history_gives_a_fresh_one(kept: str) -> None:
-    assert load_from_json(kept, now=NOW, fresh=LoadHistory()) == LoadHistory()
+    assert load_from_json(kept, now=NOW, fresh=LoadHistory()) == ReadLoad(LoadHistory())
+
+
+def test_the_same_history_well_formed_is_read() -> None:
+    """The forged cases' control: each refused for what is wrong in it, not for where it starts."""
+    read = load_from_json(f'{{"start": {START}, "step": 300, "rates": [1, 2]}}', now=NOW, fresh=LoadHistory())
+    assert {rate for _, rate in read.load.samples} == {1.0, 2.0}
+    assert read.through == START + 2 * LOAD_BUCKET_S

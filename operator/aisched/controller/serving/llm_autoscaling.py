@@ -132,10 +132,10 @@ class LlmScalers:
     ) -> ScalingMemory:
         fresh = ScalingMemory(cold_start=ColdStartEstimate(prior_s=llm.cold_start_seconds))
         memory = memory_from_json(annotations.get(LLM_SCALING_MEMORY), now=now, fresh=fresh)
-        memory = replace(memory, load=load_from_json(annotations.get(LLM_LOAD_HISTORY), now=now, fresh=memory.load))
-        if (read := load_to_json(memory.load)) is not None:
+        read = load_from_json(annotations.get(LLM_LOAD_HISTORY), now=now, fresh=memory.load)
+        if read.load.samples:  # what the annotation holds is written already: the next bucket is the next write
             self._load_written_through[key] = read.through
-        return memory
+        return replace(memory, load=read.load)
 
     def _boots_seen(
         self, key: ServiceKey, estimate: ColdStartEstimate, pods: Sequence[ServingPod]

@@ -122,52 +122,50 @@ def load_to_json(load: LoadHistory) -> PersistedLoad | None:
 
 
 def max_load_buckets(load: LoadHistory) -> int:
+    """The most bucket means an annotation may hold for LOAD: its span, and the bucket in progress."""
     return math.ceil(load.keep_s / LOAD_BUCKET_S) + 1
 
 
-def load_from_json(text: str | None, *, now: float, fresh: LoadHistory) -> LoadHistory:
-    """FRESH (an empty history, its step and span) holding what TEXT kept: one sample per step, read off the
-    line through the bucket means (a bucket without samples leaves a gap), none older than the span keeps
-    or later than NOW. FRESH itself when TEXT is missing or anything in it is unreadable.
+@dataclass(frozen=True)
+class ReadLoad:
+    """A load history read back, and THROUGH: where the annotation's last bucket ends (-inf: nothing read)."""
 
-    The bucket means smooth the history over five minutes; the forecast reads ratios a day and a week
-    back, which a five-minute mean keeps.
+    load: LoadHistory
+    through: float = -math.inf
+
+
+def load_from_json(text: str | None, *, now: float, fresh: LoadHistory) -> ReadLoad:
+    """FRESH (an empty history, its step and span) holding what TEXT kept: one sample per step at its
+    bucket's mean (a bucket without samples leaves a gap), none older than the span keeps or later than
+    NOW. FRESH itself when TEXT is missing or anything in it is unreadable.
+
+    Each sample is its bucket's mean, so that the history written again after a restart is the one read:
+    a line through the means would move every mean a little at each restart. The forecast reads ratios a
+    day and a week back, which a five-minute mean keeps.
     """
     if not text:
-        return fresh
+        return ReadLoad(fresh)
     try:
         raw = json.loads(text, parse_constant=_no_constant)
         if not isinstance(raw, dict) or raw.get("step") != LOAD_BUCKET_S:
-            return fresh
+            return ReadLoad(fresh)
         rates = raw.get("rates")
         if not isinstance(rates, list) or len(rates) > max_load_buckets(fresh):
-            return fresh
+            return ReadLoad(fresh)
         start = _number(raw.get("start"), 0.0, now - len(rates) * LOAD_BUCKET_S)
+        if start % LOAD_BUCKET_S:  # the buckets written start on the step: one that does not was not written here
+            return ReadLoad(fresh)
         means = [None if r is None else _number(r, 0.0, MAX_RATE) for r in rates]
     except (ValueError, TypeError, RecursionError):
-        return fresh
+        return ReadLoad(fresh)
+    through = start + len(means) * LOAD_BUCKET_S
     samples = []
     when = max(start, now - fresh.keep_s)
-    while when < start + len(means) * LOAD_BUCKET_S:
-        if (rate := _rate_between(start, means, when)) is not None:
+    while when < through:
+        if (rate := means[min(len(means) - 1, math.floor((when - start) / LOAD_BUCKET_S))]) is not None:
             samples.append((when, rate))
         when += fresh.step_s
-    return replace(fresh, samples=tuple(samples))
-
-
-def _rate_between(start: float, means: list[float | None], when: float) -> float | None:
-    """The rate at WHEN on the line between its bucket's mean and the nearer neighbour's, taken at the
-    buckets' centres; its own mean where that neighbour has none; None in a bucket without one."""
-    bucket = min(len(means) - 1, math.floor((when - start) / LOAD_BUCKET_S))
-    mean = means[bucket]
-    if mean is None:
-        return None
-    centre = start + (bucket + 0.5) * LOAD_BUCKET_S
-    neighbour = bucket + 1 if when >= centre else bucket - 1
-    other = means[neighbour] if 0 <= neighbour < len(means) else None
-    if other is None:
-        return mean
-    return mean + abs(when - centre) / LOAD_BUCKET_S * (other - mean)
+    return ReadLoad(replace(fresh, samples=tuple(samples)), through)
 
 
 def _no_constant(name: str) -> float:
