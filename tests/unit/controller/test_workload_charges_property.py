@@ -79,12 +79,16 @@ class ObjectDeleted:
 
 @dataclass(frozen=True)
 class Restart:
-    """The operator restarts: a fresh book, fed what the API server lists (the objects left, every pod)."""
+    """The operator restarts: a fresh book, fed what the API server lists (the objects left, every pod), its
+    watches' first lists in either order."""
+
+    pods_first: bool = False
 
 
 deletes = st.builds(PodDelete, owner=st.sampled_from(OWNERS), name=st.sampled_from(PODS))
 object_deletes = st.builds(ObjectDeleted, owner=st.sampled_from(OWNERS))
-writes = st.lists(st.one_of(pod_writes, deletes, object_deletes, st.just(Restart())), min_size=1, max_size=25)
+restarts = st.builds(Restart, pods_first=st.booleans())
+writes = st.lists(st.one_of(pod_writes, deletes, object_deletes, restarts), min_size=1, max_size=25)
 
 
 def template(owner: str = "vllm") -> dict[str, Any]:
@@ -162,6 +166,8 @@ def started(
     queues: dict[str, dict[str, Any]],
     objects: dict[str, tuple[WorkloadKind, dict[str, Any]]],
     pods: dict[str, dict[str, Any]],
+    *,
+    pods_first: bool = False,
 ) -> WorkloadCycle:
     """A cycle as an operator (re)started now has it: the objects and pods the API server lists."""
     cycle = WorkloadCycle(
@@ -172,10 +178,14 @@ def started(
         tenancy=TenancyBook(),
         queue_object=queues.get,
     )
+    if pods_first:
+        for obj in pods.values():
+            cycle.book.pod_seen(obj)
     for kind, obj in objects.values():
         cycle.book.object_seen(kind, obj)
-    for obj in pods.values():
-        cycle.book.pod_seen(obj)
+    if not pods_first:
+        for obj in pods.values():
+            cycle.book.pod_seen(obj)
     return cycle
 
 
@@ -211,7 +221,7 @@ def applied(
 ) -> WorkloadCycle:
     """WRITE done to the API server's objects and PODS, and shown to CYCLE; the cycle that goes on from it."""
     if isinstance(write, Restart):
-        return started(queues, objects, pods)
+        return started(queues, objects, pods, pods_first=write.pods_first)
     if isinstance(write, ObjectDeleted):
         if (deleted := objects.pop(write.owner, None)) is not None:
             cycle.book.object_gone(deleted[0], "ns", write.owner)

@@ -707,6 +707,40 @@ def test_a_restarted_operator_charges_a_deleted_workloads_draining_pods_where_th
     assert sum(h.milli for h in asked.held if h.queue == "team") == 4000
 
 
+def test_each_draining_pod_is_charged_to_the_queue_its_label_names(parts: Any) -> None:
+    """A deleted Job's pods from two runs (admitted to team, then, relabelled, to other): each queue is
+    charged what its own run's pods hold, not one of them for all."""
+    cycle, _api, _events, _in_flight = parts
+    queues = {name: a_queue(name, nominal_gpus=8).obj() for name in ("team", "other")}
+    cycle.queue_object = queues.get
+    for index, (node, queue) in enumerate((("n1", "team"), ("n2", "other"))):
+        pod = a_pod(f"train-{index}", "train", index, node=node, gated=False)
+        pod["metadata"]["deletionTimestamp"] = NOW.isoformat()
+        pod["metadata"]["labels"][CHARGED_QUEUE_LABEL] = queue
+        cycle.book.pod_seen(pod)
+    asked = cycle.ask(snapshot(), NOW)
+    assert {q: sum(h.milli for h in asked.held if h.queue == q) for q in queues} == {"team": 2000, "other": 2000}
+
+
+def test_a_pod_label_naming_a_queue_its_namespace_may_not_use_charges_that_queue_nothing(parts: Any) -> None:
+    """Where the chart's policy is off, a tenant can write the operator's label: naming another tenant's
+    queue, its pods must not make that queue look full."""
+    cycle, _api, _events, _in_flight = parts
+    victim = a_queue("victim", nominal_gpus=8).obj()
+    victim["spec"]["namespaces"] = ["theirs"]
+    queues = {"team": a_queue("team", nominal_gpus=8).obj(), "victim": victim}
+    cycle.queue_object = queues.get
+    cycle.book.object_seen(JOB, a_job_admitted_on(["n1", "n2"]))
+    for index, node in enumerate(("n1", "n2")):
+        pod = a_pod(f"train-{index}", "train", index, node=node, gated=False)
+        pod["metadata"]["labels"][CHARGED_QUEUE_LABEL] = "victim"
+        cycle.book.pod_seen(pod)
+    asked = cycle.ask(snapshot(), NOW)
+    assert not [h for h in asked.held if h.queue == "victim"]
+    charged = sum(h.milli for h in asked.held if h.queue == "team") + sum(r.held_milli for r in asked.requests)
+    assert charged >= 4000  # its own queue is charged what its pods hold
+
+
 @pytest.mark.asyncio
 async def test_placing_a_pod_labels_it_with_the_queue_it_is_charged_to(parts: Any) -> None:
     cycle, api, _events, _in_flight = parts

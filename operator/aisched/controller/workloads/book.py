@@ -8,7 +8,7 @@ pods are the RayJob's.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,15 +46,17 @@ class WorkloadEntry:
     """The queue its object's placement record names (only the operator writes it): where it is charged
     when this process never charged it, as after a restart that finds it relabelled or refused."""
 
-    @property
-    def queue_to_charge(self) -> str | None:
+    def queue_to_charge(self, may_charge: Callable[[str], bool]) -> str | None:
         """Where this process charged it; else where its record says; else, its object gone before this
-        process saw it (deleted before a restart), where the operator's label on its pods says."""
+        process saw it (deleted before a restart), where the operator's label on its pods says, of the
+        queues MAY_CHARGE says its namespace may use (the label is the operator's only where the chart's
+        policy is in force)."""
         if self.charged_queue is not None:
             return self.charged_queue
         if self.recorded_queue is not None:
             return self.recorded_queue
-        return min((p.charged_queue for p in self.pods.values() if p.charged_queue is not None), default=None)
+        labelled = {p.charged_queue for p in self.pods.values() if p.charged_queue is not None}
+        return min((queue for queue in labelled if may_charge(queue)), default=None)
 
     @property
     def kind(self) -> WorkloadKind:

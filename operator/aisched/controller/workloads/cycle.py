@@ -172,8 +172,9 @@ class WorkloadCycle:
             elif workload is None and running and (entry.seen or entry.kind is WorkloadKind.POD_GROUP):
                 message = "its queue label was removed while it ran: stopped"
                 asking.stops.append(Stop(entry, "QueueLabelRemoved", message))
-            if (queue := entry.queue_to_charge) is not None:
-                _charge_what_its_pods_hold(queue, self.running.holding(entry), asking, before)
+            may_charge = functools.partial(self._may_charge, entry.ref[1])
+            if (queue := entry.queue_to_charge(may_charge)) is not None:
+                self._charge_its_pods(queue, self.running.holding(entry), may_charge, asking, before)
         if self.metrics is not None:
             counts = Counter(
                 (workload_key(r.key).rpartition("@")[2], "Running" if r.running else "Waiting")
@@ -182,6 +183,30 @@ class WorkloadCycle:
             )
             self.metrics.record_kind_workloads(counts)
         return asking.frozen()
+
+    def _may_charge(self, namespace: str, queue_name: str) -> bool:
+        """Queue QUEUE_NAME exists and takes work of NAMESPACE: a pod's operator label may charge it. The label
+        is the operator's where the chart's policy is in force; where it is not, a tenant's label naming
+        another tenant's queue would charge that queue for the tenant's pods."""
+        queue = self.queue_object(queue_name)
+        namespaces = self.tenancy.tenancy(queue_name, queue).namespaces
+        return queue is not None and (namespaces is None or namespace in namespaces)
+
+    @staticmethod
+    def _charge_its_pods(
+        queue: str,
+        holding: Mapping[str | None, int],
+        may_charge: Callable[[str], bool],
+        asking: Asking,
+        before: tuple[int, int],
+    ) -> None:
+        """Each pod's holding to the queue its operator label names (a run admitted to another queue before
+        a relabel, still draining, stays charged there), the rest to QUEUE, the workload's (HOLDING:
+        `RunningWorkloads.holding`)."""
+        elsewhere = {q: milli for q, milli in holding.items() if q is not None and q != queue and may_charge(q)}
+        _charge_what_its_pods_hold(queue, sum(holding.values()) - sum(elsewhere.values()), asking, before)
+        # After its own top-up, which counts what its ask charged since BEFORE: these are not that.
+        asking.held.extend(HeldGpus(labelled, milli) for labelled, milli in elsewhere.items())
 
     def _may_run(self, entry: WorkloadEntry, workload: Workload, asking: Asking) -> bool:
         """Its queue takes it (a running one that it no longer does, or whose queue label changed, stops)."""

@@ -9,6 +9,7 @@ the snapshot's layout, the entry's revision) and given again until one of them c
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 from aisched.controller.workloads.book import WorkloadEntry
@@ -24,7 +25,7 @@ from aisched.policy.workloads.request import as_request, milli_of
 class RunningWorkloads:
     _asks: dict[WorkloadRef, tuple[Workload, AdmittedRecord, object, JobRequest]] = field(default_factory=dict)
     _holds: dict[WorkloadRef, tuple[int, AdmittedRecord, dict[str, int]]] = field(default_factory=dict)
-    _holding: dict[WorkloadRef, tuple[int, int]] = field(default_factory=dict)
+    _holding: dict[WorkloadRef, tuple[int, Mapping[str | None, int]]] = field(default_factory=dict)
 
     def ask(
         self, entry: WorkloadEntry, workload: Workload, record: AdmittedRecord, snapshot: ClusterSnapshot
@@ -52,14 +53,18 @@ class RunningWorkloads:
         self._holds[entry.ref] = (entry.revision, record, held)
         return held
 
-    def holding(self, entry: WorkloadEntry) -> int:
+    def holding(self, entry: WorkloadEntry) -> Mapping[str | None, int]:
         """What ENTRY's bound, unfinished pods hold (terminating ones too), in thousandths, as kube-scheduler
-        counts them (whole GPUs, a MIG instance at its share): what its queue is charged at least (kept while
-        its pods do not change)."""
+        counts them (whole GPUs, a MIG instance at its share), by the queue each pod's operator label names
+        (None: a pod not placed by this operator): what each queue is charged at least (kept while its pods
+        do not change)."""
         kept = self._holding.get(entry.ref)
         if kept is not None and kept[0] == entry.revision:
             return kept[1]
-        held = sum(pod_holds(p) for p in entry.pods.values() if p.bound and not p.done)
+        held: dict[str | None, int] = {}
+        for pod in entry.pods.values():
+            if pod.bound and not pod.done:
+                held[pod.charged_queue] = held.get(pod.charged_queue, 0) + pod_holds(pod)
         self._holding[entry.ref] = (entry.revision, held)
         return held
 
