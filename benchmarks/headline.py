@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from aisched.testing.cluster import pinned_version
+from aisched.testing.versions import pinned_version
 from benchmarks.common import REPO_ROOT, RESULTS_DIR
 from benchmarks.trace_report import PAGE, POLICY_TITLES, TRACE_TITLES, duration_words, replace_between_markers
 

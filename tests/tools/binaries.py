@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from aisched.testing.cluster import pinned_version
+from aisched.testing.versions import pinned_version
 from tests.paths import CHART
 
 

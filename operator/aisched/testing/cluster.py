@@ -85,15 +85,6 @@ class ClusterError(RuntimeError):
     """The local cluster could not be built or started; the message says why and where to look."""
 
 
-def pinned_version(name: str) -> str:
-    """The version hack/versions.env pins for NAME (`KUBERNETES_VERSION`, `KUEUE_VERSION`...), as written."""
-    for line in (HACK_DIR / "versions.env").read_text().splitlines():
-        key, _, value = line.partition("=")
-        if key.strip() == name:
-            return value.strip()
-    raise RuntimeError(f"hack/versions.env pins no {name}")
-
-
 def bin_dir() -> Path:
     """The binary cache hack/lib.sh defines (one definition, asked rather than copied)."""
     out = subprocess.run(

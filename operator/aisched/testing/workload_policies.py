@@ -19,7 +19,8 @@ from typing import Any
 import yaml
 
 from aisched.policy.workloads.model import ADMISSION_GATE, QUEUE_LABEL
-from aisched.testing.cluster import REPO_ROOT, TIMEOUT, LocalCluster, pinned_version, wait_for
+from aisched.testing.cluster import REPO_ROOT, TIMEOUT, LocalCluster, wait_for
+from aisched.testing.versions import pinned_version
 
 TEMPLATES = ("templates/admission/workload-gate.yaml", "templates/admission/workload-guard.yaml")
 CHART_OPERATOR = "system:serviceaccount:aisched-system:aisched"
