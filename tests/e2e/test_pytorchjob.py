@@ -28,9 +28,9 @@ from tests.e2e.training import (
     GPU_PRODUCT,
     MOUNT,
     PodHistory,
-    _pod_spec,
     last_step,
     train_args,
+    training_pod_spec,
 )
 
 KUBEFLOW = ("kubeflow.org", "v1", "pytorchjobs")
@@ -42,7 +42,9 @@ def pytorch_job(name: str, namespace: str, checkpoint_root: Path) -> dict[str, A
     """A Master and a Worker of one fake GPU each, torchrun's options from training-operator's PET_* variables."""
 
     def replica() -> dict[str, Any]:
-        spec = _pod_spec(checkpoint_root, [*train_args(seed=SEED, steps=STEPS), "--output-dir", directory], TORCH_IMAGE)
+        spec = training_pod_spec(
+            checkpoint_root, [*train_args(seed=SEED, steps=STEPS), "--output-dir", directory], TORCH_IMAGE
+        )
         container = spec["containers"][0]
         container["name"] = "pytorch"  # the container training-operator sets the variables of
         container["resources"] = {"limits": {"nvidia.com/gpu": 1}}

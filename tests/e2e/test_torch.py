@@ -20,7 +20,7 @@ from kubernetes import client
 from aisched.testing.cluster import LocalCluster, wait_for
 from tests.e2e.conftest import CHECKPOINTING_QUEUE, TORCH_IMAGE
 from tests.e2e.test_training import RUN_TIMEOUT, STEPS_BEFORE_NOTICE, interrupt_and_resume, wait_succeeded
-from tests.e2e.training import GPU_PRODUCT, MOUNT, _pod_spec, apply, final_result, train_args
+from tests.e2e.training import GPU_PRODUCT, MOUNT, apply, final_result, train_args, training_pod_spec
 
 STEPS = 300
 SEED = 5
@@ -39,7 +39,7 @@ def torchrun_job(name: str, namespace: str, checkpoint_root: Path) -> dict[str, 
             "gpuType": GPU_PRODUCT,
             "spot": {"policy": "Only"},
             "checkpoint": {"path": f"{MOUNT}/{namespace}/{name}", "intervalSeconds": 30, "costSeconds": 2},
-            "template": {"spec": _pod_spec(checkpoint_root, train_args(seed=SEED, steps=STEPS), TORCH_IMAGE)},
+            "template": {"spec": training_pod_spec(checkpoint_root, train_args(seed=SEED, steps=STEPS), TORCH_IMAGE)},
         },
     }
 
@@ -48,7 +48,7 @@ def start_reference(api: client.ApiClient, namespace: str, node: str, checkpoint
     """The same training uninterrupted, two ranks in one plain pod (torchrun --standalone); returns its pod."""
     name = "torch-reference"
     args = [*train_args(seed=SEED, steps=STEPS, step_seconds=0), "--output-dir", f"{MOUNT}/{namespace}/{name}"]
-    spec = {**_pod_spec(checkpoint_root, args, TORCH_IMAGE), "nodeName": node, "restartPolicy": "Never"}
+    spec = {**training_pod_spec(checkpoint_root, args, TORCH_IMAGE), "nodeName": node, "restartPolicy": "Never"}
     spec["containers"][0]["command"] = ["torchrun", "--standalone", "--nproc-per-node", "2", "/app/train.py"]
     client.CoreV1Api(api).create_namespaced_pod(namespace, {"metadata": {"name": name}, "spec": spec})
     return name

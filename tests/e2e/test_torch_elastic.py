@@ -29,13 +29,13 @@ from tests.e2e.test_torch import torchrun_job
 from tests.e2e.test_training import RUN_TIMEOUT, wait_succeeded
 from tests.e2e.training import (
     GPU_PRODUCT,
-    _pod_spec,
     apply,
     env_of,
     final_result,
     last_step,
     running_workers,
     train_args,
+    training_pod_spec,
     workers,
 )
 
@@ -67,7 +67,9 @@ def elastic_job(name: str, namespace: str, checkpoint_root: Path, gpus: int, que
     """test_torch's torchrun job made elastic: one to two pods of a whole real node each."""
     obj = torchrun_job(name, namespace, checkpoint_root)
     obj["spec"].update(replicas=2, minReplicas=1, maxReplicas=2, gpusPerReplica=gpus, queue=queue)
-    obj["spec"]["template"]["spec"] = _pod_spec(checkpoint_root, train_args(seed=SEED, steps=STEPS), TORCH_IMAGE)
+    obj["spec"]["template"]["spec"] = training_pod_spec(
+        checkpoint_root, train_args(seed=SEED, steps=STEPS), TORCH_IMAGE
+    )
     return obj
 
 
@@ -95,7 +97,7 @@ def hold_node(api: client.ApiClient, namespace: str, node: str, gpus: int) -> st
 
 def urgent_job(name: str, checkpoint_root: Path, gpus: int, queue: str) -> dict[str, Any]:
     """A one-pod job of higher priority in QUEUE wanting a whole real node, and idle once it has one."""
-    spec = _pod_spec(checkpoint_root, [], TRAINING_IMAGE)
+    spec = training_pod_spec(checkpoint_root, [], TRAINING_IMAGE)
     spec["containers"][0]["command"] = ["python3", "-c", "import time; time.sleep(3600)"]
     return {
         "apiVersion": "aisched.io/v1alpha1",

@@ -24,7 +24,7 @@ MOUNT = "/checkpoints"
 _STEP_LINE = re.compile(r"step (\d+) loss")
 
 
-def _pod_spec(checkpoint_root: Path, args: list[str], image: str = TRAINING_IMAGE) -> dict[str, Any]:
+def training_pod_spec(checkpoint_root: Path, args: list[str], image: str = TRAINING_IMAGE) -> dict[str, Any]:
     return {
         "tolerations": [REAL_NODE_TOLERATION],
         "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
@@ -59,7 +59,7 @@ def training_job(name: str, namespace: str, checkpoint_root: Path, *, replicas: 
             "gpuType": GPU_PRODUCT,
             "spot": {"policy": "Only"},
             "checkpoint": {"path": f"{MOUNT}/{namespace}/{name}", "intervalSeconds": 30, "costSeconds": 1},
-            "template": {"spec": _pod_spec(checkpoint_root, train_args())},
+            "template": {"spec": training_pod_spec(checkpoint_root, train_args())},
         },
     }
 
@@ -68,7 +68,7 @@ def reference_run(api: client.ApiClient, namespace: str, node: str, checkpoint_r
     """The same training, uninterrupted, as a plain pod on NODE; returns its final.json."""
     name = f"reference-{rank}"
     args = [*train_args(step_seconds=0), "--output-dir", f"{MOUNT}/{namespace}/{name}"]
-    spec = {**_pod_spec(checkpoint_root, args), "nodeName": node, "restartPolicy": "Never"}
+    spec = {**training_pod_spec(checkpoint_root, args), "nodeName": node, "restartPolicy": "Never"}
     spec["containers"][0]["env"] = [{"name": "RANK", "value": str(rank)}]
     core = client.CoreV1Api(api)
     core.create_namespaced_pod(namespace, {"metadata": {"name": name}, "spec": spec})
