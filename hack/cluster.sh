@@ -81,12 +81,16 @@ start() {
   setsid "${AISCHED_BIN_DIR}/${name}" "$@" </dev/null >"${CLUSTER_DIR}/logs/${name}.log" 2>&1 &
   local pid=$!
   echo "${pid}" >"$(pid_file "${name}")"
-  # Until the forked shell has exec'd, the PID's command line is this script's, which `running`
-  # would take for an exited component: on a loaded machine the first readiness check came first.
-  # A child that died before exec'ing is a zombie until reaped: its empty command line ends the wait too.
-  local cmdline
-  while cmdline="$(tr '\0' ' ' <"/proc/${pid}/cmdline" 2>/dev/null)" && [[ -n "${cmdline}" ]] &&
-    [[ "${cmdline}" != *"${AISCHED_BIN_DIR}/${name}"* ]]; do
+  # Until the forked shell has exec'd setsid, and setsid the component, the PID's command line is
+  # this script's, then setsid's; and while an exec is under way it reads empty, which `running`
+  # takes for an exited component (CI lost a whole test module to that, the first readiness check
+  # landing in setsid's exec on a loaded machine). So wait for the component's own command line.
+  # A child that died before exec'ing is a zombie until reaped: an empty one read twice ends the wait.
+  local cmdline empty=0 tries=0
+  while ((empty < 2 && tries++ < 600)); do  # 30 s at most: `running` has the last word
+    cmdline="$(tr '\0' ' ' <"/proc/${pid}/cmdline" 2>/dev/null)" || break
+    [[ "${cmdline}" == "${AISCHED_BIN_DIR}/${name} "* ]] && break
+    if [[ -z "${cmdline}" ]]; then empty=$((empty + 1)); else empty=0; fi
     sleep 0.05
   done
   log "started ${name} (pid ${pid})"
